@@ -1,0 +1,24 @@
+# The two commands of the README: `make run` and `make test`. Both bootstrap .venv/ first.
+VENV := .venv
+PY := $(VENV)/bin/python
+
+.PHONY: bootstrap run test test-quick lint bench
+
+bootstrap:
+	@bash scripts/bootstrap.sh
+
+run: bootstrap
+	$(VENV)/bin/spindle demo --data-dir .spindle-data
+
+lint: bootstrap
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+test: lint
+	$(PY) -m pytest -q
+
+test-quick: lint
+	SPINDLE_TEST_PROFILE=quick $(PY) -m pytest -q
+
+bench: bootstrap
+	$(PY) -m bench.engine --json

@@ -1,0 +1,1 @@
+"""The `spindle` command-line client."""

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Creates .venv/ at the repository root with every Python dependency, on a fresh machine.
+# Idempotent: reinstalls only when pyproject.toml changed since the last successful run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3.11}
+command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
+stamp=.venv/.spindle-installed
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    exit 0
+fi
+if ! command -v java >/dev/null 2>&1; then
+    echo "bootstrap: installing a Java runtime for Spark (openjdk-17-jre-headless)" >&2
+    apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless >/dev/null
+fi
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e '.[dev]' --config-settings editable_mode=compat
+echo "$want" > "$stamp"

@@ -1,0 +1,483 @@
+"""The batch file: an immutable, checksummed, block-indexed Z-set on disk.
+
+Layout (little-endian; see docs/storage-format.md for the full specification):
+
+    header   64 B   magic "SPNDLZS\\0", format version u16, flags u16, key column count u16,
+                    reserved u16, schema fingerprint 16 B, zero padding, crc32 of bytes 0..60
+    block 0         Arrow IPC record-batch message (optionally lz4/zstd compressed buffers),
+                    then this block's bloom filter bytes, padded to 64 B
+    ...
+    schema          Arrow IPC schema message of the batch columns
+    index           Arrow IPC record-batch message: per block offset, length, bloom offset and
+                    length, rows, crc32 (of message + bloom), first key columns, last key columns
+    footer   72 B   schema offset/len, index offset/len, total rows, block count (u64 each),
+                    reserved u64, crc32 of schema+index, crc32 of the footer's first 60 bytes,
+                    magic "SPNDLEND"
+
+Block checksums are verified on first read; the footer, schema and index are verified at
+open. Files are written as `<name>.mut`, fsynced, renamed and the directory fsynced.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import os
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+import pyarrow as pa
+
+from . import kernels
+from .batch import Batch
+from .cache import BufferCache
+from .errors import CorruptionError, FormatVersionError, SchemaMismatchError
+from .fileio import FileLayer, _remove_quietly
+from .schema import WEIGHT, ZSetSchema
+
+MAGIC = b"SPNDLZS\x00"
+END_MAGIC = b"SPNDLEND"
+FORMAT_VERSION = 1
+HEADER_SIZE = 64
+FOOTER_SIZE = 72
+_ALIGN = 64
+FLAG_BLOOM = 1
+_COMPRESSION_CODES = {None: 0, "lz4": 1, "zstd": 2}
+_COMPRESSION_NAMES = {v: k for k, v in _COMPRESSION_CODES.items()}
+_FOOTER = struct.Struct("<QQQQQQQII")  # 7 u64 + 2 u32 = 64 bytes, then magic
+_BLOOM_BITS_PER_KEY = 10
+_BLOOM_HASHES = 7
+
+_file_ids = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    block_rows: int = 65536
+    compression: str | None = None  # None, "lz4" or "zstd"
+    bloom: bool = True
+
+
+# -- hashing and bloom filters ---------------------------------------------------------------
+
+
+def _mix64(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """splitmix64 finaliser: a fast, well-distributed, deterministic 64-bit mixer."""
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def key_hashes(keys: pa.RecordBatch, schema: ZSetSchema) -> npt.NDArray[np.uint64]:
+    """Deterministic 64-bit hash per row of the key columns (same in every process)."""
+    n = keys.num_rows
+    h = np.zeros(n, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for name in schema.key_names:
+            col = keys.column(name)
+            if schema.numpy_sortable and col.null_count == 0:
+                part = _mix64(kernels._np(col).astype(np.int64).view(np.uint64))
+            else:
+                part = pd.util.hash_array(
+                    np.asarray(col.to_pylist(), dtype=object), categorize=False
+                ).astype(np.uint64)
+            h = _mix64(h * np.uint64(31) + part)
+    return h
+
+
+def _bloom_positions(h: npt.NDArray[np.uint64], m: int) -> npt.NDArray[np.uint64]:
+    h1 = h & np.uint64(0xFFFFFFFF)
+    h2 = (h >> np.uint64(32)) | np.uint64(1)
+    i = np.arange(_BLOOM_HASHES, dtype=np.uint64)[:, None]
+    with np.errstate(over="ignore"):
+        return (h1[None, :] + i * h2[None, :]) % np.uint64(m)
+
+
+def build_bloom(h: npt.NDArray[np.uint64]) -> bytes:
+    m = max(64, ((len(h) * _BLOOM_BITS_PER_KEY + 63) // 64) * 64)
+    bits = np.zeros(m, dtype=bool)
+    bits[_bloom_positions(h, m).ravel()] = True
+    return np.packbits(bits, bitorder="little").tobytes()
+
+
+def bloom_may_contain(
+    bloom: memoryview | bytes, h: npt.NDArray[np.uint64]
+) -> npt.NDArray[np.bool_]:
+    bits = np.unpackbits(np.frombuffer(bloom, dtype=np.uint8), bitorder="little")
+    pos = _bloom_positions(h, len(bits))
+    return np.asarray(bits[pos].all(axis=0), dtype=bool)
+
+
+# -- writing --------------------------------------------------------------------------------
+
+
+def _pad(n: int) -> int:
+    return (-n) % _ALIGN
+
+
+def _message_bytes(rb: pa.RecordBatch, options: pa.ipc.IpcWriteOptions) -> pa.Buffer:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, rb.schema, options=options) as w:
+        w.write_batch(rb)
+    reader = pa.ipc.MessageReader.open_stream(sink.getvalue())
+    reader.read_next_message()  # the schema message
+    return reader.read_next_message().serialize()
+
+
+class BatchFileWriter:
+    """Streams sorted, consolidated rows into a new batch file, one block at a time."""
+
+    def __init__(
+        self, fs: FileLayer, path: str, schema: ZSetSchema, options: WriteOptions = WriteOptions()
+    ) -> None:
+        self.fs, self.path, self.schema, self.options = fs, path, schema, options
+        self._ipc = pa.ipc.IpcWriteOptions(compression=options.compression)
+        self._f = fs.create(path + ".mut")
+        self._pending: list[pa.RecordBatch] = []
+        self._pending_rows = 0
+        self._index: list[dict[str, Any]] = []
+        self._firsts: list[pa.RecordBatch] = []
+        self._lasts: list[pa.RecordBatch] = []
+        self.rows = 0
+        flags = FLAG_BLOOM if options.bloom else 0
+        flags |= _COMPRESSION_CODES[options.compression] << 1
+        head = MAGIC + struct.pack("<HHHH", FORMAT_VERSION, flags, len(schema.keys), 0)
+        head += bytes.fromhex(schema.fingerprint())
+        head = head.ljust(HEADER_SIZE - 4, b"\0")
+        self._f.write(head + struct.pack("<I", zlib.crc32(head)))
+
+    def write(self, rb: pa.RecordBatch) -> None:
+        if rb.num_rows == 0:
+            return
+        self._pending.append(rb)
+        self._pending_rows += rb.num_rows
+        while self._pending_rows >= self.options.block_rows:
+            self._flush_block(self.options.block_rows)
+
+    def _flush_block(self, rows: int) -> None:
+        whole = pa.concat_batches(self._pending) if len(self._pending) > 1 else self._pending[0]
+        block, rest = whole.slice(0, rows), whole.slice(rows)
+        self._pending = [rest] if rest.num_rows else []
+        self._pending_rows = rest.num_rows
+        block = pa.concat_batches([block])  # own compact buffers, not views of `whole`
+        msg = _message_bytes(block, self._ipc)
+        keys = block.select(self.schema.key_names)
+        bloom = build_bloom(key_hashes(keys, self.schema)) if self.options.bloom else b""
+        offset = self._f.tell()
+        crc = zlib.crc32(bloom, zlib.crc32(msg))
+        self._f.write(msg)
+        self._f.write(bloom)
+        self._f.write(b"\0" * _pad(msg.size + len(bloom)))
+        self._index.append(
+            {
+                "offset": offset,
+                "length": msg.size,
+                "bloom_length": len(bloom),
+                "rows": block.num_rows,
+                "crc": crc,
+            }
+        )
+        self._firsts.append(keys.slice(0, 1))
+        self._lasts.append(keys.slice(block.num_rows - 1, 1))
+        self.rows += block.num_rows
+
+    @property
+    def has_pending(self) -> bool:
+        return self._pending_rows > 0
+
+    def finish(self, sync_dir: bool = True) -> int:
+        """Write index and footer, fsync, rename into place; return the size in bytes.
+
+        `sync_dir=False` leaves the directory fsync to the caller (a commit syncs once for
+        all the files it wrote).
+        """
+        try:
+            while self._pending_rows:
+                self._flush_block(min(self._pending_rows, self.options.block_rows))
+            schema_off = self._f.tell()
+            schema_msg = self.schema.arrow.serialize()
+            self._f.write(schema_msg)
+            self._f.write(b"\0" * _pad(schema_msg.size))
+            index_off = self._f.tell()
+            index_msg = _message_bytes(self._index_batch(), pa.ipc.IpcWriteOptions())
+            self._f.write(index_msg)
+            self._f.write(b"\0" * _pad(index_msg.size))
+            meta_crc = zlib.crc32(index_msg, zlib.crc32(schema_msg))
+            body = _FOOTER.pack(
+                schema_off,
+                schema_msg.size,
+                index_off,
+                index_msg.size,
+                self.rows,
+                len(self._index),
+                0,
+                meta_crc,
+                0,
+            )[:-4]
+            self._f.write(body + struct.pack("<I", zlib.crc32(body)) + END_MAGIC)
+            size = self._f.tell()
+            self._f.sync()
+        except BaseException:
+            self.abort()
+            raise
+        self._f.close()
+        self.fs.rename(self.path + ".mut", self.path)
+        if sync_dir:
+            self.fs.sync_dir(os.path.dirname(self.path) or ".")
+        return size
+
+    def abort(self) -> None:
+        self._f.close()
+        _remove_quietly(self.fs, self.path + ".mut")
+
+    def _index_batch(self) -> pa.RecordBatch:
+        cols: dict[str, pa.Array] = {
+            name: pa.array([e[name] for e in self._index], pa.uint64())
+            for name in ("offset", "length", "bloom_length", "rows", "crc")
+        }
+        ks = self.schema.key_schema
+        firsts = pa.concat_batches(self._firsts) if self._firsts else ks.empty_table().to_batches()
+        lasts = pa.concat_batches(self._lasts) if self._lasts else firsts
+        fields = [pa.field(n, t.type) for n, t in zip(cols, cols.values(), strict=True)]
+        arrays = list(cols.values())
+        for prefix, src in (("first.", firsts), ("last.", lasts)):
+            for f in ks:
+                fields.append(pa.field(prefix + f.name, f.type))
+                arrays.append(
+                    src.column(f.name) if isinstance(src, pa.RecordBatch) else pa.array([], f.type)
+                )
+        return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def write_batch_file(
+    fs: FileLayer, path: str, batch: Batch, options: WriteOptions = WriteOptions()
+) -> int:
+    w = BatchFileWriter(fs, path, batch.schema, options)
+    w.write(batch.data)
+    return w.finish()
+
+
+# -- reading --------------------------------------------------------------------------------
+
+
+class BatchFile:
+    """A read-only, memory-mapped batch file. Blocks are decoded lazily via the cache."""
+
+    def __init__(
+        self,
+        fs: FileLayer,
+        path: str,
+        cache: BufferCache,
+        expected: ZSetSchema | None = None,
+    ) -> None:
+        self.path = path
+        self.name = os.path.basename(path)
+        self._cache = cache
+        self._id = next(_file_ids)
+        try:
+            self._mm = fs.map(path)
+        except OSError as e:
+            raise CorruptionError(path, f"cannot open: {e}") from e
+        self.size = len(self._mm)
+        self._parse(expected)
+        self._verified = np.zeros(self.num_blocks, dtype=bool)
+
+    def _parse(self, expected: ZSetSchema | None) -> None:
+        mm, path = self._mm, self.path
+        if self.size < HEADER_SIZE + FOOTER_SIZE:
+            raise CorruptionError(path, f"truncated: {self.size} bytes")
+        head = bytes(mm[:HEADER_SIZE])
+        if head[:8] != MAGIC:
+            raise CorruptionError(path, "bad magic in header")
+        if zlib.crc32(head[:-4]) != struct.unpack("<I", head[-4:])[0]:
+            raise CorruptionError(path, "header checksum mismatch")
+        version, flags, nkeys, _ = struct.unpack("<HHHH", head[8:16])
+        if version > FORMAT_VERSION:
+            raise FormatVersionError(
+                f"{path}: format version {version} is newer than this build's {FORMAT_VERSION}"
+            )
+        self.format_version = version
+        self.compression = _COMPRESSION_NAMES.get((flags >> 1) & 3)
+        self.has_bloom = bool(flags & FLAG_BLOOM)
+        fp = head[16:32].hex()
+        foot = bytes(mm[self.size - FOOTER_SIZE :])
+        if foot[-8:] != END_MAGIC:
+            raise CorruptionError(path, "bad magic in footer (truncated file?)")
+        body = foot[:60]
+        if zlib.crc32(body) != struct.unpack("<I", foot[60:64])[0]:
+            raise CorruptionError(path, "footer checksum mismatch")
+        s_off, s_len, i_off, i_len, rows, nblocks, _, meta_crc = struct.unpack("<QQQQQQQI", body)
+        if max(s_off + s_len, i_off + i_len) > self.size - FOOTER_SIZE:
+            raise CorruptionError(path, "footer points past the end of the file")
+        schema_buf = mm[s_off : s_off + s_len]
+        index_buf = mm[i_off : i_off + i_len]
+        if zlib.crc32(index_buf, zlib.crc32(schema_buf)) != meta_crc:
+            raise CorruptionError(path, "schema/index checksum mismatch")
+        try:
+            arrow_schema = pa.ipc.read_schema(pa.py_buffer(schema_buf))
+            self.schema = ZSetSchema.from_arrow(arrow_schema, nkeys)
+            index = pa.ipc.read_record_batch(pa.py_buffer(index_buf), self._index_schema())
+        except (pa.ArrowInvalid, ValueError) as e:
+            raise CorruptionError(path, f"undecodable schema or index: {e}") from e
+        if self.schema.fingerprint() != fp:
+            raise CorruptionError(path, "schema fingerprint in header does not match the schema")
+        if expected is not None and expected.fingerprint() != fp:
+            raise SchemaMismatchError(f"{path}: batch schema differs from the spine's schema")
+        self.rows = int(rows)
+        self.num_blocks = int(nblocks)
+        if index.num_rows != nblocks:
+            raise CorruptionError(path, "index length differs from the footer's block count")
+        col = index.column
+        self._offsets = col("offset").to_numpy().astype(np.int64)
+        self._lengths = col("length").to_numpy().astype(np.int64)
+        self._bloom_lengths = col("bloom_length").to_numpy().astype(np.int64)
+        self._block_rows = col("rows").to_numpy().astype(np.int64)
+        self._crcs = col("crc").to_numpy().astype(np.int64)
+        names = self.schema.key_names
+        self._firsts = pa.record_batch(
+            [col("first." + n) for n in names], schema=self.schema.key_schema
+        )
+        self._lasts = pa.record_batch(
+            [col("last." + n) for n in names], schema=self.schema.key_schema
+        )
+        ends = self._offsets + self._lengths + self._bloom_lengths
+        if nblocks and (self._offsets.min() < HEADER_SIZE or ends.max() > s_off):
+            raise CorruptionError(path, "block index points outside the data region")
+
+    def _index_schema(self) -> pa.Schema:
+        fields = [
+            pa.field(n, pa.uint64()) for n in ("offset", "length", "bloom_length", "rows", "crc")
+        ]
+        for prefix in ("first.", "last."):
+            fields += [pa.field(prefix + f.name, f.type) for f in self.schema.keys]
+        return pa.schema(fields)
+
+    # -- blocks --
+
+    def _load(self, i: int) -> tuple[pa.RecordBatch, int]:
+        off, n, nb = int(self._offsets[i]), int(self._lengths[i]), int(self._bloom_lengths[i])
+        region = self._mm[off : off + n + nb]
+        if not self._verified[i]:
+            if zlib.crc32(region) != int(self._crcs[i]):
+                raise CorruptionError(self.path, "block checksum mismatch", block=i)
+            self._verified[i] = True
+        try:
+            rb = pa.ipc.read_record_batch(pa.py_buffer(region[:n]), self.schema.arrow)
+        except (pa.ArrowInvalid, OSError) as e:
+            raise CorruptionError(self.path, f"undecodable block: {e}", block=i) from e
+        if rb.num_rows != int(self._block_rows[i]):
+            raise CorruptionError(self.path, "block row count differs from the index", block=i)
+        return rb, n
+
+    def block(self, i: int) -> pa.RecordBatch:
+        rb: pa.RecordBatch = self._cache.get((self._id, i), lambda: self._load(i))
+        return rb
+
+    def _bloom(self, i: int) -> memoryview:
+        off, n, nb = int(self._offsets[i]), int(self._lengths[i]), int(self._bloom_lengths[i])
+        if not self._verified[i]:
+            self.block(i)  # verifies the checksum, which covers the bloom filter too
+        return self._mm[off + n : off + n + nb]
+
+    def prefetch(self, blocks: list[int]) -> None:
+        self._cache.prefetch([((self._id, i), functools.partial(self._load, i)) for i in blocks])
+
+    def iter_blocks(self, prefetch_ahead: int = 2) -> Iterator[pa.RecordBatch]:
+        for i in range(self.num_blocks):
+            if prefetch_ahead:
+                self.prefetch(list(range(i + 1, min(i + 1 + prefetch_ahead, self.num_blocks))))
+            yield self.block(i)
+
+    def verify(self) -> None:
+        """Check every block checksum and decode every block (the `validate` tool)."""
+        for i in range(self.num_blocks):
+            self._verified[i] = False
+            self._load(i)
+
+    # -- queries --
+
+    def first_key(self) -> tuple[Any, ...] | None:
+        return (
+            kernels.row_tuple(self._firsts, self.schema.key_names, 0) if self.num_blocks else None
+        )
+
+    def last_key(self) -> tuple[Any, ...] | None:
+        n = self.num_blocks
+        return kernels.row_tuple(self._lasts, self.schema.key_names, n - 1) if n else None
+
+    def candidate_blocks(self, probes: pa.RecordBatch) -> list[tuple[int, int, int]]:
+        """(block, probe start, probe stop): blocks whose key range holds some probe."""
+        if self.num_blocks == 0 or probes.num_rows == 0:
+            return []
+        names = self.schema.key_names
+        if len(names) == 1 and self.schema.numpy_sortable and probes.column(0).null_count == 0:
+            p = kernels._np(probes.column(0))
+            lo = np.searchsorted(p, kernels._np(self._firsts.column(0)), side="left")
+            hi = np.searchsorted(p, kernels._np(self._lasts.column(0)), side="right")
+        else:
+            lo = np.array(
+                [
+                    kernels.count_below(probes, names, kernels.row_tuple(self._firsts, names, i))
+                    for i in range(self.num_blocks)
+                ]
+            )
+            hi = np.array(
+                [
+                    _count_at_most(probes, names, kernels.row_tuple(self._lasts, names, i))
+                    for i in range(self.num_blocks)
+                ]
+            )
+        return [(int(i), int(lo[i]), int(hi[i])) for i in np.flatnonzero(hi > lo)]
+
+    def seek(self, probes: pa.RecordBatch) -> pa.RecordBatch:
+        """Rows whose key is among the sorted, unique `probes` (skips blocks via index/bloom)."""
+        parts: list[pa.RecordBatch] = []
+        for i, a, b in self.candidate_blocks(probes):
+            sub = probes.slice(a, b - a)
+            if self.has_bloom:
+                maybe = bloom_may_contain(self._bloom(i), key_hashes(sub, self.schema))
+                if not maybe.any():
+                    continue
+                if not maybe.all():
+                    sub = sub.filter(pa.array(maybe))
+            found = kernels.seek(self.block(i), sub, self.schema)
+            if found.num_rows:
+                parts.append(found)
+        if not parts:
+            return kernels.empty(self.schema)
+        return parts[0] if len(parts) == 1 else pa.concat_batches(parts)
+
+    def to_batch(self) -> Batch:
+        blocks = list(self.iter_blocks(prefetch_ahead=0))
+        if not blocks:
+            return Batch.empty(self.schema)
+        return Batch(self.schema, pa.concat_batches(blocks) if len(blocks) > 1 else blocks[0])
+
+    def evict(self) -> None:
+        self._cache.evict_file(self._id)
+
+    @property
+    def weight_sum(self) -> int:
+        return int(sum(int(kernels.weights(b).sum()) for b in self.iter_blocks()))
+
+    def __repr__(self) -> str:
+        return f"BatchFile({self.name}, {self.rows} rows, {self.num_blocks} blocks)"
+
+
+def _count_at_most(rb: pa.RecordBatch, names: list[str], bound: tuple[Any, ...]) -> int:
+    """Rows of sorted `rb` whose key is <= bound."""
+    below = kernels.count_below(rb, names, bound)
+    n = below
+    while n < rb.num_rows and kernels.compare_rows(kernels.row_tuple(rb, names, n), bound) == 0:
+        n += 1
+    return n
+
+
+__all__ = ["WEIGHT", "BatchFile", "BatchFileWriter", "WriteOptions", "write_batch_file"]

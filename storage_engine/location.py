@@ -1,0 +1,565 @@
+"""A storage location: one directory holding a circuit's batch files and checkpoints.
+
+Layout (seed 002):
+
+    LOCK                        flock'ed by the owning process (holds its pid)
+    checkpoints.manifest        checksummed JSON: every checkpoint, oldest first
+    <32 hex>.batch              immutable batch files, shared between checkpoints
+    <uuid>/checkpoint.json      step, fingerprint, user metadata (source offsets, sinks...)
+    <uuid>/spine-<op id>.json   one per spine: its batch files in order, lower bound, sizes
+    *.mut                       files being written; removed at startup
+
+Invariants:
+- the atomic replace of `checkpoints.manifest` is the commit point of `commit`, `gc` and
+  `delete`; everything a manifest entry references is durable before that replace;
+- gc and delete make the new manifest durable before deleting any file, delete only names
+  the engine itself creates, and never a file a remaining checkpoint or a live spine uses;
+- startup removes `*.mut`, checkpoint directories missing from the manifest, and batch
+  files no checkpoint references; without a manifest but with checkpoint directories it
+  refuses to open (ManifestMissingError) rather than guess.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import threading
+import time
+import uuid as uuidlib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pyarrow as pa
+import tenacity
+
+from .batch import Batch
+from .batch_file import BatchFile, BatchFileWriter, WriteOptions
+from .cache import BufferCache
+from .errors import (
+    CheckpointNotFoundError,
+    CommitFailedError,
+    CorruptionError,
+    FingerprintMismatchError,
+    LockedError,
+    ManifestMissingError,
+    SchemaMismatchError,
+    StorageError,
+)
+from .fileio import FileLayer, PosixFileLayer
+from .manifest import CheckpointInfo, Manifest, read_doc, write_doc
+from .schema import ZSetSchema
+from .settings import EngineSettings
+from .spine import MemoryBudget, Merger, Spine
+
+MANIFEST = "checkpoints.manifest"
+LOCK = "LOCK"
+CHECKPOINT_META = "checkpoint.json"
+BATCH_RE = re.compile(r"^[0-9a-f]{32}\.batch$")
+CHECKPOINT_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+OP_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class GcResult:
+    deleted: list[str]
+    files_removed: int
+    bytes_freed: int
+
+
+@dataclass(frozen=True)
+class SpineMeta:
+    op_id: str
+    schema_fingerprint: str
+    batches: list[str]
+    lower_bound: list[Any] | None
+    rows: int
+    bytes: int
+
+
+def spine_file(op_id: str) -> str:
+    return f"spine-{op_id}.json"
+
+
+class StorageLocation:
+    """Owns a storage directory: spines, commit, gc, delete, restore. Use `open()`."""
+
+    def __init__(
+        self,
+        path: str,
+        settings: EngineSettings,
+        fs: FileLayer,
+        clock: Callable[[], float],
+        read_only: bool,
+    ) -> None:
+        self.path = os.path.abspath(path)
+        self.settings = settings
+        self.fs = fs
+        self.clock = clock
+        self.read_only = read_only
+        self.cache = BufferCache(settings.cache_budget_bytes)
+        self.budget = MemoryBudget(settings.memory_budget_bytes)
+        self._merger: Merger | None = None
+        self._lock = threading.RLock()
+        self._lock_fd: int | None = None
+        self._spines: dict[str, Spine] = {}
+        self._manifest = Manifest()
+        self._refs: dict[str, set[str]] = {}
+        self._unreadable: set[str] = set()
+        self.restored: CheckpointInfo | None = None
+        self.metadata: dict[str, Any] = {}
+        self.step = 0
+        self._parent: str | None = None
+        self._fingerprint = ""
+        self._restored_spines: dict[str, SpineMeta] = {}
+        self._write_opts = WriteOptions(settings.block_rows, settings.compression, settings.bloom)
+
+    # -- opening -------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        path: str,
+        *,
+        fingerprint: str = "",
+        checkpoint: str | None = "latest",
+        allow_state_drop: bool = False,
+        settings: EngineSettings | None = None,
+        fs: FileLayer | None = None,
+        clock: Callable[[], float] = time.time,
+        read_only: bool = False,
+    ) -> StorageLocation:
+        """Open (creating if needed) and restore `checkpoint`: "latest", "none"/None, a uuid
+        or an identifier. `fingerprint` identifies the circuit's stateful part; restoring a
+        checkpoint taken with another fingerprint fails unless `allow_state_drop`, which then
+        starts from empty state. `read_only` takes no lock, cleans nothing, and cannot commit.
+        """
+        loc = cls(path, settings or EngineSettings(), fs or PosixFileLayer(), clock, read_only)
+        try:
+            loc._open(fingerprint, checkpoint, allow_state_drop)
+        except BaseException:
+            loc.close()
+            raise
+        return loc
+
+    def _open(self, fingerprint: str, checkpoint: str | None, allow_state_drop: bool) -> None:
+        fs = self.fs
+        self._fingerprint = fingerprint
+        if not fs.isdir(self.path):
+            if self.read_only:
+                raise StorageError(f"{self.path}: no such storage location")
+            fs.mkdir(self.path)
+            fs.sync_dir(os.path.dirname(self.path))
+        if not self.read_only:
+            self._take_lock()
+        names = fs.listdir(self.path)
+        if MANIFEST in names:
+            mpath = self._p(MANIFEST)
+            self._manifest = Manifest.from_json(read_doc(fs, mpath), mpath)
+        elif any(CHECKPOINT_RE.match(n) for n in names):
+            raise ManifestMissingError(
+                f"{self.path}: checkpoint directories exist but {MANIFEST} is missing; "
+                "refusing to guess which state is valid (restore the manifest or move the "
+                "directory aside)"
+            )
+        for c in self._manifest.checkpoints:
+            try:
+                self._refs[c.uuid] = {
+                    b for m in self._read_spine_metas(c.uuid).values() for b in m.batches
+                }
+            except (CorruptionError, FileNotFoundError):
+                self._unreadable.add(c.uuid)
+        if not self.read_only:
+            self._cleanup(names)
+        self._restore(fingerprint, checkpoint, allow_state_drop)
+
+    def _take_lock(self) -> None:
+        fd = os.open(self._p(LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise LockedError(
+                f"storage location {self.path} is locked by another process (pid {holder})"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._lock_fd = fd
+
+    def _cleanup(self, names: list[str]) -> None:
+        fs, removed = self.fs, False
+        known = {c.uuid for c in self._manifest.checkpoints}
+        referenced = set().union(*self._refs.values()) if self._refs else set()
+        for n in names:
+            p = self._p(n)
+            if n.endswith(".mut") and (BATCH_RE.match(n[:-4]) or n[:-4] == MANIFEST):
+                fs.remove(p)
+                removed = True
+            elif CHECKPOINT_RE.match(n) and fs.isdir(p) and n not in known:
+                fs.rmtree(p)
+                removed = True
+            elif CHECKPOINT_RE.match(n) and fs.isdir(p):
+                for m in fs.listdir(p):
+                    if m.endswith(".mut"):
+                        fs.remove(os.path.join(p, m))
+            elif BATCH_RE.match(n) and n not in referenced and not self._unreadable:
+                fs.remove(p)
+                removed = True
+        if removed:
+            fs.sync_dir(self.path)
+
+    def _restore(self, fingerprint: str, ref: str | None, allow_state_drop: bool) -> None:
+        if ref in (None, "none"):
+            return
+        if ref == "latest":
+            if not self._manifest.checkpoints:
+                return
+            info = self._manifest.checkpoints[-1]
+        else:
+            found = self._manifest.find(ref)
+            if found is None:
+                raise CheckpointNotFoundError(f"{self.path}: no checkpoint {ref!r}")
+            info = found
+        if info.fingerprint != fingerprint:
+            if not allow_state_drop:
+                raise FingerprintMismatchError(
+                    f"checkpoint {info.uuid} was taken by a circuit with fingerprint "
+                    f"{info.fingerprint!r}, not {fingerprint!r}: the stateful part of the "
+                    "pipeline changed. Start from no checkpoint, or allow dropping state."
+                )
+            return
+        meta = read_doc(self.fs, self._p(info.uuid, CHECKPOINT_META))
+        self._restored_spines = self._read_spine_metas(info.uuid)
+        self.restored = info
+        self.metadata = dict(meta.get("metadata") or {})
+        self.step = info.step
+        self._parent = info.uuid
+
+    def _read_spine_metas(self, uid: str) -> dict[str, SpineMeta]:
+        meta = read_doc(self.fs, self._p(uid, CHECKPOINT_META))
+        out = {}
+        for op in meta.get("spines", []):
+            d = read_doc(self.fs, self._p(uid, spine_file(op)))
+            out[op] = SpineMeta(
+                op_id=op,
+                schema_fingerprint=d["schema_fingerprint"],
+                batches=list(d["batches"]),
+                lower_bound=d.get("lower_bound"),
+                rows=int(d.get("rows", 0)),
+                bytes=int(d.get("bytes", 0)),
+            )
+        return out
+
+    # -- spines --------------------------------------------------------------------------
+
+    @property
+    def merger(self) -> Merger:
+        if self._merger is None:
+            self._merger = Merger()
+        return self._merger
+
+    def spine(self, op_id: str, schema: ZSetSchema) -> Spine:
+        """The spine of operator `op_id`, restored from the opened checkpoint if it has one."""
+        if not OP_ID_RE.match(op_id):
+            raise ValueError(f"operator id {op_id!r} must match {OP_ID_RE.pattern}")
+        existing = self._spines.get(op_id)
+        if existing is not None:
+            if existing.schema != schema:
+                raise SchemaMismatchError(f"spine {op_id!r} already open with another schema")
+            return existing
+        files: list[BatchFile] = []
+        lower: list[Any] | None = None
+        meta = self._restored_spines.get(op_id)
+        if meta is not None:
+            if meta.schema_fingerprint != schema.fingerprint():
+                raise SchemaMismatchError(
+                    f"spine {op_id!r} in checkpoint {self.restored and self.restored.uuid} "
+                    "has a different schema than the operator"
+                )
+            files = [BatchFile(self.fs, self._p(n), self.cache, schema) for n in meta.batches]
+            lower = _decode_bound(schema, meta.lower_bound)
+        sp = Spine(op_id, schema, self, files, lower)
+        self._spines[op_id] = sp
+        return sp
+
+    # -- batch files ---------------------------------------------------------------------
+
+    def _retrying(self, fn: Callable[[], T]) -> T:
+        """Run a durable write, retrying OSErrors with exponential backoff.
+
+        Each attempt writes fresh files: a failed fsync is never retried on the same file.
+        """
+        retry = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self.settings.write_attempts),
+            wait=tenacity.wait_exponential(multiplier=self.settings.write_backoff_s, max=5.0),
+            retry=tenacity.retry_if_exception_type(OSError),
+            reraise=True,
+        )
+        return retry(fn)
+
+    def _new_batch_path(self) -> str:
+        return self._p(uuidlib.uuid4().hex + ".batch")
+
+    def write_batch(self, batch: Batch) -> BatchFile:
+        """Write a batch to a new durable file (its directory entry is synced at commit)."""
+        self._check_writable()
+
+        def attempt() -> BatchFile:
+            path = self._new_batch_path()
+            w = BatchFileWriter(self.fs, path, batch.schema, self._write_opts)
+            w.write(batch.data)
+            w.finish(sync_dir=False)
+            return BatchFile(self.fs, path, self.cache, batch.schema)
+
+        return self._retrying(attempt)
+
+    def write_batch_stream(
+        self, schema: ZSetSchema, chunks: Iterable[pa.RecordBatch]
+    ) -> BatchFile | None:
+        """Stream sorted, consolidated chunks into one new file; None if they were empty."""
+        self._check_writable()
+        w = BatchFileWriter(self.fs, self._new_batch_path(), schema, self._write_opts)
+        try:
+            for c in chunks:
+                w.write(c)
+        except BaseException:
+            w.abort()
+            raise
+        if w.rows == 0 and not w.has_pending:
+            w.abort()
+            return None
+        w.finish(sync_dir=False)
+        return BatchFile(self.fs, w.path, self.cache, schema)
+
+    def retire_files(self, names: Sequence[str]) -> None:
+        """Files a merge replaced: delete now unless a checkpoint still references them."""
+        if not names or self.read_only:
+            return
+        with self._lock:
+            referenced = set().union(*self._refs.values()) if self._refs else set()
+            for n in names:
+                if n not in referenced and not self._unreadable:
+                    self._remove_batch(n)
+
+    def _remove_batch(self, name: str) -> int:
+        p = self._p(name)
+        try:
+            size = self.fs.size(p)
+            self.fs.remove(p)
+        except FileNotFoundError:
+            return 0
+        return size
+
+    # -- checkpoints ---------------------------------------------------------------------
+
+    def list_checkpoints(self) -> list[CheckpointInfo]:
+        return list(self._manifest.checkpoints)
+
+    def checkpoint_spines(self, uid: str) -> dict[str, SpineMeta]:
+        if self._manifest.find(uid) is None:
+            raise CheckpointNotFoundError(f"{self.path}: no checkpoint {uid!r}")
+        return self._read_spine_metas(uid)
+
+    def commit(
+        self,
+        identifier: str | None = None,
+        step: int | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> str:
+        """Take a checkpoint of every spine; returns its uuid once it is durable.
+
+        Failing writes are retried with backoff; if they keep failing, CommitFailedError is
+        raised and the manifest (so every earlier checkpoint) is unchanged.
+        """
+        self._check_writable()
+        started = time.perf_counter()
+        uid = str(uuidlib.uuid4())
+        step = self.step if step is None else step
+        with self._lock:
+            try:
+                info, files = self._retrying(
+                    lambda: self._write_checkpoint(uid, identifier, step, metadata or {}, started)
+                )
+            except OSError as e:
+                self._discard_dir(uid)
+                raise CommitFailedError(f"commit of checkpoint {uid} failed: {e}") from e
+            self._manifest = Manifest([*self._manifest.checkpoints, info])
+            self._refs[uid] = files
+            self._parent = uid
+            self.step = step
+            self.metadata = dict(metadata or {})
+        return uid
+
+    def _write_checkpoint(
+        self, uid: str, identifier: str | None, step: int, metadata: dict[str, Any], started: float
+    ) -> tuple[CheckpointInfo, set[str]]:
+        fs = self.fs
+        old = set().union(*self._refs.values()) if self._refs else set()
+        spine_docs: dict[str, dict[str, Any]] = {}
+        all_files: set[str] = set()
+        total = new = rows = 0
+        for op, sp in self._spines.items():
+            files = sp.persist(self.write_batch)
+            names = [f.name for f in files]
+            size = sum(f.size for f in files)
+            spine_docs[op] = {
+                "op_id": op,
+                "schema_fingerprint": sp.schema.fingerprint(),
+                "batches": names,
+                "lower_bound": _encode_bound(sp.schema, sp.lower_bound),
+                "rows": sum(f.rows for f in files),
+                "bytes": size,
+            }
+            for f in files:
+                if f.name not in all_files:
+                    all_files.add(f.name)
+                    total += f.size
+                    rows += f.rows
+                    new += f.size if f.name not in old else 0
+        fs.sync_dir(self.path)  # names of the batch files written above
+        ckdir = self._p(uid)
+        if fs.exists(ckdir):
+            fs.rmtree(ckdir)  # left over from a failed attempt
+        fs.mkdir(ckdir)
+        for op, doc in spine_docs.items():
+            write_doc(fs, os.path.join(ckdir, spine_file(op)), doc)
+        write_doc(
+            fs,
+            os.path.join(ckdir, CHECKPOINT_META),
+            {
+                "uuid": uid,
+                "step": step,
+                "identifier": identifier,
+                "metadata": metadata,
+                "spines": sorted(spine_docs),
+            },
+        )
+        fs.sync_dir(self.path)
+        info = CheckpointInfo(
+            uuid=uid,
+            step=step,
+            fingerprint=self._fingerprint,
+            created_at=self.clock(),
+            identifier=identifier,
+            parent=self._parent,
+            duration_ms=(time.perf_counter() - started) * 1000,
+            total_bytes=total,
+            new_bytes=new,
+            rows=rows,
+            files=len(all_files),
+        )
+        write_doc(
+            fs, self._p(MANIFEST), Manifest([*self._manifest.checkpoints, info]).to_json()
+        )  # commit point
+        return info, all_files
+
+    def gc_checkpoint(self, protect: Iterable[str] = ()) -> GcResult:
+        """Delete the oldest checkpoint not in `protect`, never the newest one, and every
+        batch file no remaining checkpoint or live spine uses."""
+        keep = set(protect)
+        cands = [c for c in self._manifest.checkpoints[:-1] if c.uuid not in keep]
+        if not cands:
+            return GcResult([], 0, 0)
+        return self._delete([cands[0].uuid])
+
+    def delete_checkpoint(self, uid: str) -> GcResult:
+        found = self._manifest.find(uid)
+        if found is None or found.uuid != uid:
+            raise CheckpointNotFoundError(f"{self.path}: no checkpoint {uid!r}")
+        return self._delete([uid])
+
+    def _delete(self, victims: list[str]) -> GcResult:
+        self._check_writable()
+        with self._lock:
+            remaining = [c for c in self._manifest.checkpoints if c.uuid not in victims]
+            self._retrying(
+                lambda: write_doc(self.fs, self._p(MANIFEST), Manifest(remaining).to_json())
+            )
+            self._manifest = Manifest(remaining)
+            dropped: set[str] = set()
+            for v in victims:
+                dropped |= self._refs.pop(v, set())
+                self._unreadable.discard(v)
+                self._discard_dir(v)
+            still = set().union(*self._refs.values()) if self._refs else set()
+            live = set().union(*(s.live_files() for s in self._spines.values()))
+            freed = removed = 0
+            if not self._unreadable:
+                for n in sorted(dropped - still - live):
+                    size = self._remove_batch(n)
+                    freed += size
+                    removed += 1 if size else 0
+            self.fs.sync_dir(self.path)
+            if self._parent in victims:
+                self._parent = None
+        return GcResult(list(victims), removed, freed)
+
+    def _discard_dir(self, uid: str) -> None:
+        p = self._p(uid)
+        if self.fs.exists(p):
+            self.fs.rmtree(p)
+
+    # -- housekeeping --------------------------------------------------------------------
+
+    def wait_idle(self) -> None:
+        for s in self._spines.values():
+            s.wait_idle()
+
+    def close(self) -> None:
+        """Stop merging, release memory and the lock. Uncommitted state is discarded."""
+        for s in self._spines.values():
+            with contextlib.suppress(StorageError):
+                s.wait_idle()
+        if self._merger is not None:
+            self._merger.close()
+            self._merger = None
+        for s in self._spines.values():
+            s.release()
+        self._spines.clear()
+        self.cache.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def __enter__(self) -> StorageLocation:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise StorageError(f"{self.path} is open read-only")
+
+    def _p(self, *parts: str) -> str:
+        return os.path.join(self.path, *parts)
+
+
+def _encode_bound(schema: ZSetSchema, bound: Sequence[Any] | None) -> list[Any] | None:
+    """JSON form of a key bound: temporal values as integers in their Arrow unit."""
+    if bound is None:
+        return None
+    out = []
+    for f, v in zip(schema.keys, bound, strict=False):
+        if pa.types.is_temporal(f.type):
+            out.append(pa.array([v], f.type).cast(pa.int64())[0].as_py())
+        else:
+            out.append(v)
+    return out
+
+
+def _decode_bound(schema: ZSetSchema, raw: list[Any] | None) -> list[Any] | None:
+    if raw is None:
+        return None
+    out = []
+    for f, v in zip(schema.keys, raw, strict=False):
+        if pa.types.is_temporal(f.type):
+            out.append(pa.array([v], pa.int64()).cast(f.type)[0].as_py())
+        else:
+            out.append(v)
+    return out

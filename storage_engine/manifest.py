@@ -1,0 +1,114 @@
+"""Small checksummed JSON documents: the checkpoint manifest and per-checkpoint metadata.
+
+Each document is UTF-8 JSON followed by a trailer line `crc32 <8 hex digits>` over the JSON
+bytes, so corruption is detected and the file stays readable by humans and `jq`-like tools.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .errors import CorruptionError, FormatVersionError
+from .fileio import FileLayer, write_durably
+
+MANIFEST_FORMAT = 1
+_TRAILER = b"\ncrc32 "
+
+
+def encode(doc: dict[str, Any]) -> bytes:
+    body = json.dumps(doc, indent=1, sort_keys=True, default=str).encode()
+    return body + _TRAILER + f"{zlib.crc32(body):08x}\n".encode()
+
+
+def decode(data: bytes, path: str) -> dict[str, Any]:
+    cut = data.rfind(_TRAILER)
+    if cut < 0 or not data.endswith(b"\n"):
+        raise CorruptionError(path, "missing checksum trailer (truncated?)")
+    body, trailer = data[:cut], data[cut + len(_TRAILER) : -1]
+    try:
+        want = int(trailer, 16)
+    except ValueError:
+        raise CorruptionError(path, "unreadable checksum trailer") from None
+    if zlib.crc32(body) != want:
+        raise CorruptionError(path, "checksum mismatch")
+    try:
+        doc = json.loads(body)
+    except ValueError as e:
+        raise CorruptionError(path, f"invalid JSON: {e}") from e
+    if not isinstance(doc, dict):
+        raise CorruptionError(path, "not a JSON object")
+    return doc
+
+
+def read_doc(fs: FileLayer, path: str) -> dict[str, Any]:
+    try:
+        data = fs.read(path)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise CorruptionError(path, f"unreadable: {e}") from e
+    return decode(data, path)
+
+
+def write_doc(fs: FileLayer, path: str, doc: dict[str, Any]) -> None:
+    write_durably(fs, path, [encode(doc)])
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """One manifest entry."""
+
+    uuid: str
+    step: int
+    fingerprint: str
+    created_at: float
+    identifier: str | None = None
+    parent: str | None = None
+    duration_ms: float = 0.0
+    total_bytes: int = 0
+    new_bytes: int = 0
+    rows: int = 0
+    files: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> CheckpointInfo:
+        names = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+@dataclass
+class Manifest:
+    checkpoints: list[CheckpointInfo] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": MANIFEST_FORMAT, "checkpoints": [c.to_json() for c in self.checkpoints]}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any], path: str) -> Manifest:
+        fmt = d.get("format")
+        if not isinstance(fmt, int):
+            raise CorruptionError(path, "manifest has no format version")
+        if fmt > MANIFEST_FORMAT:
+            raise FormatVersionError(
+                f"{path}: manifest format {fmt} is newer than {MANIFEST_FORMAT}"
+            )
+        try:
+            return cls([CheckpointInfo.from_json(c) for c in d["checkpoints"]])
+        except (KeyError, TypeError) as e:
+            raise CorruptionError(path, f"malformed manifest entry: {e}") from e
+
+    def find(self, ref: str) -> CheckpointInfo | None:
+        """By uuid, or by identifier (the newest checkpoint with it)."""
+        for c in self.checkpoints:
+            if c.uuid == ref:
+                return c
+        for c in reversed(self.checkpoints):
+            if c.identifier == ref:
+                return c
+        return None

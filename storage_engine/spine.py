@@ -1,0 +1,408 @@
+"""The spine: one operator's state as a size-tiered LSM of batches.
+
+Invariants:
+- the spine's contents are the Z-set sum of its batches, minus rows below `lower_bound`;
+- readers work on an immutable snapshot (a tuple of entries), so a merge swapping its output
+  in never changes what an in-flight read sees;
+- merges run on the location's merger thread and are swapped in only when complete; the
+  inputs stay live (and in any checkpoint that lists them) until then;
+- in-memory batches count against the location's memory budget; over it, the largest idle
+  ones are spilled to batch files, and large merge outputs are streamed straight to files, so
+  state can exceed RAM.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import queue
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from . import kernels
+from .batch import Batch
+from .batch_file import BatchFile
+from .errors import SchemaMismatchError, StorageError
+from .schema import ZSetSchema
+
+if TYPE_CHECKING:
+    from .location import StorageLocation
+
+
+class MemoryBudget:
+    """Bytes of in-memory batches held by all spines of a location."""
+
+    def __init__(self, limit_bytes: int) -> None:
+        self.limit = limit_bytes
+        self._used = 0
+        self._lock = threading.Lock()
+
+    @property
+    def used(self) -> int:
+        return self._used
+
+    def add(self, n: int) -> None:
+        with self._lock:
+            self._used += n
+
+    def over(self) -> bool:
+        return self._used > self.limit
+
+
+class _Entry:
+    """One batch of a spine: in memory, in a file, or both (after a commit wrote it)."""
+
+    __slots__ = ("busy", "file", "mem", "rows")
+
+    def __init__(self, mem: Batch | None = None, file: BatchFile | None = None) -> None:
+        self.mem = mem
+        self.file = file
+        self.rows = len(mem) if mem is not None else (file.rows if file is not None else 0)
+        self.busy = False
+
+    @property
+    def mem_bytes(self) -> int:
+        return self.mem.nbytes if self.mem is not None else 0
+
+    @property
+    def nbytes(self) -> int:
+        if self.mem is not None:
+            return self.mem.nbytes
+        return self.file.size if self.file is not None else 0
+
+    def chunks(self, rows: int) -> Iterator[pa.RecordBatch]:
+        if self.mem is not None:
+            data = self.mem.data
+            for start in range(0, data.num_rows, rows):
+                yield data.slice(start, rows)
+        elif self.file is not None:
+            yield from self.file.iter_blocks()
+
+    def seek(self, probes: pa.RecordBatch, schema: ZSetSchema) -> pa.RecordBatch:
+        mem = self.mem
+        if mem is not None:
+            return kernels.seek(mem.data, probes, schema)
+        assert self.file is not None
+        return self.file.seek(probes)
+
+    def data(self) -> pa.RecordBatch:
+        mem = self.mem
+        if mem is not None:
+            return mem.data
+        assert self.file is not None
+        return self.file.to_batch().data
+
+
+@dataclass(frozen=True)
+class SpineStats:
+    batches: int
+    rows: int
+    mem_bytes: int
+    file_bytes: int
+    merge_backlog: int
+    merging: bool
+
+
+def merge_stream(
+    sources: Sequence[Iterator[pa.RecordBatch]], schema: ZSetSchema
+) -> Iterator[pa.RecordBatch]:
+    """K-way merge of sorted, consolidated chunk streams into consolidated chunks, in order.
+
+    Holds one chunk per source: each round emits every buffered row <= the smallest "last row"
+    among sources that still have more to read, so equal rows always meet in one round.
+    """
+    names = schema.row_names
+    its = list(sources)
+    bufs: list[pa.RecordBatch | None] = [next(it, None) for it in its]
+    done = [b is None for b in bufs]
+    while True:
+        live = [i for i, b in enumerate(bufs) if b is not None and b.num_rows]
+        if not live:
+            return
+        tails = [_last_row(bufs[i], names) for i in live if not done[i]]
+        parts: list[pa.RecordBatch] = []
+        if not tails:
+            parts = [bufs[i] for i in live]
+            for i in live:
+                bufs[i] = None
+        else:
+            cut = tails[0]
+            for t in tails[1:]:
+                if kernels.compare_rows(t, cut) < 0:
+                    cut = t
+            for i in live:
+                b = bufs[i]
+                assert b is not None
+                n = _count_at_most(b, names, cut)
+                if n:
+                    parts.append(b.slice(0, n))
+                    bufs[i] = b.slice(n)
+        out = kernels.merge_sorted(parts, schema)
+        if out.num_rows:
+            yield out
+        for i, b in enumerate(bufs):
+            while not done[i] and (b is None or b.num_rows == 0):
+                b = next(its[i], None)
+                if b is None:
+                    done[i] = True
+                bufs[i] = b
+
+
+def _last_row(rb: pa.RecordBatch | None, names: list[str]) -> tuple[Any, ...]:
+    assert rb is not None
+    return kernels.row_tuple(rb, names, rb.num_rows - 1)
+
+
+def _count_at_most(rb: pa.RecordBatch, names: list[str], bound: tuple[Any, ...]) -> int:
+    n = kernels.count_below(rb, names, bound)
+    if n < rb.num_rows and kernels.compare_rows(kernels.row_tuple(rb, names, n), bound) == 0:
+        n += 1  # consolidated: at most one equal row
+    return n
+
+
+class Merger:
+    """One background thread per location running merge tasks for all its spines."""
+
+    def __init__(self) -> None:
+        self._q: queue.Queue[Callable[[], None] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="spine-merger", daemon=True)
+        self._thread.start()
+
+    def submit(self, task: Callable[[], None]) -> None:
+        self._q.put(task)
+
+    def _run(self) -> None:
+        while True:
+            task = self._q.get()
+            if task is None:
+                return
+            task()
+
+    def close(self) -> None:
+        self._q.put(None)
+        self._thread.join()
+
+
+class Spine:
+    def __init__(
+        self,
+        op_id: str,
+        schema: ZSetSchema,
+        location: StorageLocation,
+        restored: Sequence[BatchFile] = (),
+        lower_bound: Sequence[Any] | None = None,
+    ) -> None:
+        self.op_id = op_id
+        self.schema = schema
+        self._loc = location
+        self._settings = location.settings
+        for f in restored:
+            if f.schema.fingerprint() != schema.fingerprint():
+                raise SchemaMismatchError(
+                    f"spine {op_id!r}: checkpointed batch {f.name} has a different schema"
+                )
+        self._entries: tuple[_Entry, ...] = tuple(_Entry(file=f) for f in restored)
+        self.lower_bound: tuple[Any, ...] | None = tuple(lower_bound) if lower_bound else None
+        self._lock = threading.Condition()
+        self._io_lock = threading.Lock()  # one writer of an entry's file at a time
+        self._inflight = 0
+        self.merge_error: BaseException | None = None
+
+    # -- writes --------------------------------------------------------------------------
+
+    def insert(self, batch: Batch) -> None:
+        """Add a consolidated batch of changes (weights may be negative)."""
+        if batch.schema != self.schema:
+            raise SchemaMismatchError(f"spine {self.op_id!r}: batch schema differs")
+        self._raise_merge_error()
+        if len(batch) == 0:
+            return
+        entry = _Entry(mem=batch)
+        self._loc.budget.add(entry.mem_bytes)
+        with self._lock:
+            self._entries = (*self._entries, entry)
+            self._schedule_locked()
+            while (
+                len(self._entries) > self._settings.max_batches_per_spine
+                and self._inflight
+                and self.merge_error is None
+            ):
+                self._lock.wait()
+        self._relieve_memory()
+
+    def truncate_below(self, bound: Sequence[Any]) -> None:
+        """Forget rows whose key is below `bound` (monotone: a lower bound never decreases)."""
+        b = tuple(bound)
+        if (
+            self.lower_bound is None
+            or kernels.compare_rows(b[: len(self.lower_bound)], self.lower_bound[: len(b)]) > 0
+        ):
+            self.lower_bound = b
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def snapshot(self) -> tuple[_Entry, ...]:
+        return self._entries
+
+    def seek(self, keys: Any) -> Batch:
+        """The consolidated rows for the given keys, across all batches (one vectorised probe)."""
+        probes = kernels.key_table(keys, self.schema)
+        if self.lower_bound is not None:
+            probes = probes.slice(
+                kernels.count_below(probes, self.schema.key_names, self.lower_bound)
+            )
+        parts = [e.seek(probes, self.schema) for e in self.snapshot()]
+        return Batch(self.schema, kernels.merge_sorted(parts, self.schema))
+
+    def prefetch(self, keys: Any) -> None:
+        """Hint the blocks that a coming `seek(keys)` will need."""
+        probes = kernels.key_table(keys, self.schema)
+        for e in self.snapshot():
+            if e.mem is None and e.file is not None:
+                e.file.prefetch([b for b, _, _ in e.file.candidate_blocks(probes)])
+
+    def scan(self, chunk_rows: int | None = None) -> Iterator[Batch]:
+        """All live rows in key order, as consolidated chunks, streaming from disk."""
+        rows = chunk_rows or self._settings.block_rows
+        for rb in merge_stream([e.chunks(rows) for e in self.snapshot()], self.schema):
+            rb = self._apply_lower_bound(rb)
+            if rb.num_rows:
+                yield Batch(self.schema, rb)
+
+    def range(self, lo: Sequence[Any] | None = None, hi: Sequence[Any] | None = None) -> Batch:
+        parts = [Batch(self.schema, e.data()).range(lo, hi).data for e in self.snapshot()]
+        return Batch(self.schema, self._apply_lower_bound(kernels.merge_sorted(parts, self.schema)))
+
+    def to_batch(self) -> Batch:
+        parts = [b.data for b in self.scan()]
+        return Batch(self.schema, kernels.merge_sorted(parts, self.schema))
+
+    def _apply_lower_bound(self, rb: pa.RecordBatch) -> pa.RecordBatch:
+        if self.lower_bound is None:
+            return rb
+        return rb.slice(kernels.count_below(rb, self.schema.key_names, self.lower_bound))
+
+    def stats(self) -> SpineStats:
+        snap = self.snapshot()
+        return SpineStats(
+            batches=len(snap),
+            rows=sum(e.rows for e in snap),
+            mem_bytes=sum(e.mem_bytes for e in snap),
+            file_bytes=sum(e.file.size for e in snap if e.file is not None),
+            merge_backlog=len(self._plan(snap)),
+            merging=self._inflight > 0,
+        )
+
+    # -- merging -------------------------------------------------------------------------
+
+    def _level(self, rows: int) -> int:
+        base = self._settings.merge_base_rows
+        if rows <= base:
+            return 0
+        return 1 + int(math.log(rows / base, self._settings.merge_fanout))
+
+    def _plan(self, snap: tuple[_Entry, ...]) -> list[list[_Entry]]:
+        fanout = self._settings.merge_fanout
+        levels: dict[int, list[_Entry]] = {}
+        for e in snap:
+            if not e.busy:
+                levels.setdefault(self._level(e.rows), []).append(e)
+        return [group[:fanout] for _, group in sorted(levels.items()) if len(group) >= fanout]
+
+    def _schedule_locked(self) -> None:
+        if self.merge_error is not None:
+            return
+        for group in self._plan(self._entries):
+            for e in group:
+                e.busy = True
+            self._inflight += 1
+            self._loc.merger.submit(functools.partial(self._merge, group))
+
+    def _merge(self, group: list[_Entry]) -> None:
+        try:
+            out = self._merge_entries(group)
+        except BaseException as e:  # surfaced on the next insert or commit
+            with self._lock:
+                self.merge_error = e
+                for g in group:
+                    g.busy = False
+                self._inflight -= 1
+                self._lock.notify_all()
+            return
+        retired = [g.file.name for g in group if g.file is not None]
+        with self._lock:
+            ids = {id(g) for g in group}
+            kept = tuple(e for e in self._entries if id(e) not in ids)
+            self._entries = (*kept, out) if out is not None else kept
+            self._inflight -= 1
+            self._schedule_locked()
+            self._lock.notify_all()
+        self._loc.budget.add((out.mem_bytes if out else 0) - sum(g.mem_bytes for g in group))
+        self._loc.retire_files(retired)
+        self._relieve_memory()
+
+    def _merge_entries(self, group: list[_Entry]) -> _Entry | None:
+        total = sum(g.nbytes for g in group)
+        to_file = total > self._settings.max_memory_batch_bytes or self._loc.budget.over()
+        if not to_file:
+            out = kernels.merge_sorted([g.data() for g in group], self.schema)
+            out = self._apply_lower_bound(out)
+            return _Entry(mem=Batch(self.schema, out)) if out.num_rows else None
+        stream = merge_stream([g.chunks(self._settings.block_rows) for g in group], self.schema)
+        f = self._loc.write_batch_stream(self.schema, (self._apply_lower_bound(c) for c in stream))
+        return _Entry(file=f) if f is not None else None
+
+    def _relieve_memory(self) -> None:
+        """Over budget: drop memory copies of file-backed batches, then spill the largest."""
+        budget = self._loc.budget
+        if not budget.over():
+            return
+        for e in sorted(self.snapshot(), key=lambda e: -e.mem_bytes):
+            if not budget.over():
+                break
+            with self._io_lock:
+                if e.mem is None:
+                    continue
+                if e.file is None:
+                    e.file = self._loc.write_batch(e.mem)
+                freed = e.mem_bytes
+                e.mem = None
+            budget.add(-freed)
+
+    def wait_idle(self) -> None:
+        """Block until no merge is running or schedulable (benchmarks, tests, shutdown)."""
+        with self._lock:
+            while self._inflight and self.merge_error is None:
+                self._lock.wait()
+        self._raise_merge_error()
+
+    def _raise_merge_error(self) -> None:
+        if self.merge_error is not None:
+            raise StorageError(
+                f"spine {self.op_id!r}: background merge failed: {self.merge_error}"
+            ) from self.merge_error
+
+    # -- checkpointing (called by the location) ------------------------------------------
+
+    def persist(self, write: Callable[[Batch], BatchFile]) -> list[BatchFile]:
+        """Make every live batch file-backed; return the files, in spine order."""
+        self._raise_merge_error()
+        files = []
+        for e in self.snapshot():
+            with self._io_lock:
+                if e.file is None:
+                    assert e.mem is not None
+                    e.file = write(e.mem)
+                files.append(e.file)
+        return files
+
+    def live_files(self) -> set[str]:
+        return {e.file.name for e in self.snapshot() if e.file is not None}
+
+    def release(self) -> None:
+        self._loc.budget.add(-sum(e.mem_bytes for e in self.snapshot()))
+        self._entries = ()
