@@ -25,7 +25,7 @@ import itertools
 import os
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -453,6 +453,25 @@ class BatchFile:
         if not parts:
             return kernels.empty(self.schema)
         return parts[0] if len(parts) == 1 else pa.concat_batches(parts)
+
+    def range(self, lo: Sequence[Any] | None, hi: Sequence[Any] | None) -> pa.RecordBatch:
+        """Rows with lo <= key < hi (on a key prefix), reading only overlapping blocks."""
+        names = self.schema.key_names
+        parts = []
+        for i in range(self.num_blocks):
+            last = kernels.row_tuple(self._lasts, names, i)
+            first = kernels.row_tuple(self._firsts, names, i)
+            if lo is not None and kernels.compare_rows(last[: len(lo)], tuple(lo)) < 0:
+                continue
+            if hi is not None and kernels.compare_rows(first[: len(hi)], tuple(hi)) >= 0:
+                break
+            parts.append(self.block(i))
+        if not parts:
+            return kernels.empty(self.schema)
+        rb = pa.concat_batches(parts) if len(parts) > 1 else parts[0]
+        start = kernels.count_below(rb, names, lo) if lo is not None else 0
+        stop = kernels.count_below(rb, names, hi) if hi is not None else rb.num_rows
+        return rb.slice(start, max(stop - start, 0))
 
     def to_batch(self) -> Batch:
         blocks = list(self.iter_blocks(prefetch_ahead=0))

@@ -52,43 +52,46 @@ def _ascending(names: Sequence[str]) -> list[tuple[str, str, str]]:
     return [(n, "ascending", "at_start") for n in names]
 
 
-def sort_order(rb: pa.RecordBatch, schema: ZSetSchema) -> IntArray:
-    """Indices that sort `rb` by (keys, values)."""
+def sort_order(rb: pa.RecordBatch, schema: ZSetSchema, runs: bool = False) -> IntArray:
+    """Indices that sort `rb` by (keys, values).
+
+    `runs=True` says `rb` is a concatenation of sorted runs (a merge): the NumPy path then
+    uses timsort, which finds the runs, instead of SIMD quicksort, which is faster on
+    unordered rows.
+    """
     names = schema.row_names
     if _numpy_path(rb, schema):
-        cols = [_np(rb.column(n)) for n in names]
-        if len(cols) == 1:
-            return np.asarray(np.argsort(cols[0], kind="stable"), dtype=np.int64)
-        return np.asarray(np.lexsort(cols[::-1]), dtype=np.int64)
+        return _numpy_order([_np(rb.column(n)) for n in names], runs)
     idx = pc.sort_indices(rb, sort_keys=_ascending(names))
     return np.asarray(idx.to_numpy(), dtype=np.int64)
 
 
-def _runs_order(rb: pa.RecordBatch, schema: ZSetSchema) -> IntArray:
-    """Sort order for a concatenation of sorted runs (NumPy path only).
-
-    Timsort finds the runs in the first column in near-linear time. Rows with an equal first
-    column may then interleave wrongly in later columns; only those groups are re-sorted.
-    """
-    names = schema.row_names
-    cols = [_np(rb.column(n)) for n in names]
-    order = np.asarray(np.argsort(cols[0], kind="stable"), dtype=np.int64)
+def _numpy_order(cols: list[npt.NDArray[Any]], runs: bool) -> IntArray:
+    """Sort by the first column, then re-sort only the groups of equal first-column values
+    whose later columns are out of order (rare for keys with few values each)."""
+    order = np.asarray(np.argsort(cols[0], kind="stable" if runs else "quicksort"), np.int64)
     if len(cols) == 1 or len(order) < 2:
         return order
     first = cols[0][order]
-    rest = [c[order] for c in cols[1:]]
     same = first[1:] == first[:-1]
-    lt = np.zeros(len(order) - 1, dtype=bool)
-    eq = np.ones(len(order) - 1, dtype=bool)
-    for c in rest:
-        lt |= eq & (c[1:] < c[:-1])
-        eq &= c[1:] == c[:-1]
-    dirty = same & lt
-    if not dirty.any():
+    if not same.any():
         return order
-    group = np.concatenate(([0], np.cumsum(~same)))
-    rows = np.flatnonzero(np.isin(group, np.unique(group[1:][dirty])))
-    sub = np.lexsort([c[rows] for c in rest[::-1]] + [group[rows]])
+    tie = np.flatnonzero(same)
+    rest = [c[order[tie]] for c in cols[1:]]
+    nxt = [c[order[tie + 1]] for c in cols[1:]]
+    lt = np.zeros(len(tie), dtype=bool)
+    eq = np.ones(len(tie), dtype=bool)
+    for cur, after in zip(rest, nxt, strict=True):
+        lt |= eq & (after < cur)
+        eq &= after == cur
+    if not lt.any():
+        return order
+    bad = np.unique(first[tie[lt]])
+    lo = np.searchsorted(first, bad, side="left")
+    hi = np.searchsorted(first, bad, side="right")
+    rows = ranges_to_indices(lo, hi)
+    group = np.repeat(np.arange(len(bad)), hi - lo)
+    sub = np.lexsort([c[order[rows]] for c in cols[:0:-1]] + [group])
     order[rows] = order[rows][sub]
     return order
 
@@ -99,44 +102,62 @@ def _row_changes(rb: pa.RecordBatch, schema: ZSetSchema) -> npt.NDArray[np.bool_
     changed = np.zeros(max(n - 1, 0), dtype=bool)
     if n < 2:
         return changed
-    numpy_ok = _numpy_path(rb, schema)
     for name in schema.row_names:
         col = rb.column(name)
-        if numpy_ok:
-            a = _np(col)
-            changed |= a[1:] != a[:-1]
-        else:
-            cur, prev = col.slice(1), col.slice(0, n - 1)
-            ne = pc.not_equal(cur, prev)
-            nulls_differ = pc.not_equal(pc.is_null(cur), pc.is_null(prev))
-            changed |= pc.fill_null(ne, nulls_differ).to_numpy(zero_copy_only=False)
+        cur, prev = col.slice(1), col.slice(0, n - 1)
+        ne = pc.not_equal(cur, prev)
+        nulls_differ = pc.not_equal(pc.is_null(cur), pc.is_null(prev))
+        changed |= pc.fill_null(ne, nulls_differ).to_numpy(zero_copy_only=False)
     return changed
+
+
+def _consolidate_order(
+    rb: pa.RecordBatch, schema: ZSetSchema, order: IntArray | None
+) -> pa.RecordBatch:
+    """Rows of `rb` taken in `order` (None: already sorted), equal rows summed, zeros dropped.
+
+    Works on the permuted columns directly so the (expensive) gather of the whole batch
+    happens once, for the surviving rows only.
+    """
+    n = rb.num_rows
+    if _numpy_path(rb, schema):
+        changes = np.zeros(max(n - 1, 0), dtype=bool)
+        for name in schema.row_names:
+            c = _np(rb.column(name))
+            if order is not None:
+                c = c[order]
+            changes |= c[1:] != c[:-1]
+    else:
+        if order is not None:
+            rb = rb.take(pa.array(order))
+            order = None
+        changes = _row_changes(rb, schema)
+    w = weights(rb) if order is None else weights(rb)[order]
+    if changes.all():
+        keep = w != 0
+        if keep.all():
+            return rb if order is None else rb.take(pa.array(order))
+        idx = np.flatnonzero(keep) if order is None else order[keep]
+        return rb.take(pa.array(idx))
+    starts = np.flatnonzero(np.concatenate(([True], changes)))
+    summed = np.add.reduceat(w, starts)
+    keep = summed != 0
+    idx = starts[keep] if order is None else order[starts[keep]]
+    return _with_weights(rb.take(pa.array(idx)), summed[keep])
 
 
 def consolidate_sorted(rb: pa.RecordBatch, schema: ZSetSchema) -> pa.RecordBatch:
     """Sum the weights of equal adjacent rows and drop zero weights."""
     if rb.num_rows == 0:
         return rb
-    w = weights(rb)
-    changes = _row_changes(rb, schema)
-    if changes.all():
-        nz = w != 0
-        return rb if nz.all() else rb.filter(pa.array(nz))
-    starts = np.flatnonzero(np.concatenate(([True], changes)))
-    summed = np.add.reduceat(w, starts)
-    keep = summed != 0
-    out = rb.take(pa.array(starts[keep]))
-    return _with_weights(out, summed[keep])
+    return _consolidate_order(rb, schema, None)
 
 
 def consolidate(rb: pa.RecordBatch, schema: ZSetSchema) -> pa.RecordBatch:
     """Sort and consolidate arbitrary rows."""
     if rb.num_rows == 0:
         return rb
-    order = sort_order(rb, schema)
-    if not np.array_equal(order, np.arange(len(order))):
-        rb = rb.take(pa.array(order))
-    return consolidate_sorted(rb, schema)
+    return _consolidate_order(rb, schema, sort_order(rb, schema))
 
 
 def merge_sorted(batches: Sequence[pa.RecordBatch], schema: ZSetSchema) -> pa.RecordBatch:
@@ -145,8 +166,7 @@ def merge_sorted(batches: Sequence[pa.RecordBatch], schema: ZSetSchema) -> pa.Re
     if len(nonempty) <= 1:
         return nonempty[0] if nonempty else empty(schema)
     rb = pa.concat_batches(nonempty)
-    order = _runs_order(rb, schema) if _numpy_path(rb, schema) else sort_order(rb, schema)
-    return consolidate_sorted(rb.take(pa.array(order)), schema)
+    return _consolidate_order(rb, schema, sort_order(rb, schema, runs=True))
 
 
 def empty(schema: ZSetSchema) -> pa.RecordBatch:
@@ -186,8 +206,10 @@ def _unique_sorted_keys(rb: pa.RecordBatch, schema: ZSetSchema) -> pa.RecordBatc
         a = _np(rb.column(0))
         if np.all(a[1:] > a[:-1]):
             return rb
-        u = np.unique(a)
-        return pa.record_batch([pa.array(u).cast(rb.schema.field(0).type)], schema=rb.schema)
+        order = np.argsort(a)
+        s = a[order]
+        keep = np.concatenate(([True], s[1:] != s[:-1]))
+        return rb.take(pa.array(order[keep]))
     idx = pc.sort_indices(rb, sort_keys=_ascending(names))
     rb = rb.take(idx)
     t = pa.Table.from_batches([rb]).group_by(names, use_threads=False).aggregate([])
@@ -212,7 +234,16 @@ def seek(rb: pa.RecordBatch, probes: pa.RecordBatch, schema: ZSetSchema) -> pa.R
         k = _np(rb.column(names[0]))
         p = _np(probes.column(0))
         lo = np.searchsorted(k, p, side="left")
-        hi = np.searchsorted(k, p, side="right")
+        n = len(k)
+        found = k[np.minimum(lo, n - 1)] == p
+        lo = lo[found]
+        if len(schema.values) == 0:
+            return rb.take(pa.array(lo))  # keys are unique: one row per found key
+        hi = lo + 1
+        more = hi < n
+        more[more] = k[hi[more]] == p[found][more]
+        if more.any():
+            hi[more] = np.searchsorted(k, p[found][more], side="right")
         return rb.take(pa.array(ranges_to_indices(lo, hi)))
     joined = pa.Table.from_batches([rb]).join(
         pa.Table.from_batches([probes]), keys=names, join_type="left semi", use_threads=False

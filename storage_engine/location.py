@@ -171,7 +171,7 @@ class StorageLocation:
                 self._refs[c.uuid] = {
                     b for m in self._read_spine_metas(c.uuid).values() for b in m.batches
                 }
-            except (CorruptionError, FileNotFoundError):
+            except CorruptionError:
                 self._unreadable.add(c.uuid)
         if not self.read_only:
             self._cleanup(names)
@@ -308,15 +308,14 @@ class StorageLocation:
     def write_batch(self, batch: Batch) -> BatchFile:
         """Write a batch to a new durable file (its directory entry is synced at commit)."""
         self._check_writable()
+        return self._retrying(lambda: self._write_batch_once(batch))
 
-        def attempt() -> BatchFile:
-            path = self._new_batch_path()
-            w = BatchFileWriter(self.fs, path, batch.schema, self._write_opts)
-            w.write(batch.data)
-            w.finish(sync_dir=False)
-            return BatchFile(self.fs, path, self.cache, batch.schema)
-
-        return self._retrying(attempt)
+    def _write_batch_once(self, batch: Batch) -> BatchFile:
+        path = self._new_batch_path()
+        w = BatchFileWriter(self.fs, path, batch.schema, self._write_opts)
+        w.write(batch.data)
+        w.finish(sync_dir=False)
+        return BatchFile(self.fs, path, self.cache, batch.schema)
 
     def write_batch_stream(
         self, schema: ZSetSchema, chunks: Iterable[pa.RecordBatch]
@@ -404,7 +403,7 @@ class StorageLocation:
         all_files: set[str] = set()
         total = new = rows = 0
         for op, sp in self._spines.items():
-            files = sp.persist(self.write_batch)
+            files = sp.persist(self._write_batch_once)  # the whole commit is retried
             names = [f.name for f in files]
             size = sum(f.size for f in files)
             spine_docs[op] = {

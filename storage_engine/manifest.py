@@ -47,7 +47,7 @@ def read_doc(fs: FileLayer, path: str) -> dict[str, Any]:
     try:
         data = fs.read(path)
     except FileNotFoundError:
-        raise
+        raise CorruptionError(path, "missing") from None
     except OSError as e:
         raise CorruptionError(path, f"unreadable: {e}") from e
     return decode(data, path)

@@ -89,6 +89,13 @@ class _Entry:
         assert self.file is not None
         return self.file.seek(probes)
 
+    def range(self, lo: Sequence[Any] | None, hi: Sequence[Any] | None) -> pa.RecordBatch:
+        mem = self.mem
+        if mem is not None:
+            return mem.range(lo, hi).data
+        assert self.file is not None
+        return self.file.range(lo, hi)
+
     def data(self) -> pa.RecordBatch:
         mem = self.mem
         if mem is not None:
@@ -274,7 +281,7 @@ class Spine:
                 yield Batch(self.schema, rb)
 
     def range(self, lo: Sequence[Any] | None = None, hi: Sequence[Any] | None = None) -> Batch:
-        parts = [Batch(self.schema, e.data()).range(lo, hi).data for e in self.snapshot()]
+        parts = [e.range(lo, hi) for e in self.snapshot()]
         return Batch(self.schema, self._apply_lower_bound(kernels.merge_sorted(parts, self.schema)))
 
     def to_batch(self) -> Batch:
