@@ -18,12 +18,25 @@ from .schema import WEIGHT, ZSetSchema
 
 
 class Batch:
-    __slots__ = ("data", "schema")
+    __slots__ = ("_key_enc", "data", "schema")
 
-    def __init__(self, schema: ZSetSchema, data: pa.RecordBatch) -> None:
-        """Wrap rows that are already sorted and consolidated (internal; see constructors)."""
+    def __init__(
+        self,
+        schema: ZSetSchema,
+        data: pa.RecordBatch,
+        key_encoding: kernels.KeyEncoding | None = None,
+    ) -> None:
+        """Wrap rows that are already sorted and consolidated (internal; see constructors).
+
+        `key_encoding`, when the kernel that made `data` had it, saves re-encoding the keys
+        at the first seek.
+        """
         self.schema = schema
         self.data = data
+        # False: not computed yet; None: the keys have no NumPy encoding (Arrow fallback)
+        self._key_enc: kernels.KeyEncoding | bool | None = (
+            key_encoding if key_encoding is not None else False
+        )
 
     # -- constructors --------------------------------------------------------------------
 
@@ -50,7 +63,7 @@ class Batch:
         else:
             w = pa.array(np.ones(rows.num_rows, dtype=np.int64))
         rb = pa.RecordBatch.from_arrays([*cols, w], schema=schema.arrow)
-        return cls(schema, kernels.consolidate(rb, schema))
+        return cls(schema, *kernels.consolidate_keyed(rb, schema))
 
     @classmethod
     def from_columns(
@@ -62,7 +75,7 @@ class Batch:
             + [pa.array(np.ones(n, np.int64) if weights is None else weights, pa.int64())],
             schema=schema.arrow,
         )
-        return cls(schema, kernels.consolidate(rb, schema))
+        return cls(schema, *kernels.consolidate_keyed(rb, schema))
 
     @classmethod
     def from_tuples(
@@ -107,7 +120,7 @@ class Batch:
             if o.schema != self.schema:
                 raise ValueError("cannot merge batches of different schemas")
         return Batch(
-            self.schema, kernels.merge_sorted([self.data, *(o.data for o in others)], self.schema)
+            self.schema, *kernels.merge_keyed([self.data, *(o.data for o in others)], self.schema)
         )
 
     def negate(self) -> Batch:
@@ -116,7 +129,14 @@ class Batch:
     def seek(self, keys: Any) -> Batch:
         """Rows whose key is one of `keys` (vectorised over all probes at once)."""
         probes = kernels.key_table(keys, self.schema)
-        return Batch(self.schema, kernels.seek(self.data, probes, self.schema))
+        return Batch(self.schema, self.seek_probes(probes))
+
+    def seek_probes(self, probes: pa.RecordBatch) -> pa.RecordBatch:
+        """`seek` for probes already in `kernels.key_table` form; caches the key encoding."""
+        if self._key_enc is False:
+            self._key_enc = kernels.key_encoding(self.data, self.schema)
+        enc = self._key_enc if isinstance(self._key_enc, kernels.KeyEncoding) else None
+        return kernels.seek(self.data, probes, self.schema, enc)
 
     def range(self, lo: Sequence[Any] | None = None, hi: Sequence[Any] | None = None) -> Batch:
         """Rows with lo <= key < hi, comparing on a prefix of the key columns."""

@@ -34,7 +34,7 @@ import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
 
-from . import kernels
+from . import encoding, kernels
 from .batch import Batch
 from .cache import BufferCache
 from .errors import CorruptionError, FormatVersionError, SchemaMismatchError
@@ -288,6 +288,7 @@ class BatchFile:
         self.size = len(self._mm)
         self._parse(expected)
         self._verified = np.zeros(self.num_blocks, dtype=bool)
+        self._bounds_cache: kernels.KeyEncoding | bool | None = False  # False: not yet
 
     def _parse(self, expected: ZSetSchema | None) -> None:
         mm, path = self._mm, self.path
@@ -412,34 +413,60 @@ class BatchFile:
         n = self.num_blocks
         return kernels.row_tuple(self._lasts, self.schema.key_names, n - 1) if n else None
 
-    def candidate_blocks(self, probes: pa.RecordBatch) -> list[tuple[int, int, int]]:
-        """(block, probe start, probe stop): blocks whose key range holds some probe."""
-        if self.num_blocks == 0 or probes.num_rows == 0:
-            return []
+    def _bounds(self) -> kernels.KeyEncoding | None:
+        """Key encoding of every block's first keys followed by every block's last keys."""
+        if self._bounds_cache is False:
+            both = pa.concat_batches([self._firsts, self._lasts])
+            self._bounds_cache = kernels.key_encoding(both, self.schema)
+        return self._bounds_cache if isinstance(self._bounds_cache, encoding.Encoding) else None
+
+    def candidate_blocks(
+        self, probes: pa.RecordBatch
+    ) -> tuple[pa.RecordBatch, list[tuple[int, int, int]]]:
+        """(probes that can match, [(block, probe start, probe stop)]): the blocks whose key
+        range may hold some probe. A superset is fine: the block seek is exact."""
+        nb = self.num_blocks
+        if nb == 0 or probes.num_rows == 0:
+            return probes, []
         names = self.schema.key_names
-        if len(names) == 1 and self.schema.numpy_sortable and probes.column(0).null_count == 0:
-            p = kernels._np(probes.column(0))
-            lo = np.searchsorted(p, kernels._np(self._firsts.column(0)), side="left")
-            hi = np.searchsorted(p, kernels._np(self._lasts.column(0)), side="right")
+        enc = self._bounds()
+        penc = encoding.encode(probes, names, like=enc) if enc is not None else None
+        if enc is not None and penc is not None:
+            valid = penc[1]
+            p = penc[0].cols[0]
+            if valid is not None and not valid.all():
+                sel = np.flatnonzero(valid)
+                probes, p = probes.take(pa.array(sel)), p[sel]
+            lo = np.searchsorted(p, enc.cols[0][:nb], side="left")
+            hi = np.searchsorted(p, enc.cols[0][nb:], side="right")
         else:
             lo = np.array(
                 [
                     kernels.count_below(probes, names, kernels.row_tuple(self._firsts, names, i))
-                    for i in range(self.num_blocks)
+                    for i in range(nb)
                 ]
             )
             hi = np.array(
                 [
                     _count_at_most(probes, names, kernels.row_tuple(self._lasts, names, i))
-                    for i in range(self.num_blocks)
+                    for i in range(nb)
                 ]
             )
-        return [(int(i), int(lo[i]), int(hi[i])) for i in np.flatnonzero(hi > lo)]
+        return probes, [(int(i), int(lo[i]), int(hi[i])) for i in np.flatnonzero(hi > lo)]
+
+    def _block_encoding(self, i: int) -> kernels.KeyEncoding | None:
+        def load() -> tuple[kernels.KeyEncoding | None, int]:
+            enc = kernels.key_encoding(self.block(i), self.schema)
+            return enc, sum(c.nbytes for c in enc.cols) if enc is not None else 0
+
+        enc: kernels.KeyEncoding | None = self._cache.get((self._id, i, "keys"), load)
+        return enc
 
     def seek(self, probes: pa.RecordBatch) -> pa.RecordBatch:
         """Rows whose key is among the sorted, unique `probes` (skips blocks via index/bloom)."""
         parts: list[pa.RecordBatch] = []
-        for i, a, b in self.candidate_blocks(probes):
+        probes, blocks = self.candidate_blocks(probes)
+        for i, a, b in blocks:
             sub = probes.slice(a, b - a)
             if self.has_bloom:
                 maybe = bloom_may_contain(self._bloom(i), key_hashes(sub, self.schema))
@@ -447,7 +474,7 @@ class BatchFile:
                     continue
                 if not maybe.all():
                     sub = sub.filter(pa.array(maybe))
-            found = kernels.seek(self.block(i), sub, self.schema)
+            found = kernels.seek(self.block(i), sub, self.schema, self._block_encoding(i))
             if found.num_rows:
                 parts.append(found)
         if not parts:

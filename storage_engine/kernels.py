@@ -1,10 +1,11 @@
 """Vectorised kernels over Arrow record batches: sort, consolidate, merge, seek, bounds.
 
 Two paths with one ordering:
-- NumPy, when every row column is fixed-width integral (ints, timestamps, dates, bools) and
-  null-free: `lexsort`, `searchsorted`, and a run-aware merge (timsort on the first column,
-  then a local repair of the few groups whose later columns interleave);
-- Arrow compute for everything else (strings, nulls): `sort_indices`, semi-joins.
+- NumPy, when every column has an order-preserving NumPy encoding (`encoding.py`: integers,
+  temporals, bools, and strings/binaries as normalized-key chunks) and no nulls: sort on the
+  first column (SIMD quicksort, or timsort for merges of sorted runs), then re-sort only the
+  groups whose later columns are out of order; `searchsorted` for seeks;
+- Arrow compute for everything else (nulls, long strings): `sort_indices`, semi-joins.
 Nulls sort first. Both paths produce rows sorted by (keys, values) with weights summed and
 zero weights dropped: the batch invariant.
 """
@@ -19,24 +20,17 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from . import encoding
 from .schema import WEIGHT, ZSetSchema
 
 IntArray = npt.NDArray[np.int64]
 
 
 def _np(col: pa.Array) -> npt.NDArray[Any]:
-    arr: npt.NDArray[Any] = col.to_numpy(zero_copy_only=False)
-    if arr.dtype.kind in "mM":
-        return arr.view(np.int64)
-    if arr.dtype.kind == "b":
-        return arr.view(np.uint8)
+    arr = encoding.numeric(col)
+    if arr is None:
+        raise TypeError(f"column of type {col.type} has no numeric form")
     return arr
-
-
-def _numpy_path(rb: pa.RecordBatch, schema: ZSetSchema) -> bool:
-    if not schema.numpy_sortable:
-        return False
-    return all(rb.column(n).null_count == 0 for n in schema.row_names)
 
 
 def weights(rb: pa.RecordBatch) -> IntArray:
@@ -59,9 +53,13 @@ def sort_order(rb: pa.RecordBatch, schema: ZSetSchema, runs: bool = False) -> In
     uses timsort, which finds the runs, instead of SIMD quicksort, which is faster on
     unordered rows.
     """
-    names = schema.row_names
-    if _numpy_path(rb, schema):
-        return _numpy_order([_np(rb.column(n)) for n in names], runs)
+    enc = encoding.encode(rb, schema.row_names)
+    if enc is not None:
+        return _numpy_order(enc[0].cols, runs)
+    return _arrow_order(rb, schema.row_names)
+
+
+def _arrow_order(rb: pa.RecordBatch, names: Sequence[str]) -> IntArray:
     idx = pc.sort_indices(rb, sort_keys=_ascending(names))
     return np.asarray(idx.to_numpy(), dtype=np.int64)
 
@@ -96,13 +94,13 @@ def _numpy_order(cols: list[npt.NDArray[Any]], runs: bool) -> IntArray:
     return order
 
 
-def _row_changes(rb: pa.RecordBatch, schema: ZSetSchema) -> npt.NDArray[np.bool_]:
-    """changes[i] is True when row i+1 differs from row i in some row column."""
+def _arrow_changes(rb: pa.RecordBatch, names: Sequence[str]) -> npt.NDArray[np.bool_]:
+    """changes[i] is True when row i+1 differs from row i in some column (nulls equal)."""
     n = rb.num_rows
     changed = np.zeros(max(n - 1, 0), dtype=bool)
     if n < 2:
         return changed
-    for name in schema.row_names:
+    for name in names:
         col = rb.column(name)
         cur, prev = col.slice(1), col.slice(0, n - 1)
         ne = pc.not_equal(cur, prev)
@@ -111,62 +109,92 @@ def _row_changes(rb: pa.RecordBatch, schema: ZSetSchema) -> npt.NDArray[np.bool_
     return changed
 
 
-def _consolidate_order(
-    rb: pa.RecordBatch, schema: ZSetSchema, order: IntArray | None
-) -> pa.RecordBatch:
-    """Rows of `rb` taken in `order` (None: already sorted), equal rows summed, zeros dropped.
+def _numpy_changes(
+    cols: Sequence[npt.NDArray[Any]], order: IntArray | None
+) -> npt.NDArray[np.bool_]:
+    n = len(cols[0]) if cols else 0
+    changed = np.zeros(max(n - 1, 0), dtype=bool)
+    for c in cols:
+        cp = c if order is None else c[order]
+        changed |= cp[1:] != cp[:-1]
+    return changed
 
-    Works on the permuted columns directly so the (expensive) gather of the whole batch
-    happens once, for the surviving rows only.
+
+def _sum_equal_rows(
+    rb: pa.RecordBatch, order: IntArray | None, changes: npt.NDArray[np.bool_]
+) -> tuple[pa.RecordBatch, IntArray | None]:
+    """Rows of `rb` in `order` (None: as they are) with equal neighbours summed, zeros dropped.
+
+    Gathers the batch once, for the surviving rows only. Also returns which input rows
+    survived (None when the output is `rb` itself).
     """
-    n = rb.num_rows
-    if _numpy_path(rb, schema):
-        changes = np.zeros(max(n - 1, 0), dtype=bool)
-        for name in schema.row_names:
-            c = _np(rb.column(name))
-            if order is not None:
-                c = c[order]
-            changes |= c[1:] != c[:-1]
-    else:
-        if order is not None:
-            rb = rb.take(pa.array(order))
-            order = None
-        changes = _row_changes(rb, schema)
     w = weights(rb) if order is None else weights(rb)[order]
     if changes.all():
         keep = w != 0
         if keep.all():
-            return rb if order is None else rb.take(pa.array(order))
+            return (rb, None) if order is None else (rb.take(pa.array(order)), order)
         idx = np.flatnonzero(keep) if order is None else order[keep]
-        return rb.take(pa.array(idx))
+        return rb.take(pa.array(idx)), idx
     starts = np.flatnonzero(np.concatenate(([True], changes)))
     summed = np.add.reduceat(w, starts)
     keep = summed != 0
     idx = starts[keep] if order is None else order[starts[keep]]
-    return _with_weights(rb.take(pa.array(idx)), summed[keep])
+    return _with_weights(rb.take(pa.array(idx)), summed[keep]), idx
+
+
+Keyed = tuple[pa.RecordBatch, "KeyEncoding | None"]
+
+
+def _consolidate(rb: pa.RecordBatch, schema: ZSetSchema, sort: bool, runs: bool) -> Keyed:
+    """Consolidate, and hand back the output's key encoding when it was worth computing.
+
+    The row encoding made for sorting starts with the key columns' encoding, so gathering
+    it for the surviving rows is much cheaper than encoding the output again at its first
+    seek. Purely numeric keys are views of the columns: nothing to carry.
+    """
+    if rb.num_rows == 0:
+        return rb, None
+    names = schema.row_names
+    enc = encoding.encode(rb, names)
+    if enc is not None:
+        cols = enc[0].cols
+        order = _numpy_order(cols, runs) if sort else None
+        out, idx = _sum_equal_rows(rb, order, _numpy_changes(cols, order))
+        layouts = enc[0].layouts[: len(schema.keys)]
+        if all(lay is None for lay in layouts):
+            return out, None
+        width = sum(1 if lay is None else lay.chunks + 1 for lay in layouts)
+        kcols = [c if idx is None else c[idx] for c in cols[:width]]
+        return out, encoding.Encoding(kcols, layouts)
+    if sort:
+        rb = rb.take(pa.array(_arrow_order(rb, names)))
+    return _sum_equal_rows(rb, None, _arrow_changes(rb, names))[0], None
 
 
 def consolidate_sorted(rb: pa.RecordBatch, schema: ZSetSchema) -> pa.RecordBatch:
     """Sum the weights of equal adjacent rows and drop zero weights."""
-    if rb.num_rows == 0:
-        return rb
-    return _consolidate_order(rb, schema, None)
+    return _consolidate(rb, schema, sort=False, runs=False)[0]
 
 
 def consolidate(rb: pa.RecordBatch, schema: ZSetSchema) -> pa.RecordBatch:
     """Sort and consolidate arbitrary rows."""
-    if rb.num_rows == 0:
-        return rb
-    return _consolidate_order(rb, schema, sort_order(rb, schema))
+    return consolidate_keyed(rb, schema)[0]
+
+
+def consolidate_keyed(rb: pa.RecordBatch, schema: ZSetSchema) -> Keyed:
+    return _consolidate(rb, schema, sort=True, runs=False)
 
 
 def merge_sorted(batches: Sequence[pa.RecordBatch], schema: ZSetSchema) -> pa.RecordBatch:
     """Merge consolidated, sorted batches into one consolidated, sorted batch."""
+    return merge_keyed(batches, schema)[0]
+
+
+def merge_keyed(batches: Sequence[pa.RecordBatch], schema: ZSetSchema) -> Keyed:
     nonempty = [b for b in batches if b.num_rows]
     if len(nonempty) <= 1:
-        return nonempty[0] if nonempty else empty(schema)
-    rb = pa.concat_batches(nonempty)
-    return _consolidate_order(rb, schema, sort_order(rb, schema, runs=True))
+        return (nonempty[0] if nonempty else empty(schema)), None
+    return _consolidate(pa.concat_batches(nonempty), schema, sort=True, runs=True)
 
 
 def empty(schema: ZSetSchema) -> pa.RecordBatch:
@@ -202,56 +230,100 @@ def _unique_sorted_keys(rb: pa.RecordBatch, schema: ZSetSchema) -> pa.RecordBatc
     if rb.num_rows < 2:
         return rb
     names = schema.key_names
-    if len(names) == 1 and schema.numpy_sortable and rb.column(0).null_count == 0:
-        a = _np(rb.column(0))
-        if np.all(a[1:] > a[:-1]):
+    enc = encoding.encode(rb, names)
+    if enc is not None:
+        cols = enc[0].cols
+        if len(cols) == 1 and np.all(cols[0][1:] > cols[0][:-1]):
             return rb
-        order = np.argsort(a)
-        s = a[order]
-        keep = np.concatenate(([True], s[1:] != s[:-1]))
+        order = _numpy_order(cols, runs=False)
+        keep = np.concatenate(([True], _numpy_changes(cols, order)))
         return rb.take(pa.array(order[keep]))
-    idx = pc.sort_indices(rb, sort_keys=_ascending(names))
-    rb = rb.take(idx)
-    t = pa.Table.from_batches([rb]).group_by(names, use_threads=False).aggregate([])
-    t = pa.Table.from_batches(
-        [t.select(names).combine_chunks().to_batches()[0]] if t.num_rows else [], schema=rb.schema
-    )
-    t = t.take(pc.sort_indices(t, sort_keys=_ascending(names)))
-    return t.combine_chunks().to_batches()[0] if t.num_rows else rb.slice(0, 0)
+    rb = rb.take(pa.array(_arrow_order(rb, names)))
+    keep = np.concatenate(([True], _arrow_changes(rb, names)))
+    return rb.filter(pa.array(keep))
 
 
-def seek(rb: pa.RecordBatch, probes: pa.RecordBatch, schema: ZSetSchema) -> pa.RecordBatch:
-    """Rows of sorted `rb` whose key equals one of the sorted, unique `probes` keys."""
+KeyEncoding = encoding.Encoding
+
+
+def key_encoding(rb: pa.RecordBatch, schema: ZSetSchema) -> KeyEncoding | None:
+    """Encoding of a sorted batch's key columns, for repeated seeks (cache it with the batch)."""
+    enc = encoding.encode(rb, schema.key_names)
+    return enc[0] if enc is not None else None
+
+
+def seek(
+    rb: pa.RecordBatch,
+    probes: pa.RecordBatch,
+    schema: ZSetSchema,
+    enc: KeyEncoding | None = None,
+) -> pa.RecordBatch:
+    """Rows of sorted `rb` whose key equals one of the sorted, unique `probes` keys.
+
+    Binary search on the first encoded key column finds each probe's candidate rows (all the
+    rows of that key, or a few more sharing a string chunk); the other encoded columns then
+    confirm exact equality. `enc` is `rb`'s cached key encoding, if the caller has one.
+    """
     if rb.num_rows == 0 or probes.num_rows == 0:
         return rb.slice(0, 0)
     names = schema.key_names
-    if (
-        len(names) == 1
-        and schema.numpy_sortable
-        and rb.column(names[0]).null_count == 0
-        and probes.column(0).null_count == 0
-    ):
-        k = _np(rb.column(names[0]))
-        p = _np(probes.column(0))
-        lo = np.searchsorted(k, p, side="left")
-        n = len(k)
-        found = k[np.minimum(lo, n - 1)] == p
-        lo = lo[found]
-        if len(schema.values) == 0:
-            return rb.take(pa.array(lo))  # keys are unique: one row per found key
-        hi = lo + 1
-        more = hi < n
-        more[more] = k[hi[more]] == p[found][more]
-        if more.any():
-            hi[more] = np.searchsorted(k, p[found][more], side="right")
-        return rb.take(pa.array(ranges_to_indices(lo, hi)))
-    joined = pa.Table.from_batches([rb]).join(
-        pa.Table.from_batches([probes]), keys=names, join_type="left semi", use_threads=False
-    )
-    if joined.num_rows == 0:
-        return rb.slice(0, 0)
-    out = joined.combine_chunks().to_batches()[0].select(rb.schema.names)
-    return out.take(pa.array(sort_order(out, schema)))
+    benc = enc if enc is not None else key_encoding(rb, schema)
+    penc = encoding.encode(probes, names, like=benc) if benc is not None else None
+    if benc is None or penc is None:
+        return _seek_arrow(rb, probes, schema)
+    pcols, valid = penc[0].cols, penc[1]
+    if valid is not None and not valid.all():
+        sel = np.flatnonzero(valid)
+        pcols = [c[sel] for c in pcols]
+    bcols = benc.cols
+    k, p = bcols[0], pcols[0]
+    n = len(k)
+    lo = np.searchsorted(k, p, side="left")
+    found = k[np.minimum(lo, n - 1)] == p
+    lo, pidx = lo[found], np.flatnonzero(found)
+    hi = lo + 1
+    more = hi < n
+    more[more] = k[hi[more]] == p[pidx[more]]
+    if more.any():
+        hi[more] = np.searchsorted(k, p[pidx[more]], side="right")
+    rows = ranges_to_indices(lo, hi)
+    if len(bcols) > 1 and len(rows):
+        owner = np.repeat(pidx, hi - lo)
+        match = np.ones(len(rows), dtype=bool)
+        for bc, pcol in zip(bcols[1:], pcols[1:], strict=True):
+            match &= bc[rows] == pcol[owner]
+        rows = rows[match]
+    return rb.take(pa.array(rows))
+
+
+def _null_safe_keys(rb: pa.RecordBatch, names: Sequence[str]) -> pa.Table:
+    """Key columns with nulls replaced by a filler plus an is-null flag per column, so a
+    hash join matches null keys to null keys (SQL joins never would)."""
+    cols: dict[str, pa.Array] = {}
+    for i, n in enumerate(names):
+        col = rb.column(n)
+        cols[f"k{i}"] = pc.fill_null(col, pa.scalar(_filler(col.type), col.type))
+        cols[f"n{i}"] = pc.is_null(col)
+    return pa.table(cols)
+
+
+def _filler(t: pa.DataType) -> Any:
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return ""
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return b""
+    if pa.types.is_boolean(t):
+        return False
+    return pa.scalar(0, pa.int64()).cast(t).as_py()
+
+
+def _seek_arrow(rb: pa.RecordBatch, probes: pa.RecordBatch, schema: ZSetSchema) -> pa.RecordBatch:
+    names = schema.key_names
+    left = _null_safe_keys(rb, names).append_column("row", pa.array(np.arange(rb.num_rows)))
+    right = _null_safe_keys(probes, names)
+    joined = left.join(right, keys=right.column_names, join_type="left semi", use_threads=False)
+    rows = np.sort(joined.column("row").to_numpy())
+    return rb.take(pa.array(rows))
 
 
 def ranges_to_indices(lo: IntArray, hi: IntArray) -> IntArray:
@@ -275,6 +347,9 @@ def count_below(rb: pa.RecordBatch, names: Sequence[str], bound: Sequence[Any]) 
     eq = np.ones(n, dtype=bool)
     for name, b in zip(names, bound, strict=False):
         col = rb.column(name)
+        if b is None:  # nothing sorts below null; only nulls equal it
+            eq &= pc.is_null(col).to_numpy(zero_copy_only=False)
+            continue
         scalar = pa.scalar(b, type=col.type)
         lt |= eq & pc.fill_null(pc.less(col, scalar), True).to_numpy(zero_copy_only=False)
         eq &= pc.fill_null(pc.equal(col, scalar), False).to_numpy(zero_copy_only=False)

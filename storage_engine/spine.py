@@ -85,7 +85,7 @@ class _Entry:
     def seek(self, probes: pa.RecordBatch, schema: ZSetSchema) -> pa.RecordBatch:
         mem = self.mem
         if mem is not None:
-            return kernels.seek(mem.data, probes, schema)
+            return mem.seek_probes(probes)
         assert self.file is not None
         return self.file.seek(probes)
 
@@ -270,7 +270,7 @@ class Spine:
         probes = kernels.key_table(keys, self.schema)
         for e in self.snapshot():
             if e.mem is None and e.file is not None:
-                e.file.prefetch([b for b, _, _ in e.file.candidate_blocks(probes)])
+                e.file.prefetch([b for b, _, _ in e.file.candidate_blocks(probes)[1]])
 
     def scan(self, chunk_rows: int | None = None) -> Iterator[Batch]:
         """All live rows in key order, as consolidated chunks, streaming from disk."""
@@ -356,9 +356,11 @@ class Spine:
         total = sum(g.nbytes for g in group)
         to_file = total > self._settings.max_memory_batch_bytes or self._loc.budget.over()
         if not to_file:
-            out = kernels.merge_sorted([g.data() for g in group], self.schema)
-            out = self._apply_lower_bound(out)
-            return _Entry(mem=Batch(self.schema, out)) if out.num_rows else None
+            out, keys = kernels.merge_keyed([g.data() for g in group], self.schema)
+            cut = self._apply_lower_bound(out)
+            if cut.num_rows != out.num_rows:
+                out, keys = cut, None
+            return _Entry(mem=Batch(self.schema, out, keys)) if out.num_rows else None
         stream = merge_stream([g.chunks(self._settings.block_rows) for g in group], self.schema)
         f = self._loc.write_batch_stream(self.schema, (self._apply_lower_bound(c) for c in stream))
         return _Entry(file=f) if f is not None else None
