@@ -267,6 +267,20 @@ def write_batch_file(
 # -- reading --------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class BlockInfo:
+    """One row of a batch file's block index."""
+
+    block: int
+    offset: int
+    length: int
+    bloom_length: int
+    rows: int
+    crc: int
+    first_key: list[Any]
+    last_key: list[Any]
+
+
 class BatchFile:
     """A read-only, memory-mapped batch file. Blocks are decoded lazily via the cache."""
 
@@ -399,8 +413,30 @@ class BatchFile:
     def verify(self) -> None:
         """Check every block checksum and decode every block (the `validate` tool)."""
         for i in range(self.num_blocks):
-            self._verified[i] = False
-            self._load(i)
+            self.verify_block(i)
+
+    def verify_block(self, i: int) -> None:
+        """Check block `i`'s checksum and decode it, even if it was verified before."""
+        self._verified[i] = False
+        self._load(i)
+
+    def block_index(self) -> list[BlockInfo]:
+        names = self.schema.key_names
+        firsts = [self._firsts.column(n).to_pylist() for n in names]
+        lasts = [self._lasts.column(n).to_pylist() for n in names]
+        return [
+            BlockInfo(
+                block=i,
+                offset=int(self._offsets[i]),
+                length=int(self._lengths[i]),
+                bloom_length=int(self._bloom_lengths[i]),
+                rows=int(self._block_rows[i]),
+                crc=int(self._crcs[i]),
+                first_key=[c[i] for c in firsts],
+                last_key=[c[i] for c in lasts],
+            )
+            for i in range(self.num_blocks)
+        ]
 
     # -- queries --
 

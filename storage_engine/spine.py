@@ -244,10 +244,13 @@ class Spine:
     def truncate_below(self, bound: Sequence[Any]) -> None:
         """Forget rows whose key is below `bound` (monotone: a lower bound never decreases)."""
         b = tuple(bound)
-        if (
-            self.lower_bound is None
-            or kernels.compare_rows(b[: len(self.lower_bound)], self.lower_bound[: len(b)]) > 0
-        ):
+        old = self.lower_bound
+        if old is None:
+            self.lower_bound = b
+            return
+        common = min(len(b), len(old))
+        order = kernels.compare_rows(b[:common], old[:common])
+        if order > 0 or (order == 0 and len(b) > len(old)):
             self.lower_bound = b
 
     # -- reads ---------------------------------------------------------------------------
@@ -354,7 +357,8 @@ class Spine:
 
     def _merge_entries(self, group: list[_Entry]) -> _Entry | None:
         total = sum(g.nbytes for g in group)
-        to_file = total > self._settings.max_memory_batch_bytes or self._loc.budget.over()
+        limit = min(self._settings.max_memory_batch_bytes, self._loc.budget.limit // 4)
+        to_file = total > limit or self._loc.budget.over()
         if not to_file:
             out, keys = kernels.merge_keyed([g.data() for g in group], self.schema)
             cut = self._apply_lower_bound(out)

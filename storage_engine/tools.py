@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .batch_file import FOOTER_SIZE, HEADER_SIZE, BatchFile
+from .batch_file import FOOTER_SIZE, HEADER_SIZE, BatchFile, BlockInfo
 from .cache import BufferCache
 from .errors import CorruptionError, StorageError
 from .fileio import PosixFileLayer
@@ -170,16 +170,7 @@ class HeaderFacts:
     size: int
 
 
-@dataclass(frozen=True)
-class BlockIndexRow:
-    block: int
-    offset: int
-    length: int
-    bloom_length: int
-    rows: int
-    crc: int
-    first_key: list[Any]
-    last_key: list[Any]
+BlockIndexRow = BlockInfo
 
 
 @dataclass(frozen=True)
@@ -605,8 +596,8 @@ def _check_sizes(
             out.append(
                 Problem(s.path, None, f"rows/bytes differ from its batch files ({rows}, {size})")
             )
-    if complete:
-        i = c.info
+    i = c.info
+    if complete and (i.files or i.total_bytes or i.rows):  # all zero: sizes not recorded
         rows = sum(f[1] for f in distinct.values())
         size = sum(f[2] for f in distinct.values())
         if (i.files, i.total_bytes, i.rows) != (len(distinct), size, rows):
@@ -636,40 +627,15 @@ def _verify_batch_file(
         # Some block is bad: check each one so every bad block is reported, not just the first.
         for i in range(bf.num_blocks):
             try:
-                _verify_block(bf, i)
+                bf.verify_block(i)
             except Exception as e:
                 q = _problem(e, path)
                 problems.append(q if q.block is not None else dataclasses.replace(q, block=i))
-    index = _block_index(bf)
+    index = bf.block_index()
     if sum(r.rows for r in index) != bf.rows:
         problems.append(Problem(path, None, "footer row count differs from the block index"))
     problems += _check_padding(path, bf.size, index)
     return bf, problems, bf.num_blocks
-
-
-def _verify_block(bf: BatchFile, i: int) -> None:
-    """Checksum and decode one block (BatchFile.verify() for a single block)."""
-    bf._verified[i] = False
-    bf._load(i)
-
-
-def _block_index(bf: BatchFile) -> list[BlockIndexRow]:
-    names = bf.schema.key_names
-    firsts = [bf._firsts.column(n).to_pylist() for n in names]
-    lasts = [bf._lasts.column(n).to_pylist() for n in names]
-    return [
-        BlockIndexRow(
-            block=i,
-            offset=int(bf._offsets[i]),
-            length=int(bf._lengths[i]),
-            bloom_length=int(bf._bloom_lengths[i]),
-            rows=int(bf._block_rows[i]),
-            crc=int(bf._crcs[i]),
-            first_key=[c[i] for c in firsts],
-            last_key=[c[i] for c in lasts],
-        )
-        for i in range(bf.num_blocks)
-    ]
 
 
 def _check_padding(path: str, size: int, index: list[BlockIndexRow]) -> list[Problem]:
@@ -756,7 +722,7 @@ def dump_batch_file(path: str | os.PathLike[str], limit: int = 20) -> BatchFileD
                 break
             cols = [rb.column(n).to_pylist() for n in names]
             rows += [dict(zip(names, r, strict=True)) for r in zip(*cols, strict=True)]
-        return BatchFileDump(p, size, info, header, _block_index(bf), rows, problems)
+        return BatchFileDump(p, size, info, header, bf.block_index(), rows, problems)
 
 
 __all__ = [

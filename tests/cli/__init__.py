@@ -1,0 +1,1 @@
+"""Tests of the `spindle` command line."""
