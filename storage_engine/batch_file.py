@@ -33,6 +33,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from . import encoding, kernels
 from .batch import Batch
@@ -43,7 +44,10 @@ from .schema import WEIGHT, ZSetSchema
 
 MAGIC = b"SPNDLZS\x00"
 END_MAGIC = b"SPNDLEND"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""Version history: 1 — first release; 2 — bloom key hashes depend only on column types
+(version 1 hashed integer keys with pandas when any column of the schema was not integral,
+or when the block held a null). Readers keep the version-1 rule for version-1 files."""
 HEADER_SIZE = 64
 FOOTER_SIZE = 72
 _ALIGN = 64
@@ -75,15 +79,49 @@ def _mix64(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
         return x ^ (x >> np.uint64(31))
 
 
-def key_hashes(keys: pa.RecordBatch, schema: ZSetSchema) -> npt.NDArray[np.uint64]:
-    """Deterministic 64-bit hash per row of the key columns (same in every process)."""
+_NULL_HASH = np.uint64(0x9E3779B97F4A7C15)
+
+
+def key_hashes(
+    keys: pa.RecordBatch, schema: ZSetSchema, version: int = FORMAT_VERSION
+) -> npt.NDArray[np.uint64]:
+    """Deterministic 64-bit hash per row of the key columns (same in every process).
+
+    The hash of a column depends only on its type (never on the data, e.g. whether it has
+    nulls), so the rows of a file and the probes always hash alike. `version` selects the
+    rule of the file's format version.
+    """
+    if version == 1:
+        return _key_hashes_v1(keys, schema)
     n = keys.num_rows
     h = np.zeros(n, dtype=np.uint64)
     with np.errstate(over="ignore"):
+        for f in schema.keys:
+            col = keys.column(f.name)
+            if encoding.is_numeric(f.type):
+                nulls = col.null_count
+                filled = pc.fill_null(col, kernels.filler(f.type)) if nulls else col
+                values = encoding.numeric(filled)
+                assert values is not None
+                part = _mix64(values.astype(np.int64).view(np.uint64))
+                if nulls:
+                    part[np.asarray(pc.is_null(col).to_numpy(zero_copy_only=False))] = _NULL_HASH
+            else:
+                part = pd.util.hash_array(
+                    np.asarray(col.to_pylist(), dtype=object), categorize=False
+                ).astype(np.uint64)
+            h = _mix64(h * np.uint64(31) + part)
+    return h
+
+
+def _key_hashes_v1(keys: pa.RecordBatch, schema: ZSetSchema) -> npt.NDArray[np.uint64]:
+    h = np.zeros(keys.num_rows, dtype=np.uint64)
+    with np.errstate(over="ignore"):
         for name in schema.key_names:
             col = keys.column(name)
-            if schema.numpy_sortable and col.null_count == 0:
-                part = _mix64(kernels._np(col).astype(np.int64).view(np.uint64))
+            values = encoding.numeric(col) if schema.numpy_sortable and not col.null_count else None
+            if values is not None:
+                part = _mix64(values.astype(np.int64).view(np.uint64))
             else:
                 part = pd.util.hash_array(
                     np.asarray(col.to_pylist(), dtype=object), categorize=False
@@ -302,7 +340,6 @@ class BatchFile:
         self.size = len(self._mm)
         self._parse(expected)
         self._verified = np.zeros(self.num_blocks, dtype=bool)
-        self._bounds_cache: kernels.KeyEncoding | bool | None = False  # False: not yet
 
     def _parse(self, expected: ZSetSchema | None) -> None:
         mm, path = self._mm, self.path
@@ -449,32 +486,22 @@ class BatchFile:
         n = self.num_blocks
         return kernels.row_tuple(self._lasts, self.schema.key_names, n - 1) if n else None
 
-    def _bounds(self) -> kernels.KeyEncoding | None:
-        """Key encoding of every block's first keys followed by every block's last keys."""
-        if self._bounds_cache is False:
-            both = pa.concat_batches([self._firsts, self._lasts])
-            self._bounds_cache = kernels.key_encoding(both, self.schema)
-        return self._bounds_cache if isinstance(self._bounds_cache, encoding.Encoding) else None
-
     def candidate_blocks(
         self, probes: pa.RecordBatch
     ) -> tuple[pa.RecordBatch, list[tuple[int, int, int]]]:
-        """(probes that can match, [(block, probe start, probe stop)]): the blocks whose key
-        range may hold some probe. A superset is fine: the block seek is exact."""
+        """(probes, [(block, probe start, probe stop)]): the blocks whose key range may hold
+        some of the sorted `probes`. A superset is fine: the block seek is exact."""
         nb = self.num_blocks
         if nb == 0 or probes.num_rows == 0:
             return probes, []
         names = self.schema.key_names
-        enc = self._bounds()
-        penc = encoding.encode(probes, names, like=enc) if enc is not None else None
-        if enc is not None and penc is not None:
-            valid = penc[1]
-            p = penc[0].cols[0]
-            if valid is not None and not valid.all():
-                sel = np.flatnonzero(valid)
-                probes, p = probes.take(pa.array(sel)), p[sel]
-            lo = np.searchsorted(p, enc.cols[0][:nb], side="left")
-            hi = np.searchsorted(p, enc.cols[0][nb:], side="right")
+        # Bounds and probes encoded together so they share one common-prefix cut.
+        both = pa.concat_batches([self._firsts, self._lasts, probes.select(names)])
+        lead = encoding.leading(both, names[0])
+        if lead is not None:
+            first, last, p = lead[:nb], lead[nb : 2 * nb], lead[2 * nb :]
+            lo = np.searchsorted(p, first, side="left")
+            hi = np.searchsorted(p, last, side="right")
         else:
             lo = np.array(
                 [
@@ -505,7 +532,8 @@ class BatchFile:
         for i, a, b in blocks:
             sub = probes.slice(a, b - a)
             if self.has_bloom:
-                maybe = bloom_may_contain(self._bloom(i), key_hashes(sub, self.schema))
+                hashes = key_hashes(sub, self.schema, self.format_version)
+                maybe = bloom_may_contain(self._bloom(i), hashes)
                 if not maybe.any():
                     continue
                 if not maybe.all():

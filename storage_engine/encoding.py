@@ -42,14 +42,20 @@ class Encoding:
     layouts: list[StringLayout | None]  # one per source column; None for numeric columns
 
 
+def is_numeric(t: pa.DataType) -> bool:
+    """Types whose values map to NumPy integers in order: ints, timestamps, dates, bools."""
+    return bool(
+        pa.types.is_integer(t)
+        or pa.types.is_timestamp(t)
+        or pa.types.is_date(t)
+        or pa.types.is_duration(t)
+        or pa.types.is_boolean(t)
+    )
+
+
 def numeric(col: pa.Array) -> Array | None:
     """The column as an order-preserving NumPy array, or None if it is not numeric-like."""
-    t = col.type
-    if not (pa.types.is_integer(t) or pa.types.is_temporal(t) or pa.types.is_boolean(t)):
-        return None
-    if pa.types.is_temporal(t) and not (
-        pa.types.is_timestamp(t) or pa.types.is_date(t) or pa.types.is_duration(t)
-    ):
+    if not is_numeric(col.type):
         return None
     arr: Array = col.to_numpy(zero_copy_only=False)
     if arr.dtype.kind in "mM":
@@ -57,6 +63,21 @@ def numeric(col: pa.Array) -> Array | None:
     if arr.dtype.kind == "b":
         return arr.view(np.uint8)
     return arr
+
+
+def leading(rb: pa.RecordBatch, name: str) -> Array | None:
+    """An order-preserving (not necessarily strict) NumPy form of one column, for range
+    checks: the column itself if numeric, else its first string chunk after the common
+    prefix. None if the column has nulls or another type."""
+    col = rb.column(name)
+    if col.null_count:
+        return None
+    arr = numeric(col)
+    if arr is not None or not _is_stringish(col.type):
+        return arr
+    starts, lens, data = _buffers(col)
+    cut = len(_common_prefix(col))
+    return _chunk(starts + cut, lens - cut, data, 0)
 
 
 def _is_stringish(t: pa.DataType) -> bool:

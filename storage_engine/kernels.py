@@ -302,12 +302,13 @@ def _null_safe_keys(rb: pa.RecordBatch, names: Sequence[str]) -> pa.Table:
     cols: dict[str, pa.Array] = {}
     for i, n in enumerate(names):
         col = rb.column(n)
-        cols[f"k{i}"] = pc.fill_null(col, pa.scalar(_filler(col.type), col.type))
+        cols[f"k{i}"] = pc.fill_null(col, pa.scalar(filler(col.type), col.type))
         cols[f"n{i}"] = pc.is_null(col)
     return pa.table(cols)
 
 
-def _filler(t: pa.DataType) -> Any:
+def filler(t: pa.DataType) -> Any:
+    """A non-null value of type `t` (stands in for nulls where a value is required)."""
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         return ""
     if pa.types.is_binary(t) or pa.types.is_large_binary(t):

@@ -539,6 +539,11 @@ class StorageLocation:
         return os.path.join(self.path, *parts)
 
 
+def _int_type(t: pa.DataType) -> pa.DataType:
+    """The signed integer type a temporal type casts to losslessly (date32 -> int32)."""
+    return pa.int32() if t.bit_width == 32 else pa.int64()
+
+
 def _encode_bound(schema: ZSetSchema, bound: Sequence[Any] | None) -> list[Any] | None:
     """JSON form of a key bound: temporal values as integers in their Arrow unit."""
     if bound is None:
@@ -546,7 +551,7 @@ def _encode_bound(schema: ZSetSchema, bound: Sequence[Any] | None) -> list[Any] 
     out = []
     for f, v in zip(schema.keys, bound, strict=False):
         if pa.types.is_temporal(f.type):
-            out.append(pa.array([v], f.type).cast(pa.int64())[0].as_py())
+            out.append(pa.array([v], f.type).cast(_int_type(f.type))[0].as_py())
         else:
             out.append(v)
     return out
@@ -558,7 +563,7 @@ def _decode_bound(schema: ZSetSchema, raw: list[Any] | None) -> list[Any] | None
     out = []
     for f, v in zip(schema.keys, raw, strict=False):
         if pa.types.is_temporal(f.type):
-            out.append(pa.array([v], pa.int64()).cast(f.type)[0].as_py())
+            out.append(pa.array([v], _int_type(f.type)).cast(f.type)[0].as_py())
         else:
             out.append(v)
     return out

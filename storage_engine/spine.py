@@ -54,29 +54,38 @@ class MemoryBudget:
 
 
 class _Entry:
-    """One batch of a spine: in memory, in a file, or both (after a commit wrote it)."""
+    """One batch of a spine: in memory, in a file, or both (after a commit wrote it).
 
-    __slots__ = ("busy", "file", "mem", "rows")
+    `mem` may be dropped (spilled) by another thread at any time, after `file` is set:
+    readers read `mem` once into a local. `retired` is set when a merge replaced the entry;
+    retired entries are never spilled again. Both change only under the spine's `_io_lock`.
+    """
+
+    __slots__ = ("busy", "file", "mem", "retired", "rows")
 
     def __init__(self, mem: Batch | None = None, file: BatchFile | None = None) -> None:
         self.mem = mem
         self.file = file
         self.rows = len(mem) if mem is not None else (file.rows if file is not None else 0)
         self.busy = False
+        self.retired = False
 
     @property
     def mem_bytes(self) -> int:
-        return self.mem.nbytes if self.mem is not None else 0
+        mem = self.mem
+        return mem.nbytes if mem is not None else 0
 
     @property
     def nbytes(self) -> int:
-        if self.mem is not None:
-            return self.mem.nbytes
-        return self.file.size if self.file is not None else 0
+        mem, file = self.mem, self.file
+        if mem is not None:
+            return mem.nbytes
+        return file.size if file is not None else 0
 
     def chunks(self, rows: int) -> Iterator[pa.RecordBatch]:
-        if self.mem is not None:
-            data = self.mem.data
+        mem = self.mem
+        if mem is not None:
+            data = mem.data
             for start in range(0, data.num_rows, rows):
                 yield data.slice(start, rows)
         elif self.file is not None:
@@ -343,15 +352,23 @@ class Spine:
                 self._inflight -= 1
                 self._lock.notify_all()
             return
-        retired = [g.file.name for g in group if g.file is not None]
-        with self._lock:
+        with self._lock, self._io_lock:
             ids = {id(g) for g in group}
             kept = tuple(e for e in self._entries if id(e) not in ids)
             self._entries = (*kept, out) if out is not None else kept
+            # The group stops being charged and the output starts, in one step that no
+            # spill can interleave with.
+            released = 0
+            retired: list[str] = []
+            for g in group:
+                g.retired = True
+                released += g.mem_bytes
+                if g.file is not None:
+                    retired.append(g.file.name)
+            self._loc.budget.add((out.mem_bytes if out else 0) - released)
             self._inflight -= 1
             self._schedule_locked()
             self._lock.notify_all()
-        self._loc.budget.add((out.mem_bytes if out else 0) - sum(g.mem_bytes for g in group))
         self._loc.retire_files(retired)
         self._relieve_memory()
 
@@ -378,7 +395,7 @@ class Spine:
             if not budget.over():
                 break
             with self._io_lock:
-                if e.mem is None:
+                if e.mem is None or e.retired:
                     continue
                 if e.file is None:
                     e.file = self._loc.write_batch(e.mem)
