@@ -59,6 +59,7 @@ _BLOOM_BITS_PER_KEY = 10
 _BLOOM_HASHES = 7
 
 _file_ids = itertools.count(1)
+_VIEW_CHARGE = 1024  # cache budget charged for a zero-copy block (Python objects only)
 
 
 @dataclass(frozen=True)
@@ -71,15 +72,7 @@ class WriteOptions:
 # -- hashing and bloom filters ---------------------------------------------------------------
 
 
-def _mix64(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
-    """splitmix64 finaliser: a fast, well-distributed, deterministic 64-bit mixer."""
-    with np.errstate(over="ignore"):
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return x ^ (x >> np.uint64(31))
-
-
-_NULL_HASH = np.uint64(0x9E3779B97F4A7C15)
+_mix64 = encoding.mix64
 
 
 def key_hashes(
@@ -93,8 +86,7 @@ def key_hashes(
     """
     if version == 1:
         return _key_hashes_v1(keys, schema)
-    n = keys.num_rows
-    h = np.zeros(n, dtype=np.uint64)
+    h = np.zeros(keys.num_rows, dtype=np.uint64)
     with np.errstate(over="ignore"):
         for f in schema.keys:
             col = keys.column(f.name)
@@ -105,7 +97,10 @@ def key_hashes(
                 assert values is not None
                 part = _mix64(values.astype(np.int64).view(np.uint64))
                 if nulls:
-                    part[np.asarray(pc.is_null(col).to_numpy(zero_copy_only=False))] = _NULL_HASH
+                    isnull = np.asarray(pc.is_null(col).to_numpy(zero_copy_only=False))
+                    part[isnull] = encoding.NULL_HASH
+            elif encoding.is_stringish(f.type):
+                part = encoding.string_hash(col)
             else:
                 part = pd.util.hash_array(
                     np.asarray(col.to_pylist(), dtype=object), categorize=False
@@ -130,7 +125,16 @@ def _key_hashes_v1(keys: pa.RecordBatch, schema: ZSetSchema) -> npt.NDArray[np.u
     return h
 
 
-def _bloom_positions(h: npt.NDArray[np.uint64], m: int) -> npt.NDArray[np.uint64]:
+def _bloom_positions(h: npt.NDArray[np.uint64], m: int) -> npt.NDArray[np.uint32]:
+    """Probe bit positions, (k, n): double hashing in uint32, m a power of two."""
+    h1 = (h & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    h2 = ((h >> np.uint64(32)) | np.uint64(1)).astype(np.uint32)
+    i = np.arange(_BLOOM_HASHES, dtype=np.uint32)[:, None]
+    with np.errstate(over="ignore"):
+        return (h1[None, :] + i * h2[None, :]) & np.uint32(m - 1)
+
+
+def _bloom_positions_v1(h: npt.NDArray[np.uint64], m: int) -> npt.NDArray[np.uint64]:
     h1 = h & np.uint64(0xFFFFFFFF)
     h2 = (h >> np.uint64(32)) | np.uint64(1)
     i = np.arange(_BLOOM_HASHES, dtype=np.uint64)[:, None]
@@ -139,18 +143,23 @@ def _bloom_positions(h: npt.NDArray[np.uint64], m: int) -> npt.NDArray[np.uint64
 
 
 def build_bloom(h: npt.NDArray[np.uint64]) -> bytes:
-    m = max(64, ((len(h) * _BLOOM_BITS_PER_KEY + 63) // 64) * 64)
+    """A bloom filter of ~10-20 bits per key: m is the power of two >= 10 bits per key."""
+    m = 1 << max(6, int(len(h) * _BLOOM_BITS_PER_KEY - 1).bit_length())
     bits = np.zeros(m, dtype=bool)
     bits[_bloom_positions(h, m).ravel()] = True
     return np.packbits(bits, bitorder="little").tobytes()
 
 
 def bloom_may_contain(
-    bloom: memoryview | bytes, h: npt.NDArray[np.uint64]
+    bloom: memoryview | bytes, h: npt.NDArray[np.uint64], version: int = FORMAT_VERSION
 ) -> npt.NDArray[np.bool_]:
-    bits = np.unpackbits(np.frombuffer(bloom, dtype=np.uint8), bitorder="little")
-    pos = _bloom_positions(h, len(bits))
-    return np.asarray(bits[pos].all(axis=0), dtype=bool)
+    packed = np.frombuffer(bloom, dtype=np.uint8)
+    if version == 1:
+        bits = np.unpackbits(packed, bitorder="little")
+        return np.asarray(bits[_bloom_positions_v1(h, len(bits))].all(axis=0), dtype=bool)
+    pos = _bloom_positions(h, len(packed) * 8)
+    hit = (packed[pos >> np.uint32(3)] >> (pos & np.uint32(7)).astype(np.uint8)) & np.uint8(1)
+    return np.asarray(hit.all(axis=0), dtype=bool)
 
 
 # -- writing --------------------------------------------------------------------------------
@@ -426,7 +435,9 @@ class BatchFile:
             raise CorruptionError(self.path, f"undecodable block: {e}", block=i) from e
         if rb.num_rows != int(self._block_rows[i]):
             raise CorruptionError(self.path, "block row count differs from the index", block=i)
-        return rb, n
+        # Uncompressed blocks are views into the mapping: the page cache holds their bytes,
+        # so they cost the budget only their bookkeeping. Decompressed blocks are heap.
+        return rb, int(rb.nbytes) if self.compression else _VIEW_CHARGE
 
     def block(self, i: int) -> pa.RecordBatch:
         rb: pa.RecordBatch = self._cache.get((self._id, i), lambda: self._load(i))
@@ -531,9 +542,10 @@ class BatchFile:
         probes, blocks = self.candidate_blocks(probes)
         for i, a, b in blocks:
             sub = probes.slice(a, b - a)
-            if self.has_bloom:
+            # The bloom filter saves reading a block; once it is cached, searching is cheaper.
+            if self.has_bloom and not self._cache.contains((self._id, i)):
                 hashes = key_hashes(sub, self.schema, self.format_version)
-                maybe = bloom_may_contain(self._bloom(i), hashes)
+                maybe = bloom_may_contain(self._bloom(i), hashes, self.format_version)
                 if not maybe.any():
                     continue
                 if not maybe.all():

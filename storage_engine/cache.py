@@ -53,6 +53,10 @@ class BufferCache:
             self._insert(key, value, size)
         return value
 
+    def contains(self, key: Hashable) -> bool:
+        with self._lock:
+            return key in self._entries
+
     def prefetch(self, items: list[tuple[Hashable, Callable[[], tuple[Any, int]]]]) -> None:
         """Hint: load these blocks in the background if they are not cached already."""
         for key, loader in items:

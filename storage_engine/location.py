@@ -420,13 +420,15 @@ class StorageLocation:
                     total += f.size
                     rows += f.rows
                     new += f.size if f.name not in old else 0
-        fs.sync_dir(self.path)  # names of the batch files written above
+        # The checkpoint directory is unreferenced until the manifest names it, so its files
+        # need no atomic rename: fsync each, then the directory once, then the base directory
+        # (which makes both the new batch files' names and the directory's name durable).
         ckdir = self._p(uid)
         if fs.exists(ckdir):
             fs.rmtree(ckdir)  # left over from a failed attempt
         fs.mkdir(ckdir)
         for op, doc in spine_docs.items():
-            write_doc(fs, os.path.join(ckdir, spine_file(op)), doc)
+            write_doc(fs, os.path.join(ckdir, spine_file(op)), doc, atomic=False)
         write_doc(
             fs,
             os.path.join(ckdir, CHECKPOINT_META),
@@ -437,7 +439,9 @@ class StorageLocation:
                 "metadata": metadata,
                 "spines": sorted(spine_docs),
             },
+            atomic=False,
         )
+        fs.sync_dir(ckdir)
         fs.sync_dir(self.path)
         info = CheckpointInfo(
             uuid=uid,

@@ -53,8 +53,18 @@ def read_doc(fs: FileLayer, path: str) -> dict[str, Any]:
     return decode(data, path)
 
 
-def write_doc(fs: FileLayer, path: str, doc: dict[str, Any]) -> None:
-    write_durably(fs, path, [encode(doc)])
+def write_doc(fs: FileLayer, path: str, doc: dict[str, Any], atomic: bool = True) -> None:
+    """Write a document durably. `atomic=False` skips the `.mut` + rename + directory fsync:
+    for files in a directory nothing references yet, whose caller syncs the directory once."""
+    if atomic:
+        write_durably(fs, path, [encode(doc)])
+        return
+    f = fs.create(path)
+    try:
+        f.write(encode(doc))
+        f.sync()
+    finally:
+        f.close()
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import queue
@@ -31,6 +32,9 @@ from .schema import ZSetSchema
 
 if TYPE_CHECKING:
     from .location import StorageLocation
+
+
+_HARD_LIMIT = 1.5  # inserts spill themselves beyond this multiple of the budget
 
 
 class MemoryBudget:
@@ -196,7 +200,10 @@ class Merger:
             task = self._q.get()
             if task is None:
                 return
-            task()
+            # Tasks record their own failures on their spine; this only keeps one escaped
+            # exception from silently stopping every later merge of the location.
+            with contextlib.suppress(BaseException):
+                task()
 
     def close(self) -> None:
         self._q.put(None)
@@ -224,7 +231,8 @@ class Spine:
         self._entries: tuple[_Entry, ...] = tuple(_Entry(file=f) for f in restored)
         self.lower_bound: tuple[Any, ...] | None = tuple(lower_bound) if lower_bound else None
         self._lock = threading.Condition()
-        self._io_lock = threading.Lock()  # one writer of an entry's file at a time
+        self._io_lock = threading.Lock()
+        self._spill_queued = False  # one writer of an entry's file at a time
         self._inflight = 0
         self.merge_error: BaseException | None = None
 
@@ -369,8 +377,13 @@ class Spine:
             self._inflight -= 1
             self._schedule_locked()
             self._lock.notify_all()
-        self._loc.retire_files(retired)
-        self._relieve_memory()
+        try:
+            self._loc.retire_files(retired)
+            self._relieve_memory(background=True)
+        except BaseException as e:  # the merge itself stands; surface the failure
+            with self._lock:
+                self.merge_error = e
+                self._lock.notify_all()
 
     def _merge_entries(self, group: list[_Entry]) -> _Entry | None:
         total = sum(g.nbytes for g in group)
@@ -386,12 +399,27 @@ class Spine:
         f = self._loc.write_batch_stream(self.schema, (self._apply_lower_bound(c) for c in stream))
         return _Entry(file=f) if f is not None else None
 
-    def _relieve_memory(self) -> None:
-        """Over budget: drop memory copies of file-backed batches, then spill the largest."""
+    def _relieve_memory(self, background: bool = False) -> None:
+        """Keep in-memory batches under the budget.
+
+        Dropping the memory copy of a batch that already has a file is free and comes first;
+        then the largest batches are spilled. The inserting thread hands spilling to the
+        merger thread and only spills itself (backpressure) past `_HARD_LIMIT` times the budget.
+        """
         budget = self._loc.budget
         if not budget.over():
             return
-        for e in sorted(self.snapshot(), key=lambda e: -e.mem_bytes):
+        if not background and budget.used <= budget.limit * _HARD_LIMIT:
+            with self._lock:
+                if self._spill_queued:
+                    return
+                self._spill_queued = True
+                self._inflight += 1
+            self._loc.merger.submit(self._background_spill)
+            return
+        snap = self.snapshot()
+        with_files = [e for e in snap if e.file is not None]
+        for e in [*with_files, *sorted(snap, key=lambda e: -e.mem_bytes)]:
             if not budget.over():
                 break
             with self._io_lock:
@@ -402,6 +430,18 @@ class Spine:
                 freed = e.mem_bytes
                 e.mem = None
             budget.add(-freed)
+
+    def _background_spill(self) -> None:
+        try:
+            with self._lock:
+                self._spill_queued = False
+            self._relieve_memory(background=True)
+        except BaseException as e:  # surfaced on the next insert or commit
+            self.merge_error = e
+        finally:
+            with self._lock:
+                self._inflight -= 1
+                self._lock.notify_all()
 
     def wait_idle(self) -> None:
         """Block until no merge is running or schedulable (benchmarks, tests, shutdown)."""
