@@ -64,6 +64,10 @@ OP_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 T = TypeVar("T")
 
 
+class _ManifestInDoubt(OSError):
+    """A manifest write failed and the previous manifest could not be put back."""
+
+
 @dataclass(frozen=True)
 class GcResult:
     deleted: list[str]
@@ -175,6 +179,10 @@ class StorageLocation:
                 self._unreadable.add(c.uuid)
         if not self.read_only:
             self._cleanup(names)
+            if MANIFEST not in names:
+                # An (empty) manifest must exist before any checkpoint directory does, or a
+                # crash in the first commit would leave directories without a manifest.
+                write_doc(fs, self._p(MANIFEST), self._manifest.to_json())
         self._restore(fingerprint, checkpoint, allow_state_drop)
 
     def _take_lock(self) -> None:
@@ -377,16 +385,27 @@ class StorageLocation:
         """
         self._check_writable()
         started = time.perf_counter()
-        uid = str(uuidlib.uuid4())
         step = self.step if step is None else step
+
+        def attempt() -> tuple[CheckpointInfo, set[str]]:
+            # Each attempt has its own uuid: no manifest on disk ever names a directory that
+            # a retry is rebuilding.
+            uid = str(uuidlib.uuid4())
+            try:
+                return self._write_checkpoint(uid, identifier, step, metadata or {}, started)
+            except _ManifestInDoubt:
+                raise  # the on-disk manifest may name `uid`: keep its directory
+            except OSError:
+                with contextlib.suppress(OSError):
+                    self._discard_dir(uid)
+                raise
+
         with self._lock:
             try:
-                info, files = self._retrying(
-                    lambda: self._write_checkpoint(uid, identifier, step, metadata or {}, started)
-                )
+                info, files = self._retrying(attempt)
             except OSError as e:
-                self._discard_dir(uid)
-                raise CommitFailedError(f"commit of checkpoint {uid} failed: {e}") from e
+                raise CommitFailedError(f"commit failed: {e}") from e
+            uid = info.uuid
             self._manifest = Manifest([*self._manifest.checkpoints, info])
             self._refs[uid] = files
             self._parent = uid
@@ -456,9 +475,18 @@ class StorageLocation:
             rows=rows,
             files=len(all_files),
         )
-        write_doc(
-            fs, self._p(MANIFEST), Manifest([*self._manifest.checkpoints, info]).to_json()
-        )  # commit point
+        try:
+            write_doc(
+                fs, self._p(MANIFEST), Manifest([*self._manifest.checkpoints, info]).to_json()
+            )  # commit point
+        except OSError as e:
+            # The rename may have happened before the failure: put the previous manifest
+            # back durably so that a reported failure really leaves it unchanged.
+            try:
+                write_doc(fs, self._p(MANIFEST), self._manifest.to_json())
+            except OSError:
+                raise _ManifestInDoubt(str(e)) from e
+            raise
         return info, all_files
 
     def gc_checkpoint(self, protect: Iterable[str] = ()) -> GcResult:

@@ -12,7 +12,8 @@ may gc or delete old checkpoints. So the contents of ANY checkpoint are recomput
 step alone (`Model.view(step)`), however many crashes and resumes happened before it.
 
 Output lines (flushed): `I` once imports are done, `O <step>` after open/restore,
-`C <step> <uuid>` after each commit returned, `G <n>`/`D <uuid>` after gc/delete.
+`C <step> <uuid>` after each commit returned, `G <n>`/`D <uuid>` after gc/delete. With
+`SPINDLE_KILL_AT_OP=N` set, the worker SIGKILLs itself at its N-th mutating file call.
 
 The same workload, model and checks are used in-process by the power-loss and write-fault
 tests (tests/engine/test_powerloss.py, tests/engine/test_write_faults.py).
@@ -21,6 +22,7 @@ tests (tests/engine/test_powerloss.py, tests/engine/test_write_faults.py).
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from dataclasses import dataclass
 
@@ -39,6 +41,7 @@ from storage_engine import (
     StorageLocation,
     ZSetSchema,
 )
+from storage_engine.fileio import WritableFile
 
 FINGERPRINT = "crash-test-v1"
 SCHEMA_A = ZSetSchema.of([("k", pa.int64())], [("v", pa.int64())])
@@ -288,11 +291,73 @@ def check_location(
     return latest, steps
 
 
+class KillingFileLayer(PosixFileLayer):
+    """Counts mutating calls and SIGKILLs its own process at call `kill_at` (before it)."""
+
+    def __init__(self, kill_at: int) -> None:
+        self.kill_at = kill_at
+        self.ops = 0
+
+    def _tick(self) -> None:
+        self.ops += 1
+        if self.ops >= self.kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def create(self, path: str) -> WritableFile:
+        self._tick()
+        inner = super().create(path)
+        layer = self
+
+        class _File:
+            def __init__(self) -> None:
+                self.path = inner.path
+
+            def write(self, data: bytes | memoryview) -> None:
+                layer._tick()
+                inner.write(data)
+
+            def tell(self) -> int:
+                return inner.tell()
+
+            def sync(self) -> None:
+                layer._tick()
+                inner.sync()
+
+            def close(self) -> None:
+                inner.close()
+
+        return _File()
+
+    def rename(self, src: str, dst: str) -> None:
+        self._tick()
+        super().rename(src, dst)
+
+    def remove(self, path: str) -> None:
+        self._tick()
+        super().remove(path)
+
+    def mkdir(self, path: str) -> None:
+        self._tick()
+        super().mkdir(path)
+
+    def rmtree(self, path: str) -> None:
+        self._tick()
+        super().rmtree(path)
+
+    def sync_dir(self, path: str) -> None:
+        self._tick()
+        super().sync_dir(path)
+
+
 def run_worker(path: str, seed: int, max_steps: int) -> None:
+    """`SPINDLE_KILL_AT_OP=N` in the environment: SIGKILL at the N-th mutating file call
+    (commit lines then carry the op count so far: `C <step> <uuid> <ops>`)."""
     out = sys.stdout
     out.write("I\n")
     out.flush()
-    loc = StorageLocation.open(path, fingerprint=FINGERPRINT, settings=small_settings())
+    kill_at = os.environ.get("SPINDLE_KILL_AT_OP")
+    fs = KillingFileLayer(int(kill_at)) if kill_at else PosixFileLayer()
+    loc = StorageLocation.open(path, fingerprint=FINGERPRINT, settings=small_settings(), fs=fs)
     start = loc.step
     out.write(f"O {start}\n")
     out.flush()
@@ -302,7 +367,8 @@ def run_worker(path: str, seed: int, max_steps: int) -> None:
         if not p.commit:
             continue
         uid = loc.commit(step=step)
-        out.write(f"C {step} {uid}\n")
+        ops = f" {fs.ops}" if isinstance(fs, KillingFileLayer) else ""
+        out.write(f"C {step} {uid}{ops}\n")
         out.flush()
         if p.gc:
             n = 0

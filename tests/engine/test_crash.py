@@ -16,6 +16,7 @@ up itself, possibly crashing again while doing so) and checks the copy:
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
@@ -134,3 +135,50 @@ def test_sigkill_at_random_points_recovers_last_commit(tmp_path: Path) -> None:
     for log in logs:
         # resumed chains make progress: the latest checkpoint never moves backwards
         assert log.latest == sorted(log.latest), (log.seed, log.latest)
+
+
+KILL_SEED = 5
+KILL_STEPS = 6  # seed 5 commits at steps 4 and 6 (checked below)
+
+
+def _run_killed_at(loc: Path, n: int) -> tuple[int, list[str]]:
+    env = {**os.environ, "SPINDLE_KILL_AT_OP": str(n)}
+    proc = subprocess.run(
+        [sys.executable, str(WORKER), str(loc), str(KILL_SEED), str(KILL_STEPS)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode in (0, -signal.SIGKILL), proc.stderr
+    return proc.returncode, proc.stdout.splitlines()
+
+
+def _kill_point(base: Path, n: int) -> str | None:
+    loc = base / f"k{n}"
+    rc, lines = _run_killed_at(loc, n)
+    acked = max((int(ln.split()[1]) for ln in lines if ln.startswith("C ")), default=0)
+    if not loc.exists():
+        return None
+    try:
+        check_location(str(loc), Model(KILL_SEED), min_latest=acked)
+    except Exception as e:
+        return f"SIGKILL before mutating file call #{n} (rc {rc}): {type(e).__name__}: {e}"
+    return None
+
+
+@pytest.mark.slow
+def test_sigkill_at_enumerated_file_operations_of_first_commits(tmp_path: Path) -> None:
+    """Deterministic kill points: the worker SIGKILLs itself at its N-th mutating file call,
+    for N spread over a fresh location's open, first two commits and gc."""
+    rc, lines = _run_killed_at(tmp_path / "count", 10**9)
+    commits = [ln.split() for ln in lines if ln.startswith("C ")]
+    assert rc == 0 and [int(c[1]) for c in commits] == [4, 6], lines
+    total = int(commits[-1][3])
+    points = sorted({int(x) for x in np.linspace(1, total, trials(60, 10)).round()})
+    if trials(1, 0):  # full profile: every call of the first commit's checkpoint/manifest
+        points = sorted(set(points) | set(range(int(commits[0][3]) - 16, int(commits[0][3]) + 1)))
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        failures = [f for f in pool.map(lambda n: _kill_point(tmp_path, n), points) if f]
+    assert not failures, "\n".join(failures)
