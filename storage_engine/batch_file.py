@@ -102,11 +102,15 @@ def key_hashes(
             elif encoding.is_stringish(f.type):
                 part = encoding.string_hash(col)
             else:
-                part = pd.util.hash_array(
-                    np.asarray(col.to_pylist(), dtype=object), categorize=False
-                ).astype(np.uint64)
+                part = _object_hash(col)
             h = _mix64(h * np.uint64(31) + part)
     return h
+
+
+def _object_hash(col: pa.Array) -> npt.NDArray[np.uint64]:
+    """pandas' hash of the Python values: the rule for types without a NumPy form."""
+    values = np.asarray(col.to_pylist(), dtype=object)
+    return np.asarray(pd.util.hash_array(values, categorize=False), dtype=np.uint64)
 
 
 def _key_hashes_v1(keys: pa.RecordBatch, schema: ZSetSchema) -> npt.NDArray[np.uint64]:
@@ -118,9 +122,7 @@ def _key_hashes_v1(keys: pa.RecordBatch, schema: ZSetSchema) -> npt.NDArray[np.u
             if values is not None:
                 part = _mix64(values.astype(np.int64).view(np.uint64))
             else:
-                part = pd.util.hash_array(
-                    np.asarray(col.to_pylist(), dtype=object), categorize=False
-                ).astype(np.uint64)
+                part = _object_hash(col)
             h = _mix64(h * np.uint64(31) + part)
     return h
 
