@@ -524,7 +524,7 @@ class BatchFile:
             )
             hi = np.array(
                 [
-                    _count_at_most(probes, names, kernels.row_tuple(self._lasts, names, i))
+                    kernels.count_at_most(probes, names, kernels.row_tuple(self._lasts, names, i))
                     for i in range(nb)
                 ]
             )
@@ -593,15 +593,6 @@ class BatchFile:
 
     def __repr__(self) -> str:
         return f"BatchFile({self.name}, {self.rows} rows, {self.num_blocks} blocks)"
-
-
-def _count_at_most(rb: pa.RecordBatch, names: list[str], bound: tuple[Any, ...]) -> int:
-    """Rows of sorted `rb` whose key is <= bound."""
-    below = kernels.count_below(rb, names, bound)
-    n = below
-    while n < rb.num_rows and kernels.compare_rows(kernels.row_tuple(rb, names, n), bound) == 0:
-        n += 1
-    return n
 
 
 __all__ = ["WEIGHT", "BatchFile", "BatchFileWriter", "WriteOptions", "write_batch_file"]

@@ -26,13 +26,6 @@ from .schema import WEIGHT, ZSetSchema
 IntArray = npt.NDArray[np.int64]
 
 
-def _np(col: pa.Array) -> npt.NDArray[Any]:
-    arr = encoding.numeric(col)
-    if arr is None:
-        raise TypeError(f"column of type {col.type} has no numeric form")
-    return arr
-
-
 def weights(rb: pa.RecordBatch) -> IntArray:
     return np.asarray(rb.column(WEIGHT).to_numpy(zero_copy_only=False), dtype=np.int64)
 
@@ -355,6 +348,14 @@ def count_below(rb: pa.RecordBatch, names: Sequence[str], bound: Sequence[Any]) 
         lt |= eq & pc.fill_null(pc.less(col, scalar), True).to_numpy(zero_copy_only=False)
         eq &= pc.fill_null(pc.equal(col, scalar), False).to_numpy(zero_copy_only=False)
     return int(lt.sum())
+
+
+def count_at_most(rb: pa.RecordBatch, names: Sequence[str], bound: Sequence[Any]) -> int:
+    """Number of leading rows of sorted `rb` whose `names` columns are <= `bound`."""
+    n = count_below(rb, names, bound)
+    while n < rb.num_rows and compare_rows(row_tuple(rb, names, n), tuple(bound)) == 0:
+        n += 1
+    return n
 
 
 def row_tuple(rb: pa.RecordBatch, names: Sequence[str], i: int) -> tuple[Any, ...]:

@@ -157,7 +157,7 @@ def merge_stream(
             for i in live:
                 b = bufs[i]
                 assert b is not None
-                n = _count_at_most(b, names, cut)
+                n = kernels.count_at_most(b, names, cut)
                 if n:
                     parts.append(b.slice(0, n))
                     bufs[i] = b.slice(n)
@@ -175,13 +175,6 @@ def merge_stream(
 def _last_row(rb: pa.RecordBatch | None, names: list[str]) -> tuple[Any, ...]:
     assert rb is not None
     return kernels.row_tuple(rb, names, rb.num_rows - 1)
-
-
-def _count_at_most(rb: pa.RecordBatch, names: list[str], bound: tuple[Any, ...]) -> int:
-    n = kernels.count_below(rb, names, bound)
-    if n < rb.num_rows and kernels.compare_rows(kernels.row_tuple(rb, names, n), bound) == 0:
-        n += 1  # consolidated: at most one equal row
-    return n
 
 
 class Merger:
