@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import re
 import threading
@@ -38,6 +39,7 @@ import tenacity
 from .batch import Batch
 from .batch_file import BatchFile, BatchFileWriter, WriteOptions
 from .cache import BufferCache
+from .commit import CommitHandle, CommitThread
 from .errors import (
     CheckpointNotFoundError,
     CommitFailedError,
@@ -52,7 +54,7 @@ from .fileio import FileLayer, PosixFileLayer
 from .manifest import CheckpointInfo, Manifest, read_doc, write_doc
 from .schema import ZSetSchema
 from .settings import EngineSettings
-from .spine import MemoryBudget, Merger, Spine
+from .spine import MemoryBudget, Merger, Spine, _Entry
 
 MANIFEST = "checkpoints.manifest"
 LOCK = "LOCK"
@@ -83,6 +85,17 @@ class SpineMeta:
     lower_bound: list[Any] | None
     rows: int
     bytes: int
+
+
+@dataclass
+class _CommitJob:
+    """A requested commit: the snapshot it must write, taken at request time."""
+
+    handle: CommitHandle
+    spines: dict[str, tuple[tuple[_Entry, ...], tuple[Any, ...] | None]]
+    identifier: str | None
+    step: int
+    metadata: dict[str, Any]
 
 
 def spine_file(op_id: str) -> str:
@@ -120,6 +133,9 @@ class StorageLocation:
         self._parent: str | None = None
         self._fingerprint = ""
         self._restored_spines: dict[str, SpineMeta] = {}
+        self._committer: CommitThread | None = None
+        self._pending: list[_CommitJob] = []
+        self.last_commit_error: str | None = None
         self._write_opts = WriteOptions(settings.block_rows, settings.compression, settings.bloom)
 
     # -- opening -------------------------------------------------------------------------
@@ -349,8 +365,9 @@ class StorageLocation:
             return
         with self._lock:
             referenced = set().union(*self._refs.values()) if self._refs else set()
+            keep = referenced | self._pinned_files()
             for n in names:
-                if n not in referenced and not self._unreadable:
+                if n not in keep and not self._unreadable:
                     self._remove_batch(n)
 
     def _remove_batch(self, name: str) -> int:
@@ -378,21 +395,53 @@ class StorageLocation:
         step: int | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> str:
-        """Take a checkpoint of every spine; returns its uuid once it is durable.
+        """Take a checkpoint of every spine; returns its uuid once it is locally durable.
 
         Failing writes are retried with backoff; if they keep failing, CommitFailedError is
         raised and the manifest (so every earlier checkpoint) is unchanged.
         """
+        return self.commit_async(identifier, step, metadata).wait_local()
+
+    def commit_async(
+        self,
+        identifier: str | None = None,
+        step: int | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> CommitHandle:
+        """Request a checkpoint of the state as it is now; returns at once with a handle.
+
+        The commit thread writes it while the caller goes on inserting; see `commit.py` for
+        the ordering rules. Blocks only while `max_pending_commits` requests are queued.
+        """
         self._check_writable()
-        started = time.perf_counter()
         step = self.step if step is None else step
+        with self._lock:
+            job = _CommitJob(
+                handle=CommitHandle(step, identifier, remote_expected=False),
+                spines={op: (sp.snapshot(), sp.lower_bound) for op, sp in self._spines.items()},
+                identifier=identifier,
+                step=step,
+                metadata=dict(metadata or {}),
+            )
+            self._pending.append(job)
+        self.committer.submit(job.handle, functools.partial(self._run_commit, job))
+        return job.handle
+
+    @property
+    def committer(self) -> CommitThread:
+        if self._committer is None:
+            self._committer = CommitThread(self.settings.max_pending_commits)
+        return self._committer
+
+    def _run_commit(self, job: _CommitJob) -> None:
+        started = time.perf_counter()
 
         def attempt() -> tuple[CheckpointInfo, set[str]]:
             # Each attempt has its own uuid: no manifest on disk ever names a directory that
             # a retry is rebuilding.
             uid = str(uuidlib.uuid4())
             try:
-                return self._write_checkpoint(uid, identifier, step, metadata or {}, started)
+                return self._write_checkpoint(uid, job, started)
             except _ManifestInDoubt:
                 raise  # the on-disk manifest may name `uid`: keep its directory
             except OSError:
@@ -400,38 +449,42 @@ class StorageLocation:
                     self._discard_dir(uid)
                 raise
 
-        with self._lock:
+        try:
             try:
-                info, files = self._retrying(attempt)
+                info, _files = self._retrying(attempt)
             except OSError as e:
-                raise CommitFailedError(f"commit failed: {e}") from e
-            uid = info.uuid
-            self._manifest = Manifest([*self._manifest.checkpoints, info])
-            self._refs[uid] = files
-            self._parent = uid
-            self.step = step
-            self.metadata = dict(metadata or {})
-        return uid
+                raise CommitFailedError(f"commit of step {job.step} failed: {e}") from e
+        except BaseException as e:
+            self.last_commit_error = f"{type(e).__name__}: {e}"
+            job.handle._fail(e)
+            return
+        finally:
+            with self._lock:
+                self._pending.remove(job)
+                self._release_retired(job)
+        self.last_commit_error = None
+        job.handle._set_local(info.uuid)
 
     def _write_checkpoint(
-        self, uid: str, identifier: str | None, step: int, metadata: dict[str, Any], started: float
+        self, uid: str, job: _CommitJob, started: float
     ) -> tuple[CheckpointInfo, set[str]]:
         fs = self.fs
-        old = set().union(*self._refs.values()) if self._refs else set()
+        with self._lock:
+            old = set().union(*self._refs.values()) if self._refs else set()
         spine_docs: dict[str, dict[str, Any]] = {}
         all_files: set[str] = set()
         total = new = rows = 0
-        for op, sp in self._spines.items():
-            files = sp.persist(self._write_batch_once)  # the whole commit is retried
-            names = [f.name for f in files]
-            size = sum(f.size for f in files)
+        for op, (entries, lower) in job.spines.items():
+            sp = self._spines[op]
+            files = sp.persist(self._write_batch_once, entries)  # the whole commit is retried
             spine_docs[op] = {
                 "op_id": op,
                 "schema_fingerprint": sp.schema.fingerprint(),
-                "batches": names,
-                "lower_bound": _encode_bound(sp.schema, sp.lower_bound),
+                "batches": [f.name for f in files],
+                "sizes": [f.size for f in files],
+                "lower_bound": _encode_bound(sp.schema, lower),
                 "rows": sum(f.rows for f in files),
-                "bytes": size,
+                "bytes": sum(f.size for f in files),
             }
             for f in files:
                 if f.name not in all_files:
@@ -453,41 +506,67 @@ class StorageLocation:
             os.path.join(ckdir, CHECKPOINT_META),
             {
                 "uuid": uid,
-                "step": step,
-                "identifier": identifier,
-                "metadata": metadata,
+                "step": job.step,
+                "identifier": job.identifier,
+                "metadata": job.metadata,
                 "spines": sorted(spine_docs),
             },
             atomic=False,
         )
         fs.sync_dir(ckdir)
         fs.sync_dir(self.path)
-        info = CheckpointInfo(
-            uuid=uid,
-            step=step,
-            fingerprint=self._fingerprint,
-            created_at=self.clock(),
-            identifier=identifier,
-            parent=self._parent,
-            duration_ms=(time.perf_counter() - started) * 1000,
-            total_bytes=total,
-            new_bytes=new,
-            rows=rows,
-            files=len(all_files),
-        )
-        try:
-            write_doc(
-                fs, self._p(MANIFEST), Manifest([*self._manifest.checkpoints, info]).to_json()
-            )  # commit point
-        except OSError as e:
-            # The rename may have happened before the failure: put the previous manifest
-            # back durably so that a reported failure really leaves it unchanged.
+        with self._lock:
+            info = CheckpointInfo(
+                uuid=uid,
+                step=job.step,
+                fingerprint=self._fingerprint,
+                created_at=self.clock(),
+                identifier=job.identifier,
+                parent=self._parent,
+                duration_ms=(time.perf_counter() - started) * 1000,
+                total_bytes=total,
+                new_bytes=new,
+                rows=rows,
+                files=len(all_files),
+            )
+            manifest = Manifest([*self._manifest.checkpoints, info])
             try:
-                write_doc(fs, self._p(MANIFEST), self._manifest.to_json())
-            except OSError:
-                raise _ManifestInDoubt(str(e)) from e
-            raise
+                write_doc(fs, self._p(MANIFEST), manifest.to_json())  # commit point
+            except OSError as e:
+                # The rename may have happened before the failure: put the previous manifest
+                # back durably so that a reported failure really leaves it unchanged.
+                try:
+                    write_doc(fs, self._p(MANIFEST), self._manifest.to_json())
+                except OSError:
+                    raise _ManifestInDoubt(str(e)) from e
+                raise
+            self._manifest = manifest
+            self._refs[uid] = all_files
+            self._parent = uid
+            self.step = job.step
+            self.metadata = dict(job.metadata)
         return info, all_files
+
+    def _pinned_files(self) -> set[str]:
+        """Files of snapshots that requested commits still have to write (caller holds _lock)."""
+        return {
+            e.file.name
+            for job in self._pending
+            for entries, _ in job.spines.values()
+            for e in entries
+            if e.file is not None
+        }
+
+    def _release_retired(self, job: _CommitJob) -> None:
+        """After a commit: delete files of its snapshot that merges replaced meanwhile and
+        that nothing needs any more (caller holds _lock)."""
+        names = [
+            e.file.name
+            for entries, _ in job.spines.values()
+            for e in entries
+            if e.retired and e.file is not None
+        ]
+        self.retire_files(names)
 
     def gc_checkpoint(self, protect: Iterable[str] = ()) -> GcResult:
         """Delete the oldest checkpoint not in `protect`, never the newest one, and every
@@ -519,6 +598,7 @@ class StorageLocation:
                 self._discard_dir(v)
             still = set().union(*self._refs.values()) if self._refs else set()
             live = set().union(*(s.live_files() for s in self._spines.values()))
+            live |= self._pinned_files()
             freed = removed = 0
             if not self._unreadable:
                 for n in sorted(dropped - still - live):
@@ -542,7 +622,11 @@ class StorageLocation:
             s.wait_idle()
 
     def close(self) -> None:
-        """Stop merging, release memory and the lock. Uncommitted state is discarded."""
+        """Finish requested commits, stop merging, release memory and the lock.
+        Uncommitted state is discarded."""
+        if self._committer is not None:
+            self._committer.close()
+            self._committer = None
         for s in self._spines.values():
             with contextlib.suppress(StorageError):
                 s.wait_idle()

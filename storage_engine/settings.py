@@ -25,3 +25,6 @@ class EngineSettings(BaseModel):
     )
     write_attempts: int = Field(5, ge=1, description="tries for a failing durable write")
     write_backoff_s: float = Field(0.05, ge=0, description="first retry delay; doubles each try")
+    max_pending_commits: int = Field(
+        2, ge=1, description="queued commit requests before commit_async waits (backpressure)"
+    )

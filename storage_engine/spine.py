@@ -451,11 +451,17 @@ class Spine:
 
     # -- checkpointing (called by the location) ------------------------------------------
 
-    def persist(self, write: Callable[[Batch], BatchFile]) -> list[BatchFile]:
-        """Make every live batch file-backed; return the files, in spine order."""
+    def persist(
+        self, write: Callable[[Batch], BatchFile], entries: Sequence[_Entry]
+    ) -> list[BatchFile]:
+        """Make the entries of a snapshot file-backed; return their files, in spine order.
+
+        A commit persists the snapshot taken when it was requested, on the commit thread,
+        while the spine goes on changing: entries are immutable apart from gaining a file.
+        """
         self._raise_merge_error()
         files = []
-        for e in self.snapshot():
+        for e in entries:
             with self._io_lock:
                 if e.file is None:
                     assert e.mem is not None
