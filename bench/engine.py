@@ -20,19 +20,14 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib.metadata
 import json
-import math
 import os
-import platform
 import shutil
 import sqlite3
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -44,8 +39,19 @@ from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
 from storage_engine import Batch, EngineSettings, Spine, StorageLocation, ZSetSchema
 
+from .report import (
+    Log,
+    clean,
+    engine_revision,
+    log_to_stderr,
+    machine_info,
+    median,
+    package_version,
+    quiet,
+    versions,
+)
+
 IntArray = npt.NDArray[np.int64]
-Log = Callable[[str], None]
 
 FINGERPRINT = "bench"
 OP_ID = "op"
@@ -175,14 +181,6 @@ NOTES = [
     "The machine is a shared, noisy VM: compare ratios measured within one run, not absolute "
     "figures across runs.",
 ]
-
-
-def log_to_stderr(msg: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def _quiet(msg: str) -> None:
-    pass
 
 
 # -- workload ---------------------------------------------------------------------------------
@@ -414,10 +412,6 @@ def dict_ingest(kind: str, steps: Sequence[Step]) -> tuple[float, float, dict[An
 # -- phases -----------------------------------------------------------------------------------
 
 
-def _median(xs: Sequence[float]) -> float:
-    return float(statistics.median(xs))
-
-
 def _fresh_dir(root: str, name: str) -> str:
     path = os.path.join(root, name)
     shutil.rmtree(path, ignore_errors=True)
@@ -502,13 +496,13 @@ def ingest_and_lookup(kind: str, prof: Profile, root: str, seed: int, log: Log) 
         for name in ("spindle-ingest", "rocks-ingest", "sqlite-ingest"):
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)
 
-    rate = {k: rows / _median(v) for k, v in t.items()}
+    rate = {k: rows / median(v) for k, v in t.items()}
     rate_excl = {
-        k: rows / _median([a - b for a, b in zip(t[k], conv[k], strict=True)]) for k in conv
+        k: rows / median([a - b for a, b in zip(t[k], conv[k], strict=True)]) for k in conv
     }
     n = prof.probe_rows
-    look = {k: n / _median(v) for k, v in lookups.items()}
-    look_excl = n / _median([a - b for a, b in zip(lookups["rocksdict"], rocks_conv, strict=True)])
+    look = {k: n / median(v) for k, v in lookups.items()}
+    look_excl = n / median([a - b for a, b in zip(lookups["rocksdict"], rocks_conv, strict=True)])
     log(f"{kind} lookups: spindle {look['spindle']:,.0f}/s, rocksdict {look['rocksdict']:,.0f}/s")
     return {
         "ingest_rows_per_s": rate,
@@ -630,9 +624,7 @@ def state_measurements(kind: str, prof: Profile, root: str, seed: int, log: Log)
         )
         checks["large_restored_rows_match"] = restored_rows == committed_rows
         checks["large_restore_probe_found"] = hit
-        log(
-            f"{kind} large: commit {_median(large):.1f} ms, restore {_median(restore_large):.1f} ms"
-        )
+        log(f"{kind} large: commit {median(large):.1f} ms, restore {median(restore_large):.1f} ms")
     finally:
         shutil.rmtree(path, ignore_errors=True)
 
@@ -651,22 +643,20 @@ def state_measurements(kind: str, prof: Profile, root: str, seed: int, log: Log)
         )
         checks["small_restored_rows_match"] = restored_rows == committed_rows
         checks["small_restore_probe_found"] = hit
-        log(
-            f"{kind} small: commit {_median(small):.1f} ms, restore {_median(restore_small):.1f} ms"
-        )
+        log(f"{kind} small: commit {median(small):.1f} ms, restore {median(restore_small):.1f} ms")
     finally:
         shutil.rmtree(path, ignore_errors=True)
 
     out.update(
         {
-            "commit_ms_small": _median(small),
-            "commit_ms_large": _median(large),
-            "commit_ratio_large_vs_small": _median(large) / _median(small),
-            "commit_ms_small_merging": _median(small_merging),
-            "commit_ms_large_merging": _median(large_merging),
-            "commit_ratio_large_vs_small_merging": _median(large_merging) / _median(small_merging),
-            "restore_ms_small": _median(restore_small),
-            "restore_ms_large": _median(restore_large),
+            "commit_ms_small": median(small),
+            "commit_ms_large": median(large),
+            "commit_ratio_large_vs_small": median(large) / median(small),
+            "commit_ms_small_merging": median(small_merging),
+            "commit_ms_large_merging": median(large_merging),
+            "commit_ratio_large_vs_small_merging": median(large_merging) / median(small_merging),
+            "restore_ms_small": median(restore_small),
+            "restore_ms_large": median(restore_large),
             "over_budget_rows_per_s": rate_over,
             "in_memory_rows_per_s": rate_mem,
             "default_spill_rows_per_s": rate_spill,
@@ -681,75 +671,6 @@ def state_measurements(kind: str, prof: Profile, root: str, seed: int, log: Log)
 # -- report -----------------------------------------------------------------------------------
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def _mem_total() -> int | None:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-def _version(dist: str) -> str:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
-
-
-def machine_info() -> dict[str, Any]:
-    return {
-        "cores": os.cpu_count(),
-        "cpu_model": _cpu_model(),
-        "memory_bytes": _mem_total(),
-        "platform": platform.platform(),
-        "load_average_at_start": list(os.getloadavg()),
-    }
-
-
-def engine_revision() -> dict[str, Any]:
-    """The git commit the engine was measured at, and whether its files had local edits."""
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-    def git(*args: str) -> str:
-        done = subprocess.run(
-            ["git", "-C", repo, *args], capture_output=True, text=True, timeout=10, check=True
-        )
-        return done.stdout.strip()
-
-    try:
-        return {
-            "commit": git("rev-parse", "--short", "HEAD"),
-            "engine_modified": bool(git("status", "--porcelain", "--", "storage_engine")),
-        }
-    except (OSError, subprocess.SubprocessError):
-        return {"commit": "unknown", "engine_modified": None}
-
-
-def versions() -> dict[str, str]:
-    return {
-        "python": platform.python_version(),
-        "pyarrow": pa.__version__,
-        "numpy": np.__version__,
-        "rocksdict": _version("rocksdict"),
-        "sqlite": sqlite3.sqlite_version,
-        "spindle": _version("spindle"),
-    }
-
-
 def evaluate_targets(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
     out = {}
     for key, op, bound in TARGETS:
@@ -759,28 +680,12 @@ def evaluate_targets(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _clean(x: Any) -> Any:
-    """Round floats for the report; reject NaN/inf (a bug in the benchmark, not a result)."""
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_clean(v) for v in x]
-    if isinstance(x, float | np.floating):
-        f = float(x)
-        if not math.isfinite(f):
-            raise ValueError(f"non-finite figure {f}")
-        return round(f, 4) if abs(f) < 100 else round(f, 1)
-    if isinstance(x, np.integer):
-        return int(x)
-    return x
-
-
 def run_benchmark(
     mode: str = "full",
     base_dir: str | None = None,
     seed: int = DEFAULT_SEED,
     kinds: Sequence[str] = KEY_KINDS,
-    log: Log = _quiet,
+    log: Log = quiet,
 ) -> dict[str, Any]:
     """Run every measurement in this process and return the report (JSON-serialisable)."""
     prof = PROFILES[mode]
@@ -795,7 +700,7 @@ def run_benchmark(
         "seed": seed,
         "sizes": {**asdict(prof), "state_bytes_large": prof.state_bytes_large},
         "machine": machine_info(),
-        "versions": versions(),
+        "versions": versions(rocksdict=package_version("rocksdict"), sqlite=sqlite3.sqlite_version),
         "revision": engine_revision(),
         "notes": NOTES,
     }
@@ -813,7 +718,7 @@ def run_benchmark(
     report["all_targets_met"] = all(t["pass"] for k in kinds for t in report[k]["targets"].values())
     report["machine"]["load_average_at_end"] = list(os.getloadavg())
     report["elapsed_s"] = time.perf_counter() - started
-    cleaned: dict[str, Any] = _clean(report)
+    cleaned: dict[str, Any] = clean(report)
     return cleaned
 
 
@@ -894,9 +799,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
     kinds = [k.strip() for k in args.keys.split(",") if k.strip()]
-    report = run_benchmark(
-        mode, args.dir, args.seed, kinds, _quiet if args.quiet else log_to_stderr
-    )
+    report = run_benchmark(mode, args.dir, args.seed, kinds, quiet if args.quiet else log_to_stderr)
     if args.json:
         print(json.dumps(report, indent=2))
     else:

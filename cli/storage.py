@@ -1,7 +1,8 @@
 """`spindle storage ...`: offline tools over a storage location (no server needed).
 
-Every command is read-only (no lock taken, nothing removed), so it can run while a pipeline
-owns the location. `--json` prints one JSON document on stdout instead of tables.
+Every command but `pull` is read-only (no lock taken, nothing removed), so it can run while a
+pipeline owns the location; `pull` creates a new location from the object store. `--json`
+prints one JSON document on stdout instead of tables.
 
 Exit codes: 0 all good; 1 something is corrupt or unreadable (each problem is printed with
 its file and, for batch files, the block); 2 bad usage or a path that does not exist.
@@ -251,6 +252,87 @@ def dump_cmd(
         con.print(t)
     _print_problems(con, dump.problems, root)
     _exit_for(dump.problems)
+
+
+@storage_app.command("pull")
+def pull_cmd(
+    directory: Annotated[
+        Path, typer.Argument(help="New (absent or empty) directory to restore into.")
+    ],
+    checkpoint: Annotated[
+        str, typer.Option(help="'latest', or a checkpoint uuid or identifier.")
+    ] = "latest",
+    lazy: Annotated[
+        bool,
+        typer.Option(
+            "--lazy", help="Fetch only manifest and metadata; batch files come on demand."
+        ),
+    ] = False,
+    fallback: Annotated[
+        bool,
+        typer.Option(
+            "--fallback", help="If an object is missing or corrupt, take the newest intact one."
+        ),
+    ] = False,
+    json_output: JsonOpt = False,
+) -> None:
+    """Restore a storage location from the object store (SPINDLE_S3_* settings).
+
+    Downloads every batch file of the chosen checkpoint (with a progress bar) and verifies
+    every block, unless --lazy. Takes no ownership: the location becomes the prefix's writer
+    only when a pipeline opens it with the object store configured.
+    """
+    from pydantic import ValidationError
+    from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+
+    from storage_engine.fileio import PosixFileLayer
+    from storage_engine.objstore import ObjectStore, ObjectStoreSettings
+    from storage_engine.remote import pull
+
+    try:
+        store = ObjectStore(ObjectStoreSettings())  # from the env
+    except ValidationError as e:
+        missing = ", ".join("SPINDLE_S3_" + str(err["loc"][0]).upper() for err in e.errors())
+        raise _fail(f"object store not configured: set {missing}", EXIT_USAGE) from None
+    show = not json_output and sys.stderr.isatty()
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        disable=not show,
+        console=Console(stderr=True),
+    ) as bar:
+        task = bar.add_task("downloading", total=None)
+        result = _run(
+            lambda: pull(
+                store,
+                str(directory),
+                PosixFileLayer(),
+                checkpoint=checkpoint,
+                eager=not lazy,
+                fallback=fallback,
+                progress=lambda done, total: bar.update(task, completed=done, total=total),
+            )
+        )
+    c = result.checkpoint
+    if json_output:
+        _emit_json(
+            {
+                "directory": str(directory),
+                "checkpoint": c.to_json(),
+                "skipped": result.skipped,
+                "downloaded_bytes": result.downloaded_bytes,
+            }
+        )
+        return
+    con = _console()
+    con.print(
+        f"restored checkpoint {c.uuid} (step {c.step}) from {store.url('')} into {directory}"
+        f" ({result.downloaded_bytes:,} B downloaded{', lazy' if lazy else ''})"
+    )
+    for uid, why in result.skipped.items():
+        con.print(f"skipped checkpoint {uid}: {why}")
 
 
 def _key(values: list[Any]) -> str:

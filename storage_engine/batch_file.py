@@ -27,7 +27,7 @@ import struct
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -330,6 +330,27 @@ class BlockInfo:
     last_key: list[Any]
 
 
+class ByteSource(Protocol):
+    """Where a batch file's bytes come from. `zero_copy` sources hand out views that stay
+    valid as long as the file object lives (a memory map); others hand out copies."""
+
+    size: int
+    zero_copy: bool
+
+    def read(self, offset: int, length: int) -> memoryview | bytes: ...
+
+
+class MappedSource:
+    zero_copy = True
+
+    def __init__(self, mm: memoryview) -> None:
+        self._mm = mm
+        self.size = len(mm)
+
+    def read(self, offset: int, length: int) -> memoryview:
+        return self._mm[offset : offset + length]
+
+
 class BatchFile:
     """A read-only, memory-mapped batch file. Blocks are decoded lazily via the cache."""
 
@@ -339,24 +360,29 @@ class BatchFile:
         path: str,
         cache: BufferCache,
         expected: ZSetSchema | None = None,
+        source: ByteSource | None = None,
     ) -> None:
+        """A local file (memory-mapped), or any `source` of its bytes, such as an object in
+        the object store fetched on demand; `path` then names the object in errors."""
         self.path = path
         self.name = os.path.basename(path)
         self._cache = cache
         self._id = next(_file_ids)
-        try:
-            self._mm = fs.map(path)
-        except OSError as e:
-            raise CorruptionError(path, f"cannot open: {e}") from e
-        self.size = len(self._mm)
+        if source is None:
+            try:
+                source = MappedSource(fs.map(path))
+            except OSError as e:
+                raise CorruptionError(path, f"cannot open: {e}") from e
+        self._src = source
+        self.size = source.size
         self._parse(expected)
         self._verified = np.zeros(self.num_blocks, dtype=bool)
 
     def _parse(self, expected: ZSetSchema | None) -> None:
-        mm, path = self._mm, self.path
+        read, path = self._src.read, self.path
         if self.size < HEADER_SIZE + FOOTER_SIZE:
             raise CorruptionError(path, f"truncated: {self.size} bytes")
-        head = bytes(mm[:HEADER_SIZE])
+        head = bytes(read(0, HEADER_SIZE))
         if head[:8] != MAGIC:
             raise CorruptionError(path, "bad magic in header")
         if zlib.crc32(head[:-4]) != struct.unpack("<I", head[-4:])[0]:
@@ -370,7 +396,7 @@ class BatchFile:
         self.compression = _COMPRESSION_NAMES.get((flags >> 1) & 3)
         self.has_bloom = bool(flags & FLAG_BLOOM)
         fp = head[16:32].hex()
-        foot = bytes(mm[self.size - FOOTER_SIZE :])
+        foot = bytes(read(self.size - FOOTER_SIZE, FOOTER_SIZE))
         if foot[-8:] != END_MAGIC:
             raise CorruptionError(path, "bad magic in footer (truncated file?)")
         body = foot[:60]
@@ -379,8 +405,11 @@ class BatchFile:
         s_off, s_len, i_off, i_len, rows, nblocks, _, meta_crc = struct.unpack("<QQQQQQQI", body)
         if max(s_off + s_len, i_off + i_len) > self.size - FOOTER_SIZE:
             raise CorruptionError(path, "footer points past the end of the file")
-        schema_buf = mm[s_off : s_off + s_len]
-        index_buf = mm[i_off : i_off + i_len]
+        if i_off == s_off + s_len:  # one read of both (one request for a remote source)
+            both = read(s_off, s_len + i_len)
+            schema_buf, index_buf = both[:s_len], both[s_len:]
+        else:
+            schema_buf, index_buf = read(s_off, s_len), read(i_off, i_len)
         if zlib.crc32(index_buf, zlib.crc32(schema_buf)) != meta_crc:
             raise CorruptionError(path, "schema/index checksum mismatch")
         try:
@@ -426,7 +455,7 @@ class BatchFile:
 
     def _load(self, i: int) -> tuple[pa.RecordBatch, int]:
         off, n, nb = int(self._offsets[i]), int(self._lengths[i]), int(self._bloom_lengths[i])
-        region = self._mm[off : off + n + nb]
+        region = memoryview(self._src.read(off, n + nb))
         if not self._verified[i]:
             if zlib.crc32(region) != int(self._crcs[i]):
                 raise CorruptionError(self.path, "block checksum mismatch", block=i)
@@ -439,7 +468,8 @@ class BatchFile:
             raise CorruptionError(self.path, "block row count differs from the index", block=i)
         # Uncompressed blocks are views into the mapping: the page cache holds their bytes,
         # so they cost the budget only their bookkeeping. Decompressed blocks are heap.
-        return rb, int(rb.nbytes) if self.compression else _VIEW_CHARGE
+        zero_copy = self._src.zero_copy and not self.compression
+        return rb, _VIEW_CHARGE if zero_copy else int(rb.nbytes)
 
     def block(self, i: int) -> pa.RecordBatch:
         rb: pa.RecordBatch = self._cache.get((self._id, i), lambda: self._load(i))
@@ -449,7 +479,7 @@ class BatchFile:
         off, n, nb = int(self._offsets[i]), int(self._lengths[i]), int(self._bloom_lengths[i])
         if not self._verified[i]:
             self.block(i)  # verifies the checksum, which covers the bloom filter too
-        return self._mm[off + n : off + n + nb]
+        return memoryview(self._src.read(off + n, nb))
 
     def prefetch(self, blocks: list[int]) -> None:
         self._cache.prefetch([((self._id, i), functools.partial(self._load, i)) for i in blocks])

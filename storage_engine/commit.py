@@ -3,8 +3,9 @@
 MiSA's ordering rules (seed 001), as this module enforces them:
 - a checkpoint captures exactly the state at the step it was requested at: the request takes
   an immutable snapshot of every spine (batches are immutable, so this is cheap);
-- commits are written one at a time, in request order, so a commit starts only after the
-  previous one is locally durable (or has failed);
+- commits are written in request order, by one thread, so a commit starts only after the
+  previous one is locally durable (or has failed); requests that queued up meanwhile are
+  written together and made durable by one manifest replace (a group commit);
 - the next steps never wait for a commit unless `max_pending_commits` requests are queued
   (backpressure), and never see its effects: it only reads its snapshot.
 
@@ -19,9 +20,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 from .errors import StorageError
+
+J = TypeVar("J")
 
 CommitState = Literal["pending", "local_durable", "remote_durable", "failed", "remote_failed"]
 
@@ -113,24 +116,28 @@ class CommitHandle:
         }
 
 
-class CommitThread:
-    """Runs commit jobs one at a time, in submission order, on one daemon thread.
+class CommitThread(Generic[J]):
+    """Runs commit jobs in submission order on one daemon thread.
 
-    A job reports its own outcome on its handle; a job that raises anyway fails its handle
-    instead of stopping the thread. `submit` blocks while `max_pending` jobs wait.
+    Jobs waiting together are handed to `run` as one group (a group commit: the location
+    writes them with one manifest replace, so a commit thread that falls behind catches up).
+    `run` reports each job's outcome on its handle; if it raises anyway, every handle of the
+    group not yet acknowledged fails with that error, and the thread goes on. `submit` blocks
+    while `max_pending` jobs wait.
     """
 
-    def __init__(self, max_pending: int, name: str = "spindle-commit") -> None:
-        self._q: queue.Queue[tuple[CommitHandle, Callable[[], None]] | None] = queue.Queue(
-            max_pending
-        )
+    def __init__(
+        self, run: Callable[[list[J]], None], max_pending: int, name: str = "spindle-commit"
+    ) -> None:
+        self._runner = run
+        self._q: queue.Queue[tuple[CommitHandle, J] | None] = queue.Queue(max_pending)
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._idle = threading.Condition()
         self._outstanding = 0
         self._closed = False
         self._thread.start()
 
-    def submit(self, handle: CommitHandle, job: Callable[[], None]) -> None:
+    def submit(self, handle: CommitHandle, job: J) -> None:
         with self._idle:
             if self._closed:
                 raise StorageError("the storage location is closed")
@@ -142,16 +149,29 @@ class CommitThread:
             item = self._q.get()
             if item is None:
                 return
-            handle, job = item
+            group = [item]
+            stop = False
+            while True:
+                try:
+                    nxt = self._q.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    stop = True
+                    break
+                group.append(nxt)
             try:
-                job()
-            except BaseException as e:  # reported on the handle
-                if not handle._local.is_set():
-                    handle._fail(e)  # re-raised, as it is, by the waiter
+                self._runner([job for _, job in group])
+            except BaseException as e:  # reported on the handles
+                for handle, _ in group:
+                    if not handle._local.is_set():
+                        handle._fail(e)  # re-raised, as it is, by the waiter
             finally:
                 with self._idle:
-                    self._outstanding -= 1
+                    self._outstanding -= len(group)
                     self._idle.notify_all()
+            if stop:
+                return
 
     def drain(self) -> None:
         """Wait until every submitted job has run."""

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import functools
 import os
 import re
+import tempfile
 import threading
 import time
 import uuid as uuidlib
@@ -51,14 +51,14 @@ from .errors import (
     StorageError,
 )
 from .fileio import FileLayer, PosixFileLayer
-from .manifest import CheckpointInfo, Manifest, read_doc, write_doc
+from .manifest import CHECKPOINT_META, MANIFEST, CheckpointInfo, Manifest, read_doc, write_doc
+from .objstore import ObjectStore
+from .remote import RemoteTier, pull
 from .schema import ZSetSchema
 from .settings import EngineSettings
 from .spine import MemoryBudget, Merger, Spine, _Entry
 
-MANIFEST = "checkpoints.manifest"
 LOCK = "LOCK"
-CHECKPOINT_META = "checkpoint.json"
 BATCH_RE = re.compile(r"^[0-9a-f]{32}\.batch$")
 CHECKPOINT_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 OP_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
@@ -83,6 +83,7 @@ class SpineMeta:
     schema_fingerprint: str
     batches: list[str]
     lower_bound: list[Any] | None
+    sizes: list[int] | None  # of each batch file (absent in checkpoints of older versions)
     rows: int
     bytes: int
 
@@ -133,7 +134,8 @@ class StorageLocation:
         self._parent: str | None = None
         self._fingerprint = ""
         self._restored_spines: dict[str, SpineMeta] = {}
-        self._committer: CommitThread | None = None
+        self.remote: RemoteTier | None = None
+        self._committer: CommitThread[_CommitJob] | None = None
         self._pending: list[_CommitJob] = []
         self.last_commit_error: str | None = None
         self._write_opts = WriteOptions(settings.block_rows, settings.compression, settings.bloom)
@@ -152,15 +154,47 @@ class StorageLocation:
         fs: FileLayer | None = None,
         clock: Callable[[], float] = time.time,
         read_only: bool = False,
+        remote: ObjectStore | None = None,
+        from_remote: bool = False,
+        remote_fallback: bool = False,
+        eager: bool = False,
     ) -> StorageLocation:
         """Open (creating if needed) and restore `checkpoint`: "latest", "none"/None, a uuid
         or an identifier. `fingerprint` identifies the circuit's stateful part; restoring a
         checkpoint taken with another fingerprint fails unless `allow_state_drop`, which then
         starts from empty state. `read_only` takes no lock, cleans nothing, and cannot commit.
+
+        With `remote`, checkpoints are also uploaded to that object-store prefix, and this
+        location becomes its only writer (fencing any other). `from_remote` first restores
+        an absent or empty `path` from the prefix (see `remote.pull`): lazily, fetching
+        batch files on demand, or `eager`ly; `remote_fallback` falls back to the newest
+        intact checkpoint if the requested one has a missing or corrupt object.
         """
-        loc = cls(path, settings or EngineSettings(), fs or PosixFileLayer(), clock, read_only)
+        fs = fs or PosixFileLayer()
+        skipped: set[str] = set()
+        if from_remote:
+            if remote is None:
+                raise ValueError("from_remote=True needs remote=ObjectStore(...)")
+            if not (fs.isdir(path) and MANIFEST in fs.listdir(path)):
+                ref = "latest" if checkpoint in (None, "none", "latest") else checkpoint
+                pulled = pull(remote, path, fs, ref, eager=eager, fallback=remote_fallback)
+                checkpoint = pulled.checkpoint.uuid
+                skipped = set(pulled.skipped)
+        loc = cls(path, settings or EngineSettings(), fs, clock, read_only)
         try:
+            if remote is not None:
+                loc.remote = RemoteTier(
+                    remote,
+                    loc.path,
+                    fs,
+                    loc._needed_files,
+                    lambda uid: loc._manifest.find(uid) is not None,
+                    cache_dir=tempfile.mkdtemp(prefix="spindle-cache-") if read_only else None,
+                )
             loc._open(fingerprint, checkpoint, allow_state_drop)
+            if loc.remote is not None and not read_only:
+                loc.remote.claim(loc._manifest, drop=skipped)
+                loc.remote.start()
         except BaseException:
             loc.close()
             raise
@@ -274,6 +308,7 @@ class StorageLocation:
                 schema_fingerprint=d["schema_fingerprint"],
                 batches=list(d["batches"]),
                 lower_bound=d.get("lower_bound"),
+                sizes=[int(x) for x in d["sizes"]] if "sizes" in d else None,
                 rows=int(d.get("rows", 0)),
                 bytes=int(d.get("bytes", 0)),
             )
@@ -305,13 +340,33 @@ class StorageLocation:
                     f"spine {op_id!r} in checkpoint {self.restored and self.restored.uuid} "
                     "has a different schema than the operator"
                 )
-            files = [BatchFile(self.fs, self._p(n), self.cache, schema) for n in meta.batches]
+            sizes: list[int | None] = [*meta.sizes] if meta.sizes else [None] * len(meta.batches)
+            files = [
+                self._open_batch(n, size, schema)
+                for n, size in zip(meta.batches, sizes, strict=True)
+            ]
             lower = _decode_bound(schema, meta.lower_bound)
         sp = Spine(op_id, schema, self, files, lower)
         self._spines[op_id] = sp
         return sp
 
     # -- batch files ---------------------------------------------------------------------
+
+    def _open_batch(self, name: str, size: int | None, schema: ZSetSchema) -> BatchFile:
+        """A checkpointed batch file: local, or (after a lazy restore) in the object store."""
+        p = self._p(name)
+        if self.remote is not None and not self.fs.exists(p):
+            return self.remote.batch_file(name, size, self.cache, schema)
+        return BatchFile(self.fs, p, self.cache, schema)
+
+    def _needed_files(self) -> set[str]:
+        """Batch files a checkpoint, a live spine or a requested commit still uses."""
+        with self._lock:
+            out = set().union(*self._refs.values()) if self._refs else set()
+            out |= self._pinned_files()
+            for s in list(self._spines.values()):
+                out |= s.live_files()
+            return out
 
     def _retrying(self, fn: Callable[[], T]) -> T:
         """Run a durable write, retrying OSErrors with exponential backoff.
@@ -417,63 +472,119 @@ class StorageLocation:
         step = self.step if step is None else step
         with self._lock:
             job = _CommitJob(
-                handle=CommitHandle(step, identifier, remote_expected=False),
+                handle=CommitHandle(step, identifier, remote_expected=self.remote is not None),
                 spines={op: (sp.snapshot(), sp.lower_bound) for op, sp in self._spines.items()},
                 identifier=identifier,
                 step=step,
                 metadata=dict(metadata or {}),
             )
             self._pending.append(job)
-        self.committer.submit(job.handle, functools.partial(self._run_commit, job))
+        self.committer.submit(job.handle, job)
         return job.handle
 
     @property
-    def committer(self) -> CommitThread:
+    def committer(self) -> CommitThread[_CommitJob]:
         if self._committer is None:
-            self._committer = CommitThread(self.settings.max_pending_commits)
+            self._committer = CommitThread(self._run_commits, self.settings.max_pending_commits)
         return self._committer
 
-    def _run_commit(self, job: _CommitJob) -> None:
+    def _run_commits(self, jobs: list[_CommitJob]) -> None:
+        """Write a group of requested commits; one manifest replace makes them durable."""
         started = time.perf_counter()
 
-        def attempt() -> tuple[CheckpointInfo, set[str]]:
-            # Each attempt has its own uuid: no manifest on disk ever names a directory that
+        def attempt() -> list[CheckpointInfo]:
+            # Each attempt has fresh uuids: no manifest on disk ever names a directory that
             # a retry is rebuilding.
-            uid = str(uuidlib.uuid4())
+            uids = [str(uuidlib.uuid4()) for _ in jobs]
             try:
-                return self._write_checkpoint(uid, job, started)
+                return self._write_checkpoints(list(zip(uids, jobs, strict=True)), started)
             except _ManifestInDoubt:
-                raise  # the on-disk manifest may name `uid`: keep its directory
+                raise  # the on-disk manifest may name them: keep their directories
             except OSError:
-                with contextlib.suppress(OSError):
-                    self._discard_dir(uid)
+                for uid in uids:
+                    with contextlib.suppress(OSError):
+                        self._discard_dir(uid)
                 raise
 
         try:
             try:
-                info, _files = self._retrying(attempt)
+                infos = self._retrying(attempt)
             except OSError as e:
-                raise CommitFailedError(f"commit of step {job.step} failed: {e}") from e
+                steps = ", ".join(str(j.step) for j in jobs)
+                raise CommitFailedError(f"commit of step {steps} failed: {e}") from e
         except BaseException as e:
             self.last_commit_error = f"{type(e).__name__}: {e}"
-            job.handle._fail(e)
+            for job in jobs:
+                job.handle._fail(e)
             return
         finally:
             with self._lock:
-                self._pending.remove(job)
-                self._release_retired(job)
+                for job in jobs:
+                    self._pending.remove(job)
+                    self._release_retired(job)
         self.last_commit_error = None
-        job.handle._set_local(info.uuid)
+        for job, info in zip(jobs, infos, strict=True):
+            job.handle._set_local(info.uuid)
+            if self.remote is not None:
+                self.remote.upload(info, job.handle)
 
-    def _write_checkpoint(
-        self, uid: str, job: _CommitJob, started: float
-    ) -> tuple[CheckpointInfo, set[str]]:
+    def _write_checkpoints(
+        self, group: list[tuple[str, _CommitJob]], started: float
+    ) -> list[CheckpointInfo]:
         fs = self.fs
+        written = [(uid, job, self._write_checkpoint_dir(uid, job)) for uid, job in group]
+        # One sync of the base directory makes every new batch file's and checkpoint
+        # directory's name durable.
+        fs.sync_dir(self.path)
         with self._lock:
+            infos: list[CheckpointInfo] = []
+            parent = self._parent
             old = set().union(*self._refs.values()) if self._refs else set()
+            now = self.clock()
+            for uid, job, (files, total, rows) in written:
+                infos.append(
+                    CheckpointInfo(
+                        uuid=uid,
+                        step=job.step,
+                        fingerprint=self._fingerprint,
+                        created_at=now,
+                        identifier=job.identifier,
+                        parent=parent,
+                        duration_ms=(time.perf_counter() - started) * 1000,
+                        total_bytes=total,
+                        new_bytes=sum(f.size for f in files.values() if f.name not in old),
+                        rows=rows,
+                        files=len(files),
+                    )
+                )
+                old |= set(files)
+                parent = uid
+            manifest = Manifest([*self._manifest.checkpoints, *infos])
+            try:
+                write_doc(fs, self._p(MANIFEST), manifest.to_json())  # commit point
+            except OSError as e:
+                # The rename may have happened before the failure: put the previous manifest
+                # back durably so that a reported failure really leaves it unchanged.
+                try:
+                    write_doc(fs, self._p(MANIFEST), self._manifest.to_json())
+                except OSError:
+                    raise _ManifestInDoubt(str(e)) from e
+                raise
+            self._manifest = manifest
+            for uid, job, (files, _, _) in written:
+                self._refs[uid] = set(files)
+                self.step = job.step
+                self.metadata = dict(job.metadata)
+            self._parent = parent
+        return infos
+
+    def _write_checkpoint_dir(
+        self, uid: str, job: _CommitJob
+    ) -> tuple[dict[str, BatchFile], int, int]:
+        """The snapshot's batch files and `<uid>/`, durable; ({name: file}, bytes, rows)."""
+        fs = self.fs
         spine_docs: dict[str, dict[str, Any]] = {}
-        all_files: set[str] = set()
-        total = new = rows = 0
+        all_files: dict[str, BatchFile] = {}
         for op, (entries, lower) in job.spines.items():
             sp = self._spines[op]
             files = sp.persist(self._write_batch_once, entries)  # the whole commit is retried
@@ -486,15 +597,9 @@ class StorageLocation:
                 "rows": sum(f.rows for f in files),
                 "bytes": sum(f.size for f in files),
             }
-            for f in files:
-                if f.name not in all_files:
-                    all_files.add(f.name)
-                    total += f.size
-                    rows += f.rows
-                    new += f.size if f.name not in old else 0
+            all_files.update((f.name, f) for f in files)
         # The checkpoint directory is unreferenced until the manifest names it, so its files
-        # need no atomic rename: fsync each, then the directory once, then the base directory
-        # (which makes both the new batch files' names and the directory's name durable).
+        # need no atomic rename: fsync each, then the directory once.
         ckdir = self._p(uid)
         if fs.exists(ckdir):
             fs.rmtree(ckdir)  # left over from a failed attempt
@@ -514,38 +619,9 @@ class StorageLocation:
             atomic=False,
         )
         fs.sync_dir(ckdir)
-        fs.sync_dir(self.path)
-        with self._lock:
-            info = CheckpointInfo(
-                uuid=uid,
-                step=job.step,
-                fingerprint=self._fingerprint,
-                created_at=self.clock(),
-                identifier=job.identifier,
-                parent=self._parent,
-                duration_ms=(time.perf_counter() - started) * 1000,
-                total_bytes=total,
-                new_bytes=new,
-                rows=rows,
-                files=len(all_files),
-            )
-            manifest = Manifest([*self._manifest.checkpoints, info])
-            try:
-                write_doc(fs, self._p(MANIFEST), manifest.to_json())  # commit point
-            except OSError as e:
-                # The rename may have happened before the failure: put the previous manifest
-                # back durably so that a reported failure really leaves it unchanged.
-                try:
-                    write_doc(fs, self._p(MANIFEST), self._manifest.to_json())
-                except OSError:
-                    raise _ManifestInDoubt(str(e)) from e
-                raise
-            self._manifest = manifest
-            self._refs[uid] = all_files
-            self._parent = uid
-            self.step = job.step
-            self.metadata = dict(job.metadata)
-        return info, all_files
+        total = sum(f.size for f in all_files.values())
+        rows = sum(f.rows for f in all_files.values())
+        return all_files, total, rows
 
     def _pinned_files(self) -> set[str]:
         """Files of snapshots that requested commits still have to write (caller holds _lock)."""
@@ -608,6 +684,8 @@ class StorageLocation:
             self.fs.sync_dir(self.path)
             if self._parent in victims:
                 self._parent = None
+            if self.remote is not None:
+                self.remote.delete(victims)
         return GcResult(list(victims), removed, freed)
 
     def _discard_dir(self, uid: str) -> None:
@@ -627,6 +705,8 @@ class StorageLocation:
         if self._committer is not None:
             self._committer.close()
             self._committer = None
+        if self.remote is not None:
+            self.remote.close(self.settings.remote_close_timeout_s)
         for s in self._spines.values():
             with contextlib.suppress(StorageError):
                 s.wait_idle()
@@ -646,6 +726,18 @@ class StorageLocation:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def status(self) -> dict[str, Any]:
+        """What the control plane shows: step, checkpoints, pending commits, the remote tier."""
+        with self._lock:
+            return {
+                "path": self.path,
+                "step": self.step,
+                "checkpoints": len(self._manifest.checkpoints),
+                "pending_commits": len(self._pending),
+                "last_commit_error": self.last_commit_error,
+                "remote": self.remote.status().to_json() if self.remote is not None else None,
+            }
 
     def _check_writable(self) -> None:
         if self.read_only:

@@ -15,6 +15,8 @@ from .errors import CorruptionError, FormatVersionError
 from .fileio import FileLayer, write_durably
 
 MANIFEST_FORMAT = 1
+MANIFEST = "checkpoints.manifest"  # a location's (and the remote prefix's) commit point
+CHECKPOINT_META = "checkpoint.json"  # in each checkpoint directory
 _TRAILER = b"\ncrc32 "
 
 

@@ -34,9 +34,9 @@ from .batch_file import FOOTER_SIZE, HEADER_SIZE, BatchFile, BlockInfo
 from .cache import BufferCache
 from .errors import CorruptionError, StorageError
 from .fileio import PosixFileLayer
-from .location import BATCH_RE, CHECKPOINT_META, CHECKPOINT_RE, MANIFEST, OP_ID_RE
+from .location import BATCH_RE, CHECKPOINT_RE, OP_ID_RE
 from .location import spine_file as _spine_file
-from .manifest import CheckpointInfo, Manifest, decode
+from .manifest import CHECKPOINT_META, MANIFEST, CheckpointInfo, Manifest, decode
 from .schema import WEIGHT
 
 _TRAILER = b"\ncrc32 "

