@@ -2,6 +2,7 @@
 
 from .batch import Batch
 from .batch_file import BatchFile, WriteOptions
+from .commit import CommitHandle
 from .errors import (
     CheckpointNotFoundError,
     CommitFailedError,
@@ -16,6 +17,8 @@ from .errors import (
 from .fileio import FileLayer, PosixFileLayer
 from .location import GcResult, SpineMeta, StorageLocation
 from .manifest import CheckpointInfo
+from .objstore import ObjectMissingError, ObjectStore, ObjectStoreSettings, RemoteUnavailableError
+from .remote import CheckpointGoneError, DivergedError, FencedError, PullResult, pull
 from .schema import WEIGHT, ZSetSchema
 from .settings import EngineSettings
 from .spine import Spine, SpineStats
@@ -24,18 +27,27 @@ __all__ = [
     "WEIGHT",
     "Batch",
     "BatchFile",
+    "CheckpointGoneError",
     "CheckpointInfo",
     "CheckpointNotFoundError",
     "CommitFailedError",
+    "CommitHandle",
     "CorruptionError",
+    "DivergedError",
     "EngineSettings",
+    "FencedError",
     "FileLayer",
     "FingerprintMismatchError",
     "FormatVersionError",
     "GcResult",
     "LockedError",
     "ManifestMissingError",
+    "ObjectMissingError",
+    "ObjectStore",
+    "ObjectStoreSettings",
     "PosixFileLayer",
+    "PullResult",
+    "RemoteUnavailableError",
     "SchemaMismatchError",
     "Spine",
     "SpineMeta",
@@ -44,4 +56,5 @@ __all__ = [
     "StorageLocation",
     "WriteOptions",
     "ZSetSchema",
+    "pull",
 ]

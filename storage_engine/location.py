@@ -136,7 +136,8 @@ class StorageLocation:
         self._restored_spines: dict[str, SpineMeta] = {}
         self.remote: RemoteTier | None = None
         self._committer: CommitThread[_CommitJob] | None = None
-        self._pending: list[_CommitJob] = []
+        self._pending: list[_CommitJob] = []  # requested, not yet durable or failed
+        self._pending_lock = threading.Lock()  # taken after _lock, never before
         self.last_commit_error: str | None = None
         self._write_opts = WriteOptions(settings.block_rows, settings.compression, settings.bloom)
 
@@ -470,7 +471,8 @@ class StorageLocation:
         """
         self._check_writable()
         step = self.step if step is None else step
-        with self._lock:
+        # Not the location lock: the commit thread holds that across the manifest's fsync.
+        with self._pending_lock:
             job = _CommitJob(
                 handle=CommitHandle(step, identifier, remote_expected=self.remote is not None),
                 spines={op: (sp.snapshot(), sp.lower_bound) for op, sp in self._spines.items()},
@@ -519,8 +521,10 @@ class StorageLocation:
             return
         finally:
             with self._lock:
+                with self._pending_lock:
+                    for job in jobs:
+                        self._pending.remove(job)
                 for job in jobs:
-                    self._pending.remove(job)
                     self._release_retired(job)
         self.last_commit_error = None
         for job, info in zip(jobs, infos, strict=True):
@@ -624,14 +628,15 @@ class StorageLocation:
         return all_files, total, rows
 
     def _pinned_files(self) -> set[str]:
-        """Files of snapshots that requested commits still have to write (caller holds _lock)."""
-        return {
-            e.file.name
-            for job in self._pending
-            for entries, _ in job.spines.values()
-            for e in entries
-            if e.file is not None
-        }
+        """Files of snapshots that requested commits still have to write."""
+        with self._pending_lock:
+            return {
+                e.file.name
+                for job in self._pending
+                for entries, _ in job.spines.values()
+                for e in entries
+                if e.file is not None
+            }
 
     def _release_retired(self, job: _CommitJob) -> None:
         """After a commit: delete files of its snapshot that merges replaced meanwhile and

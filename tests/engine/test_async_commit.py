@@ -58,15 +58,15 @@ def test_commit_async_captures_the_state_at_request_time(tmp_path: Path) -> None
     loc = open_loc(tmp_path, settings=SETTINGS, fs=fs)
     sp = loc.spine("op", INT)
     handles = []
+    fs.gate.set()  # every fsync takes 50 ms from here on
     for step in range(1, 13):
         sp.insert(rows(0, 10 * step))
         if step % 4 == 0:
-            fs.gate.set()
             h = loc.commit_async(identifier=f"s{step}", step=step)
             assert h.state == "pending"  # returned before anything was durable
             handles.append(h)
-    fs.gate.clear()
     uids = [h.wait_local(timeout=60) for h in handles]
+    fs.gate.clear()
     assert fs.syncs_while_gated > 0
     assert [h.state for h in handles] == ["local_durable"] * 3
     assert all(h.local_ms is not None and h.local_ms > 0 for h in handles)

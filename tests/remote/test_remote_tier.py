@@ -3,7 +3,12 @@ empty machine, remote gc, fencing, and faults (server stopped, objects corrupted
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +28,7 @@ from storage_engine.remote import (
 )
 from tests.engine.test_location import INT, rows, state
 
+ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = EngineSettings(block_rows=64, merge_base_rows=10**6, remote_close_timeout_s=2.0)
 
 
@@ -364,3 +370,59 @@ def test_concurrent_readers_of_a_lazy_file(tmp_path: Path, store: ObjectStore) -
         t.join()
     assert not errors
     b.close()
+
+
+def test_sigkill_during_an_upload_leaves_no_visible_checkpoint_and_resumes(
+    tmp_path: Path, store: ObjectStore
+) -> None:
+    """A writer killed mid-upload: the remote manifest still names only the earlier
+    checkpoint, a restore gets that one, and reopening the location finishes the upload."""
+    path = tmp_path / "a"
+    with open_remote(path, store) as loc:
+        loc.spine("op", INT).insert(rows(0, 10_000))
+        first = loc.commit_async(step=1).wait_remote(timeout=60)
+    slow = store.settings.model_copy(update={"upload_concurrency": 1})
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.remote.upload_worker",
+            str(path),
+            slow.model_dump_json(exclude={"secret_key"}),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "SPINDLE_S3_SECRET_KEY": slow.secret_key.get_secret_value(),
+        },
+    )
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline()
+        assert line.startswith("LOCAL "), line
+        second = line.split()[1]
+        known = keys(store, BATCHES)
+        deadline = time.monotonic() + 60
+        while len(keys(store, BATCHES)) < len(known) + 3:  # some new files are up, not all
+            assert time.monotonic() < deadline, "the upload never started"
+            time.sleep(0.01)
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert [c.uuid for c in read_remote_manifest(store)[1].checkpoints] == [first]
+    assert not keys(store, f"{CHECKPOINTS}{second}/checkpoint.json")
+    with open_remote(tmp_path / "b", store, from_remote=True) as b:
+        assert b.restored is not None and b.restored.uuid == first
+        assert state(b) == model((0, 10_000))
+    # The first machine comes back: it uploads what it still owes at open.
+    with open_remote(path, store) as again:
+        assert again.remote is not None and again.remote.wait_idle(timeout=120)
+        assert [c.uuid for c in read_remote_manifest(store)[1].checkpoints] == [first, second]
+    with open_remote(tmp_path / "c", store, from_remote=True) as c:
+        assert c.restored is not None and c.restored.uuid == second
+        assert state(c) == model((0, 10_000), (10_000, 810_000))
