@@ -68,12 +68,13 @@ class Profile:
     steps: int  # timed steps per mode
     restore_state_bytes: int  # state uploaded and restored from the object store
     restore_repeats: int
+    step_repeats: int  # rounds of all modes, interleaved; figures are medians over rounds
 
 
 PROFILES = {
-    "full": Profile("full", 2_000_000, 10_000, 200, 1 << 30, 3),
-    "quick": Profile("quick", 300_000, 10_000, 60, 64 << 20, 3),
-    "smoke": Profile("smoke", 20_000, 1_000, 8, 1 << 20, 1),
+    "full": Profile("full", 2_000_000, 10_000, 300, 1 << 30, 3, 3),
+    "quick": Profile("quick", 300_000, 10_000, 150, 64 << 20, 3, 3),
+    "smoke": Profile("smoke", 20_000, 1_000, 8, 1 << 20, 1, 1),
 }
 
 TARGETS: tuple[tuple[str, str, float], ...] = (("async_p99_ratio", "<=", 1.25),)
@@ -84,7 +85,9 @@ NOTES = [
     "Spine.insert, and Spine.seek of the step's keys (as a stateful operator reads its state); "
     "then (a) nothing, (b) StorageLocation.commit() (returns when locally durable), or "
     "(c) StorageLocation.commit_async() (returns at once; the commit thread writes it). "
-    "A step's latency is the wall time of all of that; p50 and p99 over the steps.",
+    "A step's latency is the wall time of all of that; p50 and p99 over the steps of a "
+    "round; every mode runs step_repeats rounds, interleaved, and the figures are medians "
+    "over rounds (p99_step_ms_rounds lists each round's).",
     "(c) is run twice: local only, and with the object-store tier configured (uploads run in "
     "the background as well). Commits are every step in (b) and (c).",
     "upload_mb_s: bytes of the first checkpoint's batch files / time the uploader spent on "
@@ -289,15 +292,24 @@ def run_benchmark(
             steps = make_steps(
                 KIND, prof.step_rows * prof.steps, prof.step_rows, LARGE_KEY_SPACE, rng
             )
-            res: dict[str, Any] = {}
-            for name, mode_, remote in (
-                ("none", "none", None),
-                ("sync", "sync", None),
-                ("async", "async", None),
-                ("async_remote", "async", _store(base, "steps")),
-            ):
-                log(f"steps: {name}")
-                res[name] = step_series(root, name, state, steps, mode_, remote)
+            modes = (
+                ("none", "none", ""),
+                ("sync", "sync", ""),
+                ("async", "async", ""),
+                ("async_remote", "async", "remote"),
+            )
+            rounds: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in modes}
+            for r in range(prof.step_repeats):  # interleaved, so drift hits every mode alike
+                for name, mode_, where in modes:
+                    log(f"steps: {name} (round {r + 1} of {prof.step_repeats})")
+                    remote = _store(base, f"steps-{r}") if where else None
+                    rounds[name].append(step_series(root, name, state, steps, mode_, remote))
+            res: dict[str, dict[str, Any]] = {
+                name: {k: median([x[k] for x in runs]) for k in runs[0]}
+                for name, runs in rounds.items()
+            }
+            for name, runs in rounds.items():
+                res[name]["p99_step_ms_rounds"] = [x["p99_step_ms"] for x in runs]
             report["steps"] = res
             base_p99 = res["none"]["p99_step_ms"]
             report["p50_step_ms"] = {k: v["p50_step_ms"] for k, v in res.items()}

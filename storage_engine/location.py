@@ -426,6 +426,11 @@ class StorageLocation:
                 if n not in keep and not self._unreadable:
                     self._remove_batch(n)
 
+    def discard_file(self, f: BatchFile) -> None:
+        """Delete a batch file just written that nothing references (a lost write race)."""
+        f.evict()
+        self._remove_batch(f.name)
+
     def _remove_batch(self, name: str) -> int:
         p = self._p(name)
         try:
@@ -631,21 +636,22 @@ class StorageLocation:
         """Files of snapshots that requested commits still have to write."""
         with self._pending_lock:
             return {
-                e.file.name
+                f.name
                 for job in self._pending
                 for entries, _ in job.spines.values()
                 for e in entries
-                if e.file is not None
+                for f in e.all_files()
             }
 
     def _release_retired(self, job: _CommitJob) -> None:
         """After a commit: delete files of its snapshot that merges replaced meanwhile and
         that nothing needs any more (caller holds _lock)."""
         names = [
-            e.file.name
+            f.name
             for entries, _ in job.spines.values()
             for e in entries
-            if e.retired and e.file is not None
+            if e.retired
+            for f in e.all_files()
         ]
         self.retire_files(names)
 

@@ -26,7 +26,7 @@ class EngineSettings(BaseModel):
     write_attempts: int = Field(5, ge=1, description="tries for a failing durable write")
     write_backoff_s: float = Field(0.05, ge=0, description="first retry delay; doubles each try")
     max_pending_commits: int = Field(
-        4, ge=1, description="queued commit requests before commit_async waits (backpressure)"
+        16, ge=1, description="queued commit requests before commit_async waits (backpressure)"
     )
     remote_close_timeout_s: float = Field(
         30.0, ge=0, description="close() waits this long for uploads; the rest resume at open"

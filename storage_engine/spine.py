@@ -63,13 +63,24 @@ class _Entry:
     `mem` may be dropped (spilled) by another thread at any time, after `file` is set:
     readers read `mem` once into a local. `retired` is set when a merge replaced the entry;
     retired entries are never spilled again. Both change only under the spine's `_io_lock`.
+
+    `sources`: for an in-memory merge output whose inputs were all file-backed, those files;
+    their Z-set sum is this batch, so a checkpoint can list them instead of writing the
+    output again (after a commit every step, merges then never cost a commit a write). They
+    stay live while the entry has no file of its own.
     """
 
-    __slots__ = ("busy", "file", "mem", "retired", "rows")
+    __slots__ = ("busy", "file", "mem", "retired", "rows", "sources")
 
-    def __init__(self, mem: Batch | None = None, file: BatchFile | None = None) -> None:
+    def __init__(
+        self,
+        mem: Batch | None = None,
+        file: BatchFile | None = None,
+        sources: tuple[BatchFile, ...] | None = None,
+    ) -> None:
         self.mem = mem
         self.file = file
+        self.sources = sources
         self.rows = len(mem) if mem is not None else (file.rows if file is not None else 0)
         self.busy = False
         self.retired = False
@@ -78,6 +89,20 @@ class _Entry:
     def mem_bytes(self) -> int:
         mem = self.mem
         return mem.nbytes if mem is not None else 0
+
+    def files(self) -> tuple[BatchFile, ...]:
+        """The files this entry's rows are durable in (its own, or its sources), or ()."""
+        f = self.file
+        if f is not None:
+            return (f,)
+        return self.sources or ()
+
+    def all_files(self) -> tuple[BatchFile, ...]:
+        """Every file the entry holds on to: its own and its sources. A commit may have read
+        `files()` before the entry got a file of its own, so sources stay alive until the
+        entry is retired."""
+        f, src = self.file, self.sources or ()
+        return (f, *src) if f is not None else src
 
     @property
     def nbytes(self) -> int:
@@ -361,11 +386,17 @@ class Spine:
             # spill can interleave with.
             released = 0
             retired: list[str] = []
+            if out is not None and out.file is None:
+                # Under the same lock as a spill giving an input its own file: the output
+                # adopts exactly the files the inputs stand for now.
+                durable = [g.files() for g in group]
+                if all(durable) and sum(map(len, durable)) <= self._settings.merge_fanout**3:
+                    out.sources = tuple(f for fs in durable for f in fs)
+            adopted = {f.name for f in out.files()} if out is not None else set()
             for g in group:
                 g.retired = True
                 released += g.mem_bytes
-                if g.file is not None:
-                    retired.append(g.file.name)
+                retired += [f.name for f in g.all_files() if f.name not in adopted]
             self._loc.budget.add((out.mem_bytes if out else 0) - released)
             self._inflight -= 1
             self._schedule_locked()
@@ -387,7 +418,9 @@ class Spine:
             cut = self._apply_lower_bound(out)
             if cut.num_rows != out.num_rows:
                 out, keys = cut, None
-            return _Entry(mem=Batch(self.schema, out, keys)) if out.num_rows else None
+            if not out.num_rows:
+                return None
+            return _Entry(mem=Batch(self.schema, out, keys))  # sources: set at the swap
         stream = merge_stream([g.chunks(self._settings.block_rows) for g in group], self.schema)
         f = self._loc.write_batch_stream(self.schema, (self._apply_lower_bound(c) for c in stream))
         return _Entry(file=f) if f is not None else None
@@ -415,14 +448,40 @@ class Spine:
         for e in [*with_files, *sorted(snap, key=lambda e: -e.mem_bytes)]:
             if not budget.over():
                 break
+            if e.mem is None or e.retired:
+                continue
+            if self._ensure_file(e, self._loc.write_batch, for_commit=False) is None:
+                continue  # a merge replaced it meanwhile
             with self._io_lock:
                 if e.mem is None or e.retired:
                     continue
-                if e.file is None:
-                    e.file = self._loc.write_batch(e.mem)
                 freed = e.mem_bytes
                 e.mem = None
             budget.add(-freed)
+
+    def _ensure_file(
+        self, e: _Entry, write: Callable[[Batch], BatchFile], for_commit: bool
+    ) -> BatchFile | None:
+        """The entry's own file, writing it if it has none. The write runs outside the locks
+        (a merge swap or an insert must not wait for a file write); if another writer (spill
+        or commit) won meanwhile, ours is discarded. A spill of an entry that a merge retired
+        meanwhile is discarded too (None); a commit keeps its file, as its snapshot needs it.
+        """
+        f = e.file
+        if f is not None:
+            return f
+        mem = e.mem
+        if mem is None:  # dropped after a file was set
+            return e.file
+        new = write(mem)
+        with self._io_lock:
+            won = e.file is None and (for_commit or not e.retired)
+            if won:
+                e.file = new
+            existing = e.file
+        if not won:
+            self._loc.discard_file(new)
+        return existing
 
     def _background_spill(self) -> None:
         try:
@@ -460,17 +519,18 @@ class Spine:
         while the spine goes on changing: entries are immutable apart from gaining a file.
         """
         self._raise_merge_error()
-        files = []
+        files: list[BatchFile] = []
         for e in entries:
-            with self._io_lock:
-                if e.file is None:
-                    assert e.mem is not None
-                    e.file = write(e.mem)
-                files.append(e.file)
+            durable = e.files()
+            if not durable:
+                f = self._ensure_file(e, write, for_commit=True)
+                assert f is not None
+                durable = (f,)
+            files += durable
         return files
 
     def live_files(self) -> set[str]:
-        return {e.file.name for e in self.snapshot() if e.file is not None}
+        return {f.name for e in self.snapshot() for f in e.all_files()}
 
     def release(self) -> None:
         self._loc.budget.add(-sum(e.mem_bytes for e in self.snapshot()))

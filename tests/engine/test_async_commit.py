@@ -164,3 +164,35 @@ def test_backpressure_bounds_queued_commits(tmp_path: Path) -> None:
         h.wait_local(timeout=60)
     assert [c.step for c in loc.list_checkpoints()] == [1, 2, 3, 4]
     loc.close()
+
+
+def test_merges_of_committed_batches_cost_commits_no_write(tmp_path: Path) -> None:
+    """A merge whose inputs are all in files keeps its output in memory and checkpoints it as
+    those files: the next commit writes only new batches, never the merge output."""
+    wide = EngineSettings(block_rows=16, merge_base_rows=16, merge_fanout=8)
+    with open_loc(tmp_path, settings=wide) as loc:
+        sp = loc.spine("op", INT)
+        for i in range(4):  # four tier-1 batches, not merged at fanout 8
+            sp.insert(rows(100 * i, 100 * i + 20))
+        first = loc.commit(step=1)
+    narrow = EngineSettings(block_rows=16, merge_base_rows=16, merge_fanout=4)
+    loc = open_loc(tmp_path, settings=narrow)
+    sp = loc.spine("op", INT)
+    sp.insert(rows(1000, 1005))  # tier 0: schedules the merge of the four restored files
+    sp.wait_idle()
+    merged = [e for e in sp.snapshot() if e.sources]
+    assert len(merged) == 1 and len(merged[0].sources or ()) == 4 and merged[0].file is None
+    before = {p.name for p in tmp_path.iterdir() if p.suffix == ".batch"}
+    second = loc.commit(step=2)
+    written = {p.name for p in tmp_path.iterdir() if p.suffix == ".batch"} - before
+    assert len(written) == 1  # the tier-0 batch only
+    expected = {(k, k % 3): 1 for i in range(4) for k in range(100 * i, 100 * i + 20)}
+    expected.update({(k, k % 3): 1 for k in range(1000, 1005)})
+    # The merge output gets a file of its own when it is spilled; its sources stay on disk
+    # while the second checkpoint references them, and go once nothing does.
+    loc.gc_checkpoint()
+    assert [c.uuid for c in loc.list_checkpoints()] == [second]
+    loc.close()
+    with open_loc(tmp_path, settings=narrow, checkpoint=second) as back:
+        assert state(back) == expected
+    assert first not in {p.name for p in tmp_path.iterdir()}
