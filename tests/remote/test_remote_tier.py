@@ -167,18 +167,26 @@ def test_remote_gc_mirrors_local_gc(tmp_path: Path, store: ObjectStore) -> None:
     b.close()
 
 
-def test_stopped_server_delays_the_remote_copy_only(
+def test_server_stopped_mid_upload_delays_the_remote_copy_only(
     tmp_path: Path, store: ObjectStore, s3_server: Any
 ) -> None:
-    loc = open_remote(tmp_path / "a", store)
+    slow = ObjectStore(store.settings.model_copy(update={"upload_concurrency": 1}))
+    settings = SETTINGS.model_copy(update={"max_batches_per_spine": 10**6})
+    loc = open_remote(tmp_path / "a", slow, settings=settings)
     sp = loc.spine("op", INT)
     sp.insert(rows(0, 2000))
     first = loc.commit_async(step=1).wait_remote(timeout=60)
+    for i in range(30):  # thirty files of ~0.5 MB: an upload long enough to cut
+        sp.insert(rows(2000 + i * 20_000, 2000 + (i + 1) * 20_000))
+    known = keys(store, BATCHES)
+    h = loc.commit_async(step=2)
+    second = h.wait_local(timeout=60)  # local durability does not wait for S3
+    deadline = time.monotonic() + 60
+    while len(keys(store, BATCHES)) < len(known) + 2:
+        assert time.monotonic() < deadline, "the upload never started"
+        time.sleep(0.01)
     s3_server.stop()
     try:
-        sp.insert(rows(2000, 4000))
-        h = loc.commit_async(step=2)
-        second = h.wait_local(timeout=60)  # local durability does not wait for S3
         assert loc.remote is not None
         assert not loc.remote.wait_idle(timeout=2.0)
         assert h.state == "local_durable"
@@ -191,7 +199,7 @@ def test_stopped_server_delays_the_remote_copy_only(
     assert [c.uuid for c in read_remote_manifest(store)[1].checkpoints] == [first, second]
     loc.close()
     b = open_remote(tmp_path / "b", store, from_remote=True)
-    assert state(b) == model((0, 4000))
+    assert state(b) == model((0, 2000), (2000, 602_000))
     b.close()
 
 
