@@ -1,0 +1,20 @@
+"""Stateful operators over Z-sets on the storage engine's spines (see README.md)."""
+
+from .aggregate import AggFunc, Aggregate, GroupAggregate
+from .circuit import Circuit
+from .distinct import Distinct
+from .join import Join
+from .operator import CircuitError, Operator
+from .window import WindowAggregate
+
+__all__ = [
+    "AggFunc",
+    "Aggregate",
+    "Circuit",
+    "CircuitError",
+    "Distinct",
+    "GroupAggregate",
+    "Join",
+    "Operator",
+    "WindowAggregate",
+]

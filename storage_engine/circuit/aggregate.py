@@ -1,0 +1,269 @@
+"""Group aggregate: count, sum, avg, min, max per group, correct under retractions.
+
+State (spines of the location):
+- `<id>.acc`: one row per live group: the group columns, then `__count` (sum of weights) and,
+  per aggregated column, `__n_<col>` (weighted count of non-null values) and, for sum/avg,
+  `__s_<col>` (weighted sum). Linear aggregates update in O(1) per group and step.
+- `<id>.vals.<col>` for min/max: the multiset of (group, value) with multiplicities, since
+  a retraction of the current minimum must find the next one.
+
+A step partially aggregates the delta (Arrow hash aggregation), reads the old accumulators
+and value multisets of the touched groups (one vectorised seek each), and emits
+(old output row, -1) and (new output row, +1) for every touched group; rows that did not
+change cancel out. A group exists while its `__count` is positive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..batch import Batch
+from ..location import StorageLocation
+from ..schema import WEIGHT, ZSetSchema
+from ..spine import Spine
+from .operator import (
+    CircuitError,
+    Operator,
+    consolidate,
+    empty_delta,
+    require_columns,
+    to_table,
+    weighted,
+)
+
+AggFunc = Literal["count", "sum", "avg", "min", "max"]
+COUNT = "__count"
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """One output column: `func` over `column` (count without a column counts rows)."""
+
+    name: str
+    func: AggFunc
+    column: str | None = None
+
+
+def _sum_type(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_integer(t) or pa.types.is_boolean(t):
+        return pa.int64()
+    if pa.types.is_floating(t):
+        return pa.float64()
+    if pa.types.is_decimal(t):
+        return t
+    raise CircuitError(f"cannot sum or average a column of type {t}")
+
+
+class GroupAggregate(Operator):
+    def __init__(
+        self,
+        op_id: str,
+        input_schema: pa.Schema,
+        group_by: Sequence[str],
+        aggregates: Sequence[Aggregate],
+        input: str = "source",
+    ) -> None:
+        super().__init__(op_id, [input])
+        if not aggregates:
+            raise CircuitError(f"operator {op_id!r}: at least one aggregate is needed")
+        require_columns(op_id, input_schema, list(group_by), "group_by columns")
+        cols = [a.column for a in aggregates if a.column is not None]
+        require_columns(op_id, input_schema, cols, "aggregated columns")
+        for a in aggregates:
+            if a.column is None and a.func != "count":
+                raise CircuitError(f"operator {op_id!r}: aggregate {a.name!r} needs a column")
+        names = [*group_by, *(a.name for a in aggregates)]
+        if len(set(names)) != len(names):
+            raise CircuitError(f"operator {op_id!r}: duplicate output column names {names}")
+        self.group_by = list(group_by)
+        self.aggregates = list(aggregates)
+        self.input_schema = input_schema
+        self._groups = [input_schema.field(g) for g in group_by]
+        if not self._groups:  # a global aggregate: one group with a constant key
+            self._groups = [pa.field("__all", pa.bool_())]
+        self._keys = [f.name for f in self._groups]
+        self._counted = sorted({a.column for a in aggregates if a.column is not None})
+        self._summed = sorted(
+            {a.column for a in aggregates if a.func in ("sum", "avg") and a.column is not None}
+        )
+        self._ordered = sorted(
+            {a.column for a in aggregates if a.func in ("min", "max") and a.column is not None}
+        )
+        acc_values = [pa.field(COUNT, pa.int64())]
+        acc_values += [pa.field(f"__n_{c}", pa.int64()) for c in self._counted]
+        acc_values += [
+            pa.field(f"__s_{c}", _sum_type(input_schema.field(c).type)) for c in self._summed
+        ]
+        self._acc_schema = ZSetSchema(tuple(self._groups), tuple(acc_values))
+        self._vals_schemas = {
+            c: ZSetSchema(tuple(self._groups), (input_schema.field(c),)) for c in self._ordered
+        }
+        out = [input_schema.field(g) for g in group_by]
+        for a in aggregates:
+            if a.func == "count":
+                out.append(pa.field(a.name, pa.int64()))
+            elif a.func == "avg":
+                out.append(pa.field(a.name, pa.float64()))
+            elif a.func == "sum":
+                assert a.column is not None
+                out.append(pa.field(a.name, _sum_type(input_schema.field(a.column).type)))
+            else:
+                assert a.column is not None
+                out.append(pa.field(a.name, input_schema.field(a.column).type))
+        self._out_schema = pa.schema(out)
+        self._acc: Spine | None = None
+        self._vals: dict[str, Spine] = {}
+
+    @property
+    def output_schema(self) -> pa.Schema:
+        return self._out_schema
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "kind": "group_aggregate",
+            "id": self.id,
+            "input": self.inputs[0],
+            "group_by": [(f.name, str(f.type)) for f in self._groups],
+            "aggregates": [(a.name, a.func, a.column) for a in self.aggregates],
+            "columns": {c: str(self.input_schema.field(c).type) for c in self._counted},
+        }
+
+    def open(self, location: StorageLocation, state: Mapping[str, Any]) -> None:
+        self._acc = location.spine(self.spine_name("acc"), self._acc_schema)
+        self._vals = {
+            c: location.spine(self.spine_name(f"vals.{c}"), s)
+            for c, s in self._vals_schemas.items()
+        }
+
+    # -- the step ------------------------------------------------------------------------
+
+    def step(self, deltas: Mapping[str, pa.Table]) -> pa.Table:
+        delta = self._with_group_key(weighted(deltas[self.inputs[0]]))
+        if delta.num_rows == 0:
+            return empty_delta(self._out_schema)
+        assert self._acc is not None
+        partial = self._partial(delta)
+        keys = partial.select(self._keys)
+        old_acc = to_table(self._acc.seek(keys)).drop_columns([WEIGHT])
+        new_acc = self._sum_accs(old_acc, partial)
+        old_vals = {c: self._vals[c].seek(keys) for c in self._ordered}
+        new_vals: dict[str, pa.Table] = {}
+        for c in self._ordered:
+            d = delta.select([*self._keys, c, WEIGHT]).filter(pc.is_valid(delta.column(c)))
+            change = Batch.from_arrow(self._vals_schemas[c], d)
+            new_vals[c] = to_table(old_vals[c].merge(change))
+            self._vals[c].insert(change)
+        old_out = self._outputs(old_acc, {c: to_table(v) for c, v in old_vals.items()})
+        new_out = self._outputs(new_acc, new_vals)
+        # State: retract the old accumulators, insert the new (dropping emptied groups).
+        live = new_acc.filter(pc.not_equal(new_acc.column(COUNT), 0))
+        self._acc.insert(
+            Batch.from_arrow(
+                self._acc_schema,
+                pa.concat_tables([_with_weight(old_acc, -1), _with_weight(live, 1)]),
+            )
+        )
+        change = pa.concat_tables([_with_weight(old_out, -1), _with_weight(new_out, 1)])
+        return consolidate(change, self._out_schema)
+
+    def _with_group_key(self, t: pa.Table) -> pa.Table:
+        if self.group_by:
+            return t
+        return t.append_column("__all", pa.array([True] * t.num_rows, pa.bool_()))
+
+    def _partial(self, delta: pa.Table) -> pa.Table:
+        """Per group of the delta: the change of every accumulator."""
+        w = delta.column(WEIGHT)
+        cols: dict[str, pa.Array | pa.ChunkedArray] = {k: delta.column(k) for k in self._keys}
+        cols[COUNT] = w
+        for c in self._counted:
+            valid = pc.cast(pc.is_valid(delta.column(c)), pa.int64())
+            cols[f"__n_{c}"] = pc.multiply(valid, w)
+        for c in self._summed:
+            t = _sum_type(self.input_schema.field(c).type)
+            x = pc.cast(delta.column(c), t)
+            cols[f"__s_{c}"] = pc.fill_null(pc.multiply(x, pc.cast(w, t)), pa.scalar(0, t))
+        table = pa.table(cols)
+        return self._group_sum(table)
+
+    def _group_sum(self, table: pa.Table) -> pa.Table:
+        values = [f.name for f in self._acc_schema.values]
+        agg = table.group_by(self._keys, use_threads=False).aggregate([(v, "sum") for v in values])
+        return (
+            agg.select([*self._keys, *(f"{v}_sum" for v in values)])
+            .rename_columns([*self._keys, *values])
+            .cast(self._acc_schema.arrow.remove(len(self._acc_schema.arrow) - 1))
+        )
+
+    def _sum_accs(self, old: pa.Table, partial: pa.Table) -> pa.Table:
+        both = pa.concat_tables([old.cast(partial.schema), partial])
+        return self._group_sum(both)
+
+    def _outputs(self, acc: pa.Table, vals: Mapping[str, pa.Table]) -> pa.Table:
+        """Output rows of the groups in `acc` whose count is positive.
+
+        Accumulators and value multisets are aligned by one hash aggregation over their
+        union (not a join: a join never matches null group keys, SQL's GROUP BY does).
+        """
+        helpers = [f.name for f in self._acc_schema.values]
+        parts = [acc.select([*self._keys, *helpers])]
+        for c in self._ordered:
+            v = vals[c]
+            v = v.filter(pc.greater(v.column(WEIGHT), 0))
+            side = {k: v.column(k) for k in self._keys}
+            for h in helpers:
+                side[h] = pa.nulls(v.num_rows, acc.schema.field(h).type)
+            parts.append(pa.table(side).append_column(f"__x_{c}", v.column(c)))
+        for i, p in enumerate(parts):
+            for c in self._ordered:
+                if f"__x_{c}" not in p.column_names:
+                    t = self.input_schema.field(c).type
+                    p = p.append_column(f"__x_{c}", pa.nulls(p.num_rows, t))
+            parts[i] = p.select([*self._keys, *helpers, *(f"__x_{c}" for c in self._ordered)])
+        union = pa.concat_tables(parts)
+        specs = [(h, "sum") for h in helpers]
+        for c in self._ordered:
+            specs += [(f"__x_{c}", "min"), (f"__x_{c}", "max")]
+        g = union.group_by(self._keys, use_threads=False).aggregate(specs)
+        g = g.filter(pc.greater(pc.fill_null(g.column(f"{COUNT}_sum"), 0), 0))
+        if g.num_rows == 0:
+            return self._out_schema.empty_table()
+        cols: list[pa.Array | pa.ChunkedArray] = [g.column(k) for k in self.group_by]
+        for a in self.aggregates:
+            if a.func == "count":
+                name = COUNT if a.column is None else f"__n_{a.column}"
+                cols.append(pc.fill_null(g.column(f"{name}_sum"), 0))
+                continue
+            assert a.column is not None
+            n = pc.fill_null(g.column(f"__n_{a.column}_sum"), 0)
+            if a.func in ("sum", "avg"):
+                s = g.column(f"__s_{a.column}_sum")
+                none = pc.equal(n, 0)
+                if a.func == "sum":
+                    cols.append(pc.if_else(none, pa.scalar(None, s.type), s))
+                else:
+                    avg = pc.divide(pc.cast(s, pa.float64()), pc.cast(n, pa.float64()))
+                    cols.append(pc.if_else(none, pa.scalar(None, pa.float64()), avg))
+            else:
+                cols.append(g.column(f"__x_{a.column}_{a.func}"))
+        return pa.Table.from_arrays(
+            [pc.cast(c, f.type) for c, f in zip(cols, self._out_schema, strict=True)],
+            schema=self._out_schema,
+        )
+
+    def spines(self) -> list[Spine]:
+        assert self._acc is not None
+        return [self._acc, *self._vals.values()]
+
+    def metrics(self) -> dict[str, Any]:
+        assert self._acc is not None
+        return {"groups": self._acc.stats().rows}
+
+
+def _with_weight(t: pa.Table, w: int) -> pa.Table:
+    return t.append_column(WEIGHT, pa.array([w] * t.num_rows, pa.int64()))

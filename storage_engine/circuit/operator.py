@@ -1,0 +1,99 @@
+"""What every stateful operator of a circuit provides, and the Z-set helpers they share.
+
+An operator consumes Z-set deltas of one or two named input streams and returns the Z-set
+delta of its output: a step's output is exactly the change of the operator's result caused
+by the step's input (DBSP's incremental semantics), so retractions flow through.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ..batch import Batch
+from ..location import StorageLocation
+from ..schema import WEIGHT, ZSetSchema
+
+
+class CircuitError(ValueError):
+    """An operator was defined or fed inconsistently (names the operator and the field)."""
+
+
+class Operator(ABC):
+    """A stateful operator with a persistent id; its spines are named `<id>.<role>`."""
+
+    def __init__(self, op_id: str, inputs: Sequence[str]) -> None:
+        self.id = op_id
+        self.inputs = tuple(inputs)
+
+    @property
+    @abstractmethod
+    def output_schema(self) -> pa.Schema:
+        """Columns of the output rows (the weight travels in `__weight`)."""
+
+    @abstractmethod
+    def describe(self) -> dict[str, Any]:
+        """Everything that determines the operator's state layout (for the fingerprint)."""
+
+    @abstractmethod
+    def open(self, location: StorageLocation, state: Mapping[str, Any]) -> None:
+        """Bind spines in `location`; `state` is what `checkpoint_state` returned at the
+        restored checkpoint (empty without one)."""
+
+    @abstractmethod
+    def step(self, deltas: Mapping[str, pa.Table]) -> pa.Table:
+        """The output delta for these input deltas (each with a `__weight` column)."""
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """Small JSON-able operator state to store in each checkpoint (e.g. a watermark)."""
+        return {}
+
+    def metrics(self) -> dict[str, Any]:
+        return {}
+
+    def spine_name(self, role: str) -> str:
+        return f"{self.id}.{role}"
+
+
+def fingerprint(described: Sequence[dict[str, Any]]) -> str:
+    blob = json.dumps(list(described), sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:32]
+
+
+def weighted(table: pa.Table | pa.RecordBatch) -> pa.Table:
+    """A table with an int64 `__weight` column (+1 where the input had none)."""
+    t = pa.Table.from_batches([table]) if isinstance(table, pa.RecordBatch) else table
+    if WEIGHT in t.column_names:
+        i = t.column_names.index(WEIGHT)
+        return t.set_column(i, WEIGHT, t.column(WEIGHT).cast(pa.int64()))
+    return t.append_column(WEIGHT, pa.array(np.ones(t.num_rows, np.int64)))
+
+
+def require_columns(op: str, schema: pa.Schema, names: Sequence[str], what: str) -> None:
+    missing = [n for n in names if n not in schema.names]
+    if missing:
+        raise CircuitError(
+            f"operator {op!r}: {what} {missing} not among the input columns {schema.names}"
+        )
+
+
+def to_table(batch: Batch) -> pa.Table:
+    return pa.Table.from_batches([batch.data])
+
+
+def empty_delta(schema: pa.Schema) -> pa.Table:
+    return schema.append(pa.field(WEIGHT, pa.int64(), False)).empty_table()
+
+
+def consolidate(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Sum the weights of equal rows and drop zero weights (rows in Z-set order)."""
+    if table.num_rows == 0:
+        return empty_delta(schema)
+    zs = ZSetSchema(tuple(schema), ())
+    return to_table(Batch.from_arrow(zs, table.select([*schema.names, WEIGHT])))

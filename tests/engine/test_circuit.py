@@ -1,0 +1,343 @@
+"""Circuit operators against a plain-Python reference: after every step, the sum of all
+output deltas must equal the operator's result recomputed from scratch over the sum of all
+input deltas (with retractions, nulls, restores from checkpoints in between)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import random
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from storage_engine import EngineSettings, StorageLocation
+from storage_engine.circuit import (
+    Aggregate,
+    Circuit,
+    CircuitError,
+    Distinct,
+    GroupAggregate,
+    Join,
+    WindowAggregate,
+)
+from storage_engine.schema import WEIGHT
+
+from ..conftest import trials
+
+SETTINGS = EngineSettings(block_rows=32, merge_base_rows=32, merge_fanout=3)
+SCHEMA = pa.schema([("g", pa.string()), ("x", pa.int64()), ("y", pa.float64())])
+AGGS = [
+    Aggregate("n", "count"),
+    Aggregate("nx", "count", "x"),
+    Aggregate("sx", "sum", "x"),
+    Aggregate("ay", "avg", "y"),
+    Aggregate("mx", "min", "x"),
+    Aggregate("Mx", "max", "x"),
+    Aggregate("my", "min", "y"),
+]
+
+Row = tuple[Any, ...]
+
+
+def table(rows: Iterable[tuple[Row, int]], schema: pa.Schema) -> pa.Table:
+    rows = list(rows)
+    cols = list(zip(*[r for r, _ in rows], strict=True)) if rows else [[] for _ in schema]
+    arrays = [pa.array(list(c), f.type) for c, f in zip(cols, schema, strict=True)]
+    t = pa.Table.from_arrays(arrays, schema=schema)
+    return t.append_column(WEIGHT, pa.array([w for _, w in rows], pa.int64()))
+
+
+def integrate(acc: Counter[Row], delta: pa.Table) -> None:
+    names = [n for n in delta.column_names if n != WEIGHT]
+    for r in delta.to_pylist():
+        acc[tuple(r[n] for n in names)] += r[WEIGHT]
+        if acc[tuple(r[n] for n in names)] == 0:
+            del acc[tuple(r[n] for n in names)]
+
+
+def history(rng: random.Random, steps: int, make: Any) -> list[list[tuple[Row, int]]]:
+    """Steps of inserts and retractions of rows present (multiplicities stay >= 0)."""
+    live: Counter[Row] = Counter()
+    out = []
+    for _ in range(steps):
+        step = []
+        for _ in range(rng.randint(0, 12)):
+            if live and rng.random() < 0.35:
+                r = rng.choice(sorted(live, key=repr))
+                live[r] -= 1
+                if not live[r]:
+                    del live[r]
+                step.append((r, -1))
+            else:
+                r = make(rng)
+                live[r] += 1
+                step.append((r, 1))
+        out.append(step)
+    return out
+
+
+def agg_row(rng: random.Random) -> Row:
+    g = rng.choice(["a", "b", "c", None])
+    x = rng.choice([None, *range(-3, 6)])
+    y = rng.choice([None, 0.5, 1.25, -2.0, 3.0])
+    return (g, x, y)
+
+
+def model_aggregate(live: Counter[Row]) -> Counter[Row]:
+    groups: dict[Any, list[tuple[Row, int]]] = {}
+    for r, m in live.items():
+        if m > 0:
+            groups.setdefault(r[0], []).append((r, m))
+    out: Counter[Row] = Counter()
+    for g, rows in groups.items():
+        xs = [r[1] for r, m in rows for _ in range(m) if r[1] is not None]
+        ys = [r[2] for r, m in rows for _ in range(m) if r[2] is not None]
+        n = sum(m for _, m in rows)
+        out[
+            (
+                g,
+                n,
+                len(xs),
+                sum(xs) if xs else None,
+                sum(ys) / len(ys) if ys else None,
+                min(xs) if xs else None,
+                max(xs) if xs else None,
+                min(ys) if ys else None,
+            )
+        ] += 1
+    return out
+
+
+def _close(a: Counter[Row], b: Counter[Row]) -> bool:
+    """Equal, with float columns compared approximately (sums of floats in another order)."""
+
+    def norm(c: Counter[Row]) -> list[Any]:
+        rounded = [
+            (tuple(round(v, 9) if isinstance(v, float) else v for v in r), m) for r, m in c.items()
+        ]
+        return sorted(rounded, key=repr)
+
+    return norm(a) == norm(b)
+
+
+def open_circuit(path: Path, make: Any, checkpoint: str | None = "latest") -> Any:
+    circuit = make()
+    loc = StorageLocation.open(
+        str(path), fingerprint=circuit.fingerprint, settings=SETTINGS, checkpoint=checkpoint
+    )
+    circuit.open(loc)
+    return circuit, loc
+
+
+@pytest.mark.parametrize("seed", range(trials(6, 2)))
+def test_group_aggregate_matches_the_model(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    steps = history(rng, 40, agg_row)
+
+    def make() -> Circuit:
+        return Circuit([GroupAggregate("agg", SCHEMA, ["g"], AGGS)])
+
+    circuit, loc = open_circuit(tmp_path, make)
+    live: Counter[Row] = Counter()
+    out: Counter[Row] = Counter()
+    snapshots: dict[int, tuple[Counter[Row], Counter[Row]]] = {}
+    for i, step in enumerate(steps, start=1):
+        delta = circuit.step({"source": table(step, SCHEMA)})["agg"]
+        for r, w in step:
+            live[r] += w
+        integrate(out, delta)
+        assert all(m == 1 for m in out.values()), out
+        assert _close(out, model_aggregate(live)), (i, sorted(out), sorted(model_aggregate(live)))
+        if i % 10 == 0:
+            circuit.commit_async(i).wait_local()
+            snapshots[i] = (Counter(live), Counter(out))
+        if i == 25:  # restart from the checkpoint at step 20: redo steps 21..25
+            loc.close()
+            circuit, loc = open_circuit(tmp_path, make)
+            assert loc.step == 20
+            live, out = (Counter(c) for c in snapshots[20])
+            for j in range(21, 26):
+                integrate(out, circuit.step({"source": table(steps[j - 1], SCHEMA)})["agg"])
+                for r, w in steps[j - 1]:
+                    live[r] += w
+            assert _close(out, model_aggregate(live))
+    loc.close()
+
+
+def test_global_aggregate_without_group_by(tmp_path: Path) -> None:
+    c = Circuit(
+        [GroupAggregate("all", SCHEMA, [], [Aggregate("n", "count"), Aggregate("s", "sum", "x")])]
+    )
+    loc = StorageLocation.open(str(tmp_path), fingerprint=c.fingerprint, settings=SETTINGS)
+    c.open(loc)
+    out: Counter[Row] = Counter()
+    integrate(
+        out, c.step({"source": table([(("a", 1, None), 1), (("b", 2, None), 1)], SCHEMA)})["all"]
+    )
+    assert out == Counter({(2, 3): 1})
+    integrate(out, c.step({"source": table([(("a", 1, None), -1)], SCHEMA)})["all"])
+    assert out == Counter({(1, 2): 1})
+    integrate(out, c.step({"source": table([(("b", 2, None), -1)], SCHEMA)})["all"])
+    assert out == Counter()  # no rows, no group
+    loc.close()
+
+
+def test_distinct_matches_the_model(tmp_path: Path) -> None:
+    rng = random.Random(7)
+    schema = pa.schema([("k", pa.int64()), ("s", pa.string())])
+    steps = history(rng, 50, lambda r: (r.randint(0, 6), r.choice(["p", "q", None])))
+    c = Circuit([Distinct("d", schema)])
+    loc = StorageLocation.open(str(tmp_path), fingerprint=c.fingerprint, settings=SETTINGS)
+    c.open(loc)
+    live: Counter[Row] = Counter()
+    out: Counter[Row] = Counter()
+    for step in steps:
+        integrate(out, c.step({"source": table(step, schema)})["d"])
+        for r, w in step:
+            live[r] += w
+        assert out == Counter({r: 1 for r, m in live.items() if m > 0})
+    loc.close()
+
+
+def test_join_matches_the_model(tmp_path: Path) -> None:
+    rng = random.Random(11)
+    ls = pa.schema([("id", pa.int64()), ("name", pa.string())])
+    rs = pa.schema([("uid", pa.int64()), ("name", pa.string()), ("amount", pa.int64())])
+    left = history(rng, 30, lambda r: (r.choice([None, 1, 2, 3, 4]), r.choice(["x", "y"])))
+    right = history(rng, 30, lambda r: (r.choice([None, 1, 2, 3]), "z", r.randint(0, 3)))
+
+    def make() -> Circuit:
+        return Circuit([Join("j", ls, rs, ["id"], ["uid"], left="users", right="orders")])
+
+    c, loc = open_circuit(tmp_path, make)
+    assert c.operators[0].output_schema.names == ["id", "name", "right_name", "amount"]
+    L: Counter[Row] = Counter()
+    R: Counter[Row] = Counter()
+    out: Counter[Row] = Counter()
+    for i, (dl, dr) in enumerate(zip(left, right, strict=True), start=1):
+        delta = c.step({"users": table(dl, ls), "orders": table(dr, rs)})["j"]
+        integrate(out, delta)
+        for r, w in dl:
+            L[r] += w
+        for r, w in dr:
+            R[r] += w
+        want: Counter[Row] = Counter()
+        for lr, lm in L.items():
+            for rr, rm in R.items():
+                if lr[0] is not None and lr[0] == rr[0] and lm * rm:
+                    want[(lr[0], lr[1], rr[1], rr[2])] += lm * rm
+        assert out == +want, i
+        if i == 15:
+            c.commit_async(i).wait_local()
+            loc.close()
+            c, loc = open_circuit(tmp_path, make)
+    loc.close()
+
+
+def _ts(seconds: float) -> dt.datetime:
+    return dt.datetime(2024, 1, 1) + dt.timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize("slide", [None, 5])
+def test_window_aggregate_matches_the_model(tmp_path: Path, slide: int | None) -> None:
+    """Tumbling (10 s) and hopping (10 s every 5 s) windows, 3 s of allowed lateness:
+    rows for closed windows are dropped and counted; closed windows leave the state."""
+    schema = pa.schema([("ts", pa.timestamp("us")), ("k", pa.string()), ("v", pa.int64())])
+    size, lateness = 10, 3
+    step_sz = slide or size
+    rng = random.Random(3)
+    clock = 0.0
+    steps: list[list[tuple[Row, int]]] = []
+    for _ in range(40):
+        step = []
+        for _ in range(rng.randint(1, 6)):
+            clock += rng.random() * 1.5
+            t = clock - rng.random() * 8  # out of order, some beyond the lateness
+            step.append(((_ts(t), rng.choice("ab"), rng.randint(0, 9)), 1))
+        steps.append(step)
+
+    def make() -> Circuit:
+        return Circuit(
+            [
+                WindowAggregate(
+                    "w",
+                    schema,
+                    "ts",
+                    size_us=size * 10**6,
+                    slide_us=slide * 10**6 if slide else None,
+                    lateness_us=lateness * 10**6,
+                    group_by=["k"],
+                    aggregates=[Aggregate("n", "count"), Aggregate("s", "sum", "v")],
+                )
+            ]
+        )
+
+    c, loc = open_circuit(tmp_path, make)
+    out: Counter[Row] = Counter()
+    accepted: Counter[Row] = Counter()  # (window start, key, v) assignments kept
+    wm: float | None = None
+    late = 0
+    epoch = _ts(0)
+    for i, step in enumerate(steps, start=1):
+        integrate(out, c.step({"source": table(step, schema)})["w"])
+        for (ts, k, v), _ in step:
+            t = (ts - epoch).total_seconds()
+            starts = [
+                math.floor(t / step_sz) * step_sz - j * step_sz for j in range(size // step_sz)
+            ]
+            dropped = False
+            for s in starts:
+                if wm is not None and s + size <= wm:
+                    dropped = True
+                    continue
+                accepted[(s, k, v)] += 1
+            late += dropped
+        newest = max((ts - epoch).total_seconds() for (ts, _, _), _ in step) - lateness
+        wm = newest if wm is None else max(wm, newest)
+        want: Counter[Row] = Counter()
+        per: dict[tuple[float, str], list[int]] = {}
+        for (s, k, v), m in accepted.items():
+            per.setdefault((s, k), []).extend([v] * m)
+        for (s, k), vs in per.items():
+            want[(_ts(s), _ts(s + size), k, len(vs), sum(vs))] += 1
+        assert out == want, i
+        op = c.operators[0]
+        assert isinstance(op, WindowAggregate) and op.late_rows == late
+        if i == 20:
+            c.commit_async(i).wait_local()
+            loc.close()
+            c, loc = open_circuit(tmp_path, make)
+    assert late > 0, "the history should have had late rows"
+    # State holds only windows that are still open.
+    op = c.operators[0]
+    assert isinstance(op, WindowAggregate) and op.watermark is not None
+    rows = op._agg.spines()[0].to_batch().to_table().column("window_start").to_pylist()
+    assert rows and min(rows) > _ts(wm - size - 1)
+    loc.close()
+
+
+def test_fingerprint_changes_with_the_stateful_part(tmp_path: Path) -> None:
+    a = Circuit([GroupAggregate("agg", SCHEMA, ["g"], AGGS)])
+    b = Circuit([GroupAggregate("agg", SCHEMA, ["g"], AGGS)])
+    c = Circuit([GroupAggregate("agg", SCHEMA, ["g"], AGGS[:2])])
+    d = Circuit([GroupAggregate("agg2", SCHEMA, ["g"], AGGS)])
+    assert a.fingerprint == b.fingerprint
+    assert len({a.fingerprint, c.fingerprint, d.fingerprint}) == 3
+
+
+def test_bad_definitions_name_the_operator_and_field() -> None:
+    with pytest.raises(CircuitError, match=r"'agg'.*group_by columns \['nope'\]"):
+        GroupAggregate("agg", SCHEMA, ["nope"], AGGS)
+    with pytest.raises(CircuitError, match=r"'agg'.*needs a column"):
+        GroupAggregate("agg", SCHEMA, ["g"], [Aggregate("s", "sum")])
+    with pytest.raises(CircuitError, match="cannot sum"):
+        GroupAggregate("agg", SCHEMA, ["g"], [Aggregate("s", "sum", "g")])
+    with pytest.raises(CircuitError, match="not a timestamp"):
+        WindowAggregate("w", SCHEMA, "x", 10, [Aggregate("n", "count")])
+    with pytest.raises(CircuitError, match="unique"):
+        Circuit([Distinct("d", SCHEMA), Distinct("d", SCHEMA)])
