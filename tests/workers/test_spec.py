@@ -1,0 +1,105 @@
+"""The pipeline spec: valid examples load; invalid specs fail with every error's field path."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from workers.spec import PipelineSpec, SpecError, json_schema, load_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((ROOT / "docs" / "examples").glob("*.yaml"))
+
+
+def test_the_published_json_schema_is_current() -> None:
+    published = (ROOT / "docs" / "pipeline-spec.schema.json").read_text()
+    assert json.loads(published) == json.loads(json_schema()), (
+        "regenerate: python -m workers.spec > docs/pipeline-spec.schema.json"
+    )
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_every_example_is_valid(path: Path) -> None:
+    spec = load_spec(path)
+    assert isinstance(spec, PipelineSpec) and spec.name
+
+
+def test_examples_cover_every_source_operator_and_sink_kind() -> None:
+    specs = [load_spec(p) for p in EXAMPLES]
+    assert {s.source.kind for s in specs} >= {"datagen", "files", "log"}
+    assert {op.kind for s in specs for op in s.state} >= {
+        "aggregate",
+        "window_aggregate",
+        "distinct",
+        "join",
+    }
+    assert {k.kind for s in specs for k in s.sinks} >= {"files", "postgres", "view"}
+
+
+def test_durations_and_defaults() -> None:
+    spec = load_spec(
+        """
+name: p1
+source: {kind: datagen}
+state:
+  - {name: w, kind: window_aggregate, time_column: ts, size: 1m, slide: 10s, lateness: 500ms,
+     aggregates: [{name: n, func: count}]}
+checkpoint: {every: 30s, async: false}
+"""
+    )
+    w = spec.state[0]
+    assert (w.size, w.slide, w.lateness) == (60.0, 10.0, 0.5)  # type: ignore[union-attr]
+    assert spec.checkpoint.every == 30.0 and spec.checkpoint.asynchronous is False
+    assert spec.checkpoint.every_steps == 10 and spec.trigger.interval == 1.0
+
+
+def test_every_error_names_its_field() -> None:
+    with pytest.raises(SpecError) as e:
+        load_spec(
+            """
+name: Bad Name
+source: {kind: files, path: /in}
+state:
+  - {name: a, kind: aggregate, aggregates: [{name: s, func: sum}]}
+  - {name: a, kind: window_aggregate, time_column: ts, size: 10s, slide: 3s,
+     aggregates: [{name: n, func: count}]}
+sinks:
+  - {name: out, kind: files, from: nowhere, path: /out}
+checkpoint: {every: soon}
+"""
+        )
+    paths = {p for p, _ in e.value.errors}
+    assert "name" in paths
+    assert "source.format" in paths
+    assert "state.0.aggregates.0" in paths
+    assert "state.1" in paths  # size not a multiple of slide
+    assert "checkpoint.every" in paths
+    text = str(e.value)
+    assert "sum needs a column" in text and "whole multiple of slide" in text
+    assert "not a duration like" in text
+
+
+def test_cross_references_are_checked() -> None:
+    with pytest.raises(SpecError, match=r"sinks.0.from: 'nowhere' is not an operator"):
+        load_spec(
+            """
+name: p
+source: {kind: datagen}
+state: [{name: a, kind: distinct}]
+sinks: [{name: out, kind: view, from: nowhere}]
+"""
+        )
+    with pytest.raises(SpecError, match="operator names must be unique"):
+        load_spec(
+            "name: p\nsource: {kind: datagen}\n"
+            "state: [{name: a, kind: distinct}, {name: a, kind: distinct}]"
+        )
+
+
+def test_not_a_mapping_or_not_yaml() -> None:
+    with pytest.raises(SpecError, match="mapping"):
+        load_spec("- just\n- a list\n")
+    with pytest.raises(SpecError, match="not valid YAML"):
+        load_spec("name: [unclosed\n")

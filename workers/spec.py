@@ -1,0 +1,319 @@
+"""The pipeline spec: what users register (YAML or JSON), validated by pydantic.
+
+    name: clicks-per-user
+    source: {kind: datagen, generator: clicks, seed: 7, rows_per_second: 5000}
+    transform: {where: "amount > 0", select: ["user", "amount", "ts"]}
+    state:
+      - {name: per_user, kind: aggregate, group_by: [user],
+         aggregates: [{name: n, func: count}, {name: total, func: sum, column: amount}]}
+    sinks:
+      - {name: out, kind: files, from: per_user, format: parquet, path: out/}
+    checkpoint: {every_steps: 10, every: 30s}
+
+Every error names its field path (`state.0.group_by`) and reason; `load_spec` raises
+`SpecError` with all of them. Column references are checked against the source's schema
+when the runner plans the query, before anything starts. The JSON Schema published in
+`docs/pipeline-spec.schema.json` is `PipelineSpec.model_json_schema()`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
+
+NAME_RE = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+OP_RE = r"^[A-Za-z0-9_.-]{1,128}$"
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(us|ms|s|m|h|d)\s*$")
+_UNIT_S = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def _seconds(v: Any) -> Any:
+    """'250ms', '10s', '5m', '1h', '7d' or a number of seconds."""
+    if isinstance(v, str):
+        m = _DURATION.match(v)
+        if not m:
+            raise ValueError(f"{v!r} is not a duration like 500ms, 10s, 5m, 1h or 7d")
+        return float(m.group(1)) * _UNIT_S[m.group(2)]
+    return v
+
+
+Seconds = Annotated[float, BeforeValidator(_seconds), Field(ge=0)]
+PositiveSeconds = Annotated[float, BeforeValidator(_seconds), Field(gt=0)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+# -- sources -----------------------------------------------------------------------------
+
+
+class DatagenSource(_Model):
+    """Deterministic generated rows: row i is a pure function of (seed, i)."""
+
+    kind: Literal["datagen"]
+    generator: Literal["clicks", "nexmark"] = Field(
+        "clicks",
+        description="clicks: (ts, user, page, amount); nexmark: bids, auctions and persons "
+        "in one stream with an event_type column",
+    )
+    seed: int = 0
+    rows_per_second: float = Field(1000.0, gt=0, description="target event rate")
+    max_rows_per_step: int = Field(100_000, gt=0)
+    users: int = Field(1000, gt=0, description="distinct users (clicks) / persons (nexmark)")
+    limit: int | None = Field(None, gt=0, description="stop after this many rows")
+
+
+class FilesSource(_Model):
+    """A directory of immutable files, read in name order; offset = files consumed."""
+
+    kind: Literal["files"]
+    path: str
+    format: Literal["json", "csv", "parquet"]
+    schema_: dict[str, str] | None = Field(
+        None,
+        alias="schema",
+        description="column -> Spark SQL type (needed for json and csv), e.g. {ts: timestamp}",
+    )
+    max_files_per_step: int = Field(10, gt=0)
+
+
+class LogSource(_Model):
+    """The engine's input log of records pushed through the ingest API."""
+
+    kind: Literal["log"]
+    stream: str = Field(pattern=NAME_RE)
+    schema_: dict[str, str] = Field(alias="schema")
+    max_records_per_step: int = Field(100_000, gt=0)
+
+
+Source = Annotated[DatagenSource | FilesSource | LogSource, Field(discriminator="kind")]
+
+
+class Transform(_Model):
+    """Stateless, done by Spark: a filter, then a projection (Spark SQL expressions)."""
+
+    where: str | None = None
+    select: list[str] = Field(default_factory=lambda: ["*"], min_length=1)
+
+
+# -- stateful operators --------------------------------------------------------------------
+
+
+class AggregateSpec(_Model):
+    name: str
+    func: Literal["count", "sum", "avg", "min", "max"]
+    column: str | None = None
+
+    @model_validator(mode="after")
+    def _column_needed(self) -> AggregateSpec:
+        if self.column is None and self.func != "count":
+            raise ValueError(f"{self.func} needs a column")
+        return self
+
+
+class StreamSpec(_Model):
+    """One input of a join: rows of the transformed stream, filtered and projected."""
+
+    where: str | None = None
+    select: list[str] = Field(default_factory=lambda: ["*"], min_length=1)
+
+
+class GroupAggregateOp(_Model):
+    name: str = Field(pattern=OP_RE)
+    kind: Literal["aggregate"]
+    group_by: list[str] = Field(default_factory=list)
+    aggregates: list[AggregateSpec] = Field(min_length=1)
+
+
+class WindowAggregateOp(_Model):
+    name: str = Field(pattern=OP_RE)
+    kind: Literal["window_aggregate"]
+    time_column: str
+    size: PositiveSeconds
+    slide: PositiveSeconds | None = Field(None, description="hopping windows; default: tumbling")
+    lateness: Seconds = 0.0
+    group_by: list[str] = Field(default_factory=list)
+    aggregates: list[AggregateSpec] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _slide_divides_size(self) -> WindowAggregateOp:
+        if self.slide is not None:
+            ratio = self.size / self.slide
+            if abs(ratio - round(ratio)) > 1e-9:
+                raise ValueError("size must be a whole multiple of slide")
+        return self
+
+
+class DistinctOp(_Model):
+    name: str = Field(pattern=OP_RE)
+    kind: Literal["distinct"]
+    columns: list[str] | None = None
+
+
+class JoinOp(_Model):
+    name: str = Field(pattern=OP_RE)
+    kind: Literal["join"]
+    left: StreamSpec
+    right: StreamSpec
+    left_on: list[str] = Field(min_length=1)
+    right_on: list[str] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _pairs(self) -> JoinOp:
+        if len(self.left_on) != len(self.right_on):
+            raise ValueError("left_on and right_on must have the same length")
+        return self
+
+
+StateOp = Annotated[
+    GroupAggregateOp | WindowAggregateOp | DistinctOp | JoinOp, Field(discriminator="kind")
+]
+
+
+# -- sinks ---------------------------------------------------------------------------------
+
+
+class FilesSink(_Model):
+    name: str = Field(pattern=NAME_RE)
+    kind: Literal["files"]
+    from_: str = Field(alias="from", description="the operator whose output is written")
+    path: str
+    format: Literal["parquet", "jsonl"] = "parquet"
+
+
+class PostgresSink(_Model):
+    name: str = Field(pattern=NAME_RE)
+    kind: Literal["postgres"]
+    from_: str = Field(alias="from")
+    dsn: str = Field(description="libpq connection string; may name an env var as ${VAR}")
+    table: str = Field(pattern=r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+class ViewSink(_Model):
+    name: str = Field(pattern=NAME_RE)
+    kind: Literal["view"]
+    from_: str = Field(alias="from")
+
+
+Sink = Annotated[FilesSink | PostgresSink | ViewSink, Field(discriminator="kind")]
+
+
+# -- policies ------------------------------------------------------------------------------
+
+
+class CheckpointPolicy(_Model):
+    every_steps: int | None = Field(10, gt=0)
+    every: Seconds | None = Field(None, description="and/or every T seconds")
+    asynchronous: bool = Field(True, alias="async")
+
+
+class RetentionPolicy(_Model):
+    keep_last: int = Field(10, ge=1)
+    max_age: Seconds | None = None
+    min_keep: int = Field(1, ge=1)
+
+
+class Trigger(_Model):
+    interval: Seconds = 1.0
+
+
+class PipelineSpec(_Model):
+    name: str = Field(pattern=NAME_RE, description="unique slug")
+    source: Source
+    transform: Transform = Field(default_factory=Transform)
+    state: list[StateOp] = Field(min_length=1)
+    sinks: list[Sink] = Field(default_factory=list)
+    checkpoint: CheckpointPolicy = Field(default_factory=CheckpointPolicy)
+    retention: RetentionPolicy = Field(default_factory=RetentionPolicy)
+    trigger: Trigger = Field(default_factory=Trigger)
+
+    @model_validator(mode="after")
+    def _references(self) -> PipelineSpec:
+        ops = [op.name for op in self.state]
+        dup = sorted({n for n in ops if ops.count(n) > 1})
+        if dup:
+            raise ValueError(f"state: operator names must be unique, repeated: {dup}")
+        sinks = [s.name for s in self.sinks]
+        dup = sorted({n for n in sinks if sinks.count(n) > 1})
+        if dup:
+            raise ValueError(f"sinks: names must be unique, repeated: {dup}")
+        for i, s in enumerate(self.sinks):
+            if s.from_ not in ops:
+                raise ValueError(f"sinks.{i}.from: {s.from_!r} is not an operator in state {ops}")
+        return self
+
+
+class SpecError(ValueError):
+    """An invalid spec; `errors` lists (field path, reason), every one of them."""
+
+    def __init__(self, errors: list[tuple[str, str]]) -> None:
+        self.errors = errors
+        super().__init__("invalid pipeline spec:\n" + "\n".join(f"  {p}: {m}" for p, m in errors))
+
+
+def _path(loc: tuple[Any, ...]) -> str:
+    # Drop pydantic's union tags ("datagen", "aggregate"...) that are not field names.
+    parts = [str(x) for x in loc if not (isinstance(x, str) and x in _TAGS)]
+    return ".".join(parts) or "(spec)"
+
+
+_TAGS = {
+    "datagen",
+    "files",
+    "log",
+    "aggregate",
+    "window_aggregate",
+    "distinct",
+    "join",
+    "postgres",
+    "view",
+    "function-after[_references(), PipelineSpec]",
+}
+
+
+def parse_spec(doc: Any) -> PipelineSpec:
+    """Validate a parsed document (dict); raises SpecError naming every bad field."""
+    try:
+        return PipelineSpec.model_validate(doc)
+    except ValidationError as e:
+        errors = []
+        for err in e.errors():
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            errors.append((_path(tuple(err["loc"])), msg))
+        raise SpecError(errors) from None
+
+
+def load_spec(text_or_path: str | Path) -> PipelineSpec:
+    """A spec from YAML or JSON text, or from a .yaml/.yml/.json file."""
+    text = str(text_or_path)
+    p = Path(text)
+    if "\n" not in text and p.suffix in (".yaml", ".yml", ".json") and p.exists():
+        text = p.read_text()
+    try:
+        doc = yaml.safe_load(text)  # JSON is YAML
+    except yaml.YAMLError as e:
+        raise SpecError([("(spec)", f"not valid YAML or JSON: {e}")]) from None
+    if not isinstance(doc, dict):
+        raise SpecError([("(spec)", "a pipeline spec is a mapping (YAML) or object (JSON)")])
+    return parse_spec(doc)
+
+
+def json_schema() -> str:
+    return json.dumps(PipelineSpec.model_json_schema(by_alias=True), indent=2, sort_keys=True)
+
+
+if __name__ == "__main__":  # python -m workers.spec > docs/pipeline-spec.schema.json
+    print(json_schema())
