@@ -1,0 +1,222 @@
+"""Exactly-once, proven: a pipeline (aggregate and windowed aggregate; files and Postgres
+sinks) over a fixed input of JSON files is killed with SIGKILL at random moments and
+restarted from its latest checkpoint each time; the sinks' final contents must equal a Spark
+batch query over the whole input. Malformed lines go to dead letters and never stop a run."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from storage_engine.schema import WEIGHT
+from workers.runner import spark_session
+from workers.sinks import STEP
+
+from ..conftest import trials
+
+ROOT = Path(__file__).resolve().parents[2]
+PG_ADMIN = os.environ.get("SPINDLE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+FILES, ROWS = 16, 300
+T0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    s = spark_session("spindle-tests")
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def pg_dsn() -> Iterator[str]:
+    """A fresh database for one test (dropped afterwards)."""
+    name = f"spindle_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_ADMIN, autocommit=True) as c:
+        c.execute(f'CREATE DATABASE "{name}"')
+    yield PG_ADMIN.rsplit("/", 1)[0] + "/" + name
+    with psycopg.connect(PG_ADMIN, autocommit=True) as c:
+        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def write_input(d: Path) -> int:
+    """FILES json-lines files with increasing event times; a few malformed lines."""
+    d.mkdir()
+    rng = random.Random(5)
+    bad = 0
+    for f in range(FILES):
+        lines = []
+        for r in range(ROWS):
+            i = f * ROWS + r
+            if rng.random() < 0.01:
+                lines.append('{"customer": "c1", "amount": oops}')
+                bad += 1
+                continue
+            ts = (T0 + dt.timedelta(milliseconds=50 * i)).isoformat()
+            row = {"customer": f"c{rng.randint(0, 20)}", "amount": rng.randint(1, 100), "ts": ts}
+            lines.append(json.dumps(row))
+        (d / f"part-{f:04d}.json").write_text("\n".join(lines) + "\n")
+    return bad
+
+
+def spec(tmp: Path, dsn: str) -> Path:
+    p = tmp / "spec.yaml"
+    p.write_text(
+        f"""
+name: exactly-once
+source:
+  kind: files
+  path: {tmp / "in"}
+  format: json
+  schema: {{customer: string, amount: bigint, ts: timestamp}}
+  max_files_per_step: 1
+state:
+  - name: per_customer
+    kind: aggregate
+    group_by: [customer]
+    aggregates: [{{name: n, func: count}}, {{name: total, func: sum, column: amount}}]
+  - name: per_10s
+    kind: window_aggregate
+    time_column: ts
+    size: 10s
+    lateness: 1h
+    aggregates: [{{name: n, func: count}}, {{name: total, func: sum, column: amount}}]
+sinks:
+  - {{name: agg, kind: files, from: per_customer, path: {tmp / "out-agg"}}}
+  - {{name: win, kind: files, from: per_10s, path: {tmp / "out-win"}, format: jsonl}}
+  - {{name: pg, kind: postgres, from: per_customer, dsn: "{dsn}", table: per_customer}}
+checkpoint: {{every_steps: 2}}
+trigger: {{interval: 100ms}}
+"""
+    )
+    return p
+
+
+def run(tmp: Path, spec_path: Path, kill_after: float | None) -> int | None:
+    """One run of the runner; SIGKILLed after `kill_after` seconds if given."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "workers.runner",
+        "run",
+        str(spec_path),
+        "--storage",
+        str(tmp / "state"),
+        "--stop-when-idle",
+        "4",
+    ]
+    p = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        p.wait(timeout=kill_after if kill_after is not None else 300)
+    except subprocess.TimeoutExpired:
+        if kill_after is None:
+            raise
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        return None
+    assert p.returncode == 0, p.returncode
+    return p.returncode
+
+
+def integrate_files(rows: list[dict[str, Any]], cols: list[str]) -> Counter[tuple[Any, ...]]:
+    out: Counter[tuple[Any, ...]] = Counter()
+    for r in rows:
+        out[tuple(r[c] for c in cols)] += r[WEIGHT]
+    return +out
+
+
+def test_sigkill_restarts_give_exactly_the_batch_result(
+    tmp_path: Path, spark: SparkSession, pg_dsn: str
+) -> None:
+    bad = write_input(tmp_path / "in")
+    spec_path = spec(tmp_path, pg_dsn)
+    rng = random.Random(11)
+    kills = 0
+    for _ in range(trials(10, 3)):
+        if run(tmp_path, spec_path, kill_after=rng.uniform(4.0, 9.0)) is None:
+            kills += 1
+    run(tmp_path, spec_path, kill_after=None)  # to the end of the input
+    assert kills >= trials(8, 2), "most runs should have been killed mid-way"
+
+    ref = (
+        spark.read.schema("customer string, amount bigint, ts timestamp")
+        .option("mode", "DROPMALFORMED")
+        .json(str(tmp_path / "in"))
+    )
+    want_agg = Counter(
+        (r["customer"], r["n"], r["total"])
+        for r in ref.groupBy("customer")
+        .agg(F.count("*").alias("n"), F.sum("amount").alias("total"))
+        .collect()
+    )
+    w = ref.groupBy(F.window("ts", "10 seconds")).agg(
+        F.count("*").alias("n"), F.sum("amount").alias("total")
+    )
+    want_win = Counter(
+        (r["window"]["start"].replace(tzinfo=None), r["n"], r["total"]) for r in w.collect()
+    )
+
+    agg = pytest.importorskip("pyarrow.parquet").read_table(str(tmp_path / "out-agg")).to_pylist()
+    got_agg = integrate_files(agg, ["customer", "n", "total"])
+    assert got_agg == want_agg
+    with open_all(tmp_path / "out-win") as rows:
+        got_win = integrate_files(rows, ["window_start", "n", "total"])
+    got_win = Counter(
+        {
+            (dt.datetime.fromisoformat(str(k[0])).replace(tzinfo=None), k[1], k[2]): v
+            for k, v in got_win.items()
+        }
+    )
+    assert got_win == want_win
+    with psycopg.connect(pg_dsn) as c:
+        rows = c.execute(
+            "SELECT customer, n, total, sum(weight) FROM per_customer "
+            "GROUP BY customer, n, total HAVING sum(weight) <> 0"
+        ).fetchall()
+    assert Counter({(a, b, t): int(w) for a, b, t, w in rows}) == want_agg
+    # Every step's change rows were written once: no step appears twice in the files.
+    steps = [r[STEP] for r in agg]
+    assert len(set(steps)) == len({p.name for p in (tmp_path / "out-agg").iterdir()})
+    letters = [
+        json.loads(x)
+        for f in (tmp_path / "state" / "dead-letters").iterdir()
+        for x in f.read_text().splitlines()
+    ]
+    assert len({(d["file"], d["line"]) for d in letters}) == bad
+    assert all("oops" in d["record"] and d["reason"] for d in letters)
+
+
+class open_all:
+    """All JSON-lines rows of a sink directory."""
+
+    def __init__(self, d: Path) -> None:
+        self.d = d
+
+    def __enter__(self) -> list[dict[str, Any]]:
+        rows = []
+        for f in sorted(self.d.iterdir()):
+            rows += [json.loads(x) for x in f.read_text().splitlines()]
+        return rows
+
+    def __exit__(self, *exc: object) -> None:
+        return None

@@ -1,0 +1,560 @@
+"""The Spark pipeline runner: a spec becomes a Structured Streaming query whose micro-batches
+are steps of a circuit on the storage engine, with exactly-once output across restarts.
+
+    python -m workers.runner run SPEC --storage DIR [--from-checkpoint latest|none|UUID]
+                                      [--max-steps N] [--stop-when-idle SECONDS]
+
+A run (DESIGN.md §5): restore checkpoint C of the storage location (latest by default) ->
+roll every sink back to C's step -> start a Spark query with a fresh checkpointLocation whose
+source starts at C's source offset -> each micro-batch is one step: Spark parses, filters and
+projects; the pruned rows reach the circuit as Arrow; outputs go to the sinks tagged with the
+step -> checkpoints by policy (every N steps and/or T seconds; asynchronous by default), each
+recording the source offset its state reflects. A crash anywhere loses nothing and
+duplicates nothing: the next run redoes the steps after C, which produce the same outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+import pyarrow as pa
+import typer
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+from storage_engine import StorageLocation
+from storage_engine.circuit import (
+    Aggregate,
+    Circuit,
+    Distinct,
+    GroupAggregate,
+    Join,
+    Operator,
+    WindowAggregate,
+)
+
+from . import spec as S
+from .sinks import FilesSink, PostgresSink, Sink, ViewSink
+from .sources import END, DatagenSource, FilesSource
+
+SOURCE = "source"
+
+
+def spark_session(app: str = "spindle") -> SparkSession:
+    """A Spark session for pipelines: master from SPINDLE_SPARK_MASTER (default local[2]),
+    Python workers on this interpreter, UTC, no UI."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = (
+        SparkSession.builder.appName(app)
+        .master(os.environ.get("SPINDLE_SPARK_MASTER", "local[2]"))
+        .config("spark.ui.enabled", "false")
+        # Spark 4.0's stream thread overflows its default stack in a Java regex on some
+        # micro-batch plans (seen with JSON-parsing batches); a larger stack avoids it.
+        .config("spark.driver.extraJavaOptions", "-Xss32m")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    for ds in (DatagenSource, FilesSource):
+        spark.dataSource.register(ds)
+    return spark
+
+
+# -- planning ------------------------------------------------------------------------------
+
+
+@dataclass
+class Plan:
+    """What a spec means for Spark and for the circuit, checked before anything runs."""
+
+    spec: S.PipelineSpec
+    source_schema: StructType  # columns after parsing, before the transform
+    stream_schema: pa.Schema  # after the transform: the circuit's "source" input
+    inputs: dict[str, tuple[str | None, list[str]]]  # circuit input -> (where, select)
+    input_schemas: dict[str, pa.Schema]
+    circuit: Circuit
+    spark_options: dict[str, str] = field(default_factory=dict)
+
+
+def source_schema(
+    spark: SparkSession, source: S.DatagenSource | S.FilesSource | S.LogSource
+) -> StructType:
+    from .sources import CLICKS_SCHEMA, NEXMARK_SCHEMA
+
+    if isinstance(source, S.DatagenSource):
+        ddl = NEXMARK_SCHEMA if source.generator == "nexmark" else CLICKS_SCHEMA
+    elif source.schema_:
+        ddl = ", ".join(f"`{k}` {v}" for k, v in source.schema_.items())
+    elif isinstance(source, S.FilesSource) and source.format == "parquet":
+        raise S.SpecError([("source.schema", "give the schema of the parquet files")])
+    else:
+        raise S.SpecError([("source.schema", "required for json and csv files")])
+    try:
+        schema = StructType.fromDDL(ddl)
+    except Exception as e:  # Spark's parser raises several kinds
+        raise S.SpecError([("source.schema", f"not a valid schema: {_short(e)}")]) from None
+    assert isinstance(schema, StructType)
+    return StructType([f for f in schema.fields if f.name != END])
+
+
+def _analyse(
+    spark: SparkSession, schema: StructType, where: str | None, select: list[str], path: str
+) -> StructType:
+    df = spark.createDataFrame([], schema)
+    try:
+        if where:
+            df = df.where(where)
+    except AnalysisException as e:
+        raise S.SpecError([(f"{path}.where", _short(e))]) from None
+    except Exception as e:
+        raise S.SpecError([(f"{path}.where", _short(e))]) from None
+    try:
+        return df.selectExpr(*select).schema
+    except Exception as e:
+        raise S.SpecError([(f"{path}.select", _short(e))]) from None
+
+
+def _short(e: Exception) -> str:
+    return str(e).strip().splitlines()[0][:500]
+
+
+def _arrow(schema: StructType) -> pa.Schema:
+    return to_arrow_schema(schema, timestamp_utc=True, prefers_large_types=False)
+
+
+def plan(spark: SparkSession, spec: S.PipelineSpec) -> Plan:
+    """Check every column reference against the source schema and build the circuit."""
+    src = source_schema(spark, spec.source)
+    t = spec.transform
+    stream = _analyse(spark, src, t.where, t.select, "transform")
+    stream_arrow = _arrow(stream)
+    inputs: dict[str, tuple[str | None, list[str]]] = {}
+    schemas: dict[str, pa.Schema] = {}
+    ops: list[Operator] = []
+    for i, op in enumerate(spec.state):
+        where = f"state.{i}"
+        try:
+            ops.append(_operator(spark, op, stream, stream_arrow, inputs, schemas, where))
+        except ValueError as e:  # CircuitError: a column or type problem
+            if isinstance(e, S.SpecError):
+                raise
+            raise S.SpecError([(where, str(e))]) from None
+    if any(SOURCE in o.inputs for o in ops):
+        inputs[SOURCE] = (None, ["*"])
+        schemas[SOURCE] = stream_arrow
+    opts: dict[str, str] = {}
+    s = spec.source
+    if isinstance(s, S.DatagenSource):
+        opts = {
+            "generator": s.generator,
+            "seed": str(s.seed),
+            "rows_per_second": str(s.rows_per_second),
+            "max_rows_per_step": str(s.max_rows_per_step),
+            "users": str(s.users),
+            **({"limit": str(s.limit)} if s.limit else {}),
+        }
+    elif isinstance(s, S.FilesSource):
+        opts = {"path": s.path, "format": s.format, "max_files_per_step": str(s.max_files_per_step)}
+        if s.format == "parquet":
+            opts["schema"] = src.simpleString()[len("struct<") : -1].replace(":", " ")
+    else:
+        raise S.SpecError([("source.kind", "the log source needs the control plane's ingest API")])
+    return Plan(spec, src, stream_arrow, inputs, schemas, Circuit(ops), opts)
+
+
+def _aggs(specs: list[S.AggregateSpec]) -> list[Aggregate]:
+    return [Aggregate(a.name, a.func, a.column) for a in specs]
+
+
+def _operator(
+    spark: SparkSession,
+    op: Any,
+    stream: StructType,
+    stream_arrow: pa.Schema,
+    inputs: dict[str, tuple[str | None, list[str]]],
+    schemas: dict[str, pa.Schema],
+    path: str,
+) -> Operator:
+    if isinstance(op, S.GroupAggregateOp):
+        return GroupAggregate(op.name, stream_arrow, op.group_by, _aggs(op.aggregates))
+    if isinstance(op, S.WindowAggregateOp):
+        return WindowAggregate(
+            op.name,
+            stream_arrow,
+            op.time_column,
+            int(op.size * 1e6),
+            _aggs(op.aggregates),
+            op.group_by,
+            int(op.slide * 1e6) if op.slide else None,
+            int(op.lateness * 1e6),
+        )
+    if isinstance(op, S.DistinctOp):
+        return Distinct(op.name, stream_arrow, op.columns)
+    assert isinstance(op, S.JoinOp)
+    sides = {}
+    for side in ("left", "right"):
+        sp: S.StreamSpec = getattr(op, side)
+        schema = _arrow(_analyse(spark, stream, sp.where, sp.select, f"{path}.{side}"))
+        name = f"{op.name}.{side}"
+        inputs[name] = (sp.where, sp.select)
+        schemas[name] = schema
+        sides[side] = schema
+    return Join(
+        op.name,
+        sides["left"],
+        sides["right"],
+        op.left_on,
+        op.right_on,
+        left=f"{op.name}.left",
+        right=f"{op.name}.right",
+    )
+
+
+# -- running -------------------------------------------------------------------------------
+
+
+@dataclass
+class RunResult:
+    first_step: int
+    last_step: int
+    source_offset: int
+    checkpoints: int
+
+
+class Runner:
+    def __init__(
+        self,
+        spec: S.PipelineSpec,
+        storage: str,
+        *,
+        from_checkpoint: str = "latest",
+        base_dir: str = ".",
+        metrics_path: str | None = None,
+        allow_state_drop: bool = False,
+        spark: SparkSession | None = None,
+    ) -> None:
+        self.spec = spec
+        self.spark = spark or spark_session(f"spindle:{spec.name}")
+        self.plan = plan(self.spark, spec)
+        self.loc = StorageLocation.open(
+            storage,
+            fingerprint=self.plan.circuit.fingerprint,
+            checkpoint=from_checkpoint,
+            allow_state_drop=allow_state_drop,
+        )
+        try:
+            self.plan.circuit.open(self.loc)
+            self.step = self.loc.step if self.loc.restored is not None else 0
+            self.offset = int(self.loc.metadata.get("source_offset", 0)) if self.loc.restored else 0
+            self.sinks = self._open_sinks(base_dir)
+            for s in self.sinks.values():
+                s.rollback(self.step)
+        except BaseException:
+            self.loc.close()
+            raise
+        self.first_step = self.step
+        self.storage = storage
+        self.metrics_path = metrics_path or os.path.join(storage, "metrics.jsonl")
+        self.dead_letters = os.path.join(storage, "dead-letters")
+        self._rollback_dead_letters()
+        self._last_commit = time.monotonic()
+        self._since_commit = 0
+        self._commits = 0
+        self._last_step_at = time.monotonic()
+        self._busy = False
+        self.error: BaseException | None = None
+
+    def _open_sinks(self, base_dir: str) -> dict[str, Sink]:
+        out: dict[str, Sink] = {}
+        schemas = {op.id: op.output_schema for op in self.plan.circuit.operators}
+        for s in self.spec.sinks:
+            schema = schemas[s.from_]
+            if isinstance(s, S.FilesSink):
+                out[s.name] = FilesSink(s, base_dir)
+            elif isinstance(s, S.PostgresSink):
+                out[s.name] = PostgresSink(s, schema)
+            else:
+                out[s.name] = ViewSink(s, schema, self.loc)
+        return out
+
+    # -- one micro-batch = one step --
+
+    def process(self, df: DataFrame, batch_id: int) -> None:
+        self._busy = True
+        try:
+            self._process(df)
+        except BaseException as e:
+            self.error = e
+            raise
+        finally:
+            self._busy = False
+            self._last_step_at = time.monotonic()
+
+    def _process(self, df: DataFrame) -> None:
+        t0 = time.perf_counter()
+        df = df.persist()
+        try:
+            # Arrow, not collect(): row pickling of a streaming batch has overflowed the
+            # stream thread's stack (a Java regex) in Spark 4.0 on malformed-record plans.
+            end = df.agg(F.max(END).alias("e")).toArrow().column("e")[0].as_py()
+            if end is None:
+                return
+            parsed, bad = self._parse(df)
+            stream = parsed
+            t = self.spec.transform
+            if t.where:
+                stream = stream.where(t.where)
+            stream = stream.selectExpr(*t.select)
+            tables: dict[str, pa.Table] = {}
+            rows_in = 0
+            for name, (where, select) in self.plan.inputs.items():
+                d = (
+                    stream
+                    if name == SOURCE
+                    else (stream.where(where) if where else stream).selectExpr(*select)
+                )
+                tab = d.toArrow().cast(self.plan.input_schemas[name])
+                tables[name] = tab
+                rows_in += tab.num_rows
+            bad_rows = self._dead_letters(bad)
+        finally:
+            spark_ms = (time.perf_counter() - t0) * 1000
+        df.unpersist()
+        step = self.step + 1
+        t1 = time.perf_counter()
+        out = self.plan.circuit.step(tables)
+        for s in self.spec.sinks:
+            self.sinks[s.name].write(step, out[s.from_])
+        engine_ms = (time.perf_counter() - t1) * 1000
+        self.step, self.offset = step, int(end)
+        commit_ms = self._maybe_commit()
+        self._metrics(
+            step,
+            rows_in,
+            sum(o.num_rows for o in out.values()),
+            bad_rows,
+            spark_ms,
+            engine_ms,
+            commit_ms,
+        )
+        self._last_step_at = time.monotonic()
+
+    def _parse(self, df: DataFrame) -> tuple[DataFrame, DataFrame | None]:
+        """Parse raw JSON/CSV lines with the source schema; unparseable lines are returned
+        apart (dead letters). A line is bad if it is not valid JSON (CSV: has the wrong
+        number of fields) or a present value does not convert to its column's type."""
+        src = self.spec.source
+        if not isinstance(src, S.FilesSource) or src.format == "parquet":
+            return df.drop(END), None
+        fields = self.plan.source_schema.fields
+        ddl = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in fields)
+        line = F.col("__line")
+        if src.format == "json":
+            parsed = df.withColumn("__p", F.from_json(line, ddl))
+            raw = [F.get_json_object(line, f"$.{f.name}") for f in fields]
+            malformed = F.try_parse_json(line).isNull()
+        else:
+            parsed = df.withColumn("__p", F.from_csv(line, ddl))
+            raw = [F.split(line, ",").getItem(i) for i in range(len(fields))]
+            malformed = F.size(F.split(line, ",")) != len(fields)
+        bad_type = F.lit(False)
+        for f, r in zip(fields, raw, strict=True):
+            value = F.col(f"__p.`{f.name}`")
+            present = r.isNotNull() & (F.lower(F.trim(r)) != "null") & (F.trim(r) != "")
+            bad_type = bad_type | (present & value.isNull())
+        flagged = parsed.withColumn("__bad", malformed | F.col("__p").isNull() | bad_type)
+        cols = [F.col(f"__p.`{f.name}`").alias(f.name) for f in fields]
+        ok = flagged.where(~F.col("__bad")).select(*cols)
+        bad = flagged.where(F.col("__bad")).select("__file", "__lineno", "__line")
+        return ok, bad
+
+    def _rollback_dead_letters(self) -> None:
+        if not os.path.isdir(self.dead_letters):
+            return
+        for n in os.listdir(self.dead_letters):
+            if not n.startswith("step-") or int(n[5:17]) > self.step:
+                os.remove(os.path.join(self.dead_letters, n))
+
+    def _dead_letters(self, bad: DataFrame | None) -> int:
+        if bad is None:
+            return 0
+        rows = bad.toArrow().to_pylist()
+        if not rows:
+            return 0
+        os.makedirs(self.dead_letters, exist_ok=True)
+        path = os.path.join(self.dead_letters, f"step-{self.step + 1:012d}.jsonl")
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            for r in rows:
+                f.write(
+                    json.dumps(
+                        {
+                            "file": r["__file"],
+                            "line": r["__lineno"],
+                            "record": r["__line"],
+                            "reason": f"not parseable as {self.spec.source.format} "  # type: ignore[union-attr]
+                            "with the source schema",
+                        }
+                    )
+                    + "\n"
+                )
+        os.replace(path + ".tmp", path)
+        return len(rows)
+
+    def _maybe_commit(self) -> float:
+        self._since_commit += 1
+        pol = self.spec.checkpoint
+        due = (pol.every_steps is not None and self._since_commit >= pol.every_steps) or (
+            pol.every is not None and time.monotonic() - self._last_commit >= pol.every
+        )
+        if not due:
+            return 0.0
+        return self.commit()
+
+    def commit(self, identifier: str | None = None, wait: bool = False) -> float:
+        """Checkpoint the state after the current step; ms spent on the caller's thread."""
+        t0 = time.perf_counter()
+        h = self.plan.circuit.commit_async(
+            self.step,
+            {"source_offset": self.offset, "pipeline": self.spec.name},
+            identifier=identifier,
+        )
+        if wait or not self.spec.checkpoint.asynchronous:
+            h.wait_local()
+        self._since_commit = 0
+        self._last_commit = time.monotonic()
+        self._commits += 1
+        while len(self.loc.list_checkpoints()) > self.spec.retention.keep_last:
+            self.loc.gc_checkpoint()
+        return (time.perf_counter() - t0) * 1000
+
+    def _metrics(
+        self,
+        step: int,
+        rows_in: int,
+        rows_out: int,
+        bad: int,
+        spark_ms: float,
+        engine_ms: float,
+        commit_ms: float,
+    ) -> None:
+        stats = [sp.stats() for sp in self.loc._spines.values()]
+        rec = {
+            "ts": time.time(),
+            "step": step,
+            "source_offset": self.offset,
+            "rows_in": rows_in,
+            "rows_out": rows_out,
+            "dead_letters": bad,
+            "spark_ms": round(spark_ms, 3),
+            "engine_ms": round(engine_ms, 3),
+            "commit_ms": round(commit_ms, 3),
+            "state_rows": sum(s.rows for s in stats),
+            "state_bytes": sum(s.mem_bytes + s.file_bytes for s in stats),
+            "spine_batches": sum(s.batches for s in stats),
+            "merge_backlog": sum(s.merge_backlog for s in stats),
+        }
+        with open(self.metrics_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(rec) + "\n")
+
+    # -- the query --
+
+    def run(self, max_steps: int | None = None, stop_when_idle: float | None = None) -> RunResult:
+        fmt = (
+            "spindle_datagen" if isinstance(self.spec.source, S.DatagenSource) else "spindle_files"
+        )
+        reader = self.spark.readStream.format(fmt).option("start", str(self.offset))
+        for k, v in self.plan.spark_options.items():
+            reader = reader.option(k, v)
+        ck = tempfile.mkdtemp(prefix="spindle-spark-ck-")
+        q = (
+            reader.load()
+            .writeStream.foreachBatch(self.process)
+            .option("checkpointLocation", ck)
+            .trigger(processingTime=f"{int(self.spec.trigger.interval * 1000)} milliseconds")
+            .start()
+        )
+        self._last_step_at = time.monotonic()
+        try:
+            while q.isActive:
+                if self.error is not None:
+                    break
+                if max_steps is not None and self.step - self.first_step >= max_steps:
+                    break
+                idle = time.monotonic() - self._last_step_at
+                if stop_when_idle is not None and not self._busy and idle > stop_when_idle:
+                    break
+                time.sleep(0.05)
+        finally:
+            q.stop()
+            shutil.rmtree(ck, ignore_errors=True)
+        if self.error is not None:
+            raise self.error
+        if q.exception() is not None:
+            raise RuntimeError(f"the Spark query failed: {q.exception()}")
+        return RunResult(self.first_step, self.step, self.offset, self._commits)
+
+    def close(self) -> None:
+        for s in self.sinks.values():
+            s.close()
+        self.loc.close()
+
+
+# -- command line --------------------------------------------------------------------------
+
+app = typer.Typer(help="Run a Spindle pipeline on Spark (standalone).", no_args_is_help=True)
+
+
+@app.callback()
+def _commands() -> None:
+    """Subcommands: run."""
+
+
+@app.command("run")
+def run_cmd(
+    spec_file: Annotated[Path, typer.Argument(help="Pipeline spec (YAML or JSON).")],
+    storage: Annotated[str, typer.Option(help="The pipeline's storage location.")],
+    from_checkpoint: Annotated[str, typer.Option(help="latest, none, or a uuid.")] = "latest",
+    max_steps: Annotated[int | None, typer.Option(help="Stop after N steps.")] = None,
+    stop_when_idle: Annotated[
+        float | None, typer.Option(help="Stop after S seconds without a step.")
+    ] = None,
+    base_dir: Annotated[str, typer.Option(help="Relative sink paths start here.")] = ".",
+    final_checkpoint: Annotated[bool, typer.Option(help="Checkpoint when stopping.")] = True,
+) -> None:
+    try:
+        spec = S.load_spec(spec_file)
+        runner = Runner(spec, storage, from_checkpoint=from_checkpoint, base_dir=base_dir)
+    except S.SpecError as e:
+        typer.echo(str(e), err=True)
+        raise typer.Exit(2) from None
+    try:
+        res = runner.run(max_steps, stop_when_idle)
+        if final_checkpoint and runner.step > res.first_step:
+            runner.commit(wait=True)
+        typer.echo(json.dumps(res.__dict__ | {"last_step": runner.step}))
+    finally:
+        runner.close()
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()
+
+
+__all__ = ["Plan", "RunResult", "Runner", "plan", "spark_session"]

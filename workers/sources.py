@@ -1,0 +1,247 @@
+"""PySpark 4 Python streaming data sources whose offsets Spindle owns.
+
+Each source's offset is one integer, `{"offset": n}`, and every row it produces carries the
+end offset of its micro-batch in `__end`, so the driver learns, from the batch itself, which
+offset a step's state reflects (the runner records it in the step's checkpoint, and a
+restored run starts the source there: `option("start", n)`).
+
+- `spindle_datagen`: row i is a pure function of (seed, i) — the same rows at the same
+  offsets in every run; the offset advances at `rows_per_second` (wall clock), at most
+  `max_rows_per_step` per step, up to `limit`.
+- `spindle_files`: a directory of immutable files read in name order; offset = files
+  consumed. JSON and CSV files arrive as raw lines (`__line`, `__file`, `__lineno`) for Spark
+  to parse (so a malformed line is a dead letter, not a failed batch); Parquet as columns.
+
+Readers run in Spark's Python worker processes: options are strings, state is per process.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+EPOCH_US = 1_704_067_200_000_000  # 2024-01-01T00:00:00Z: event time of datagen row 0
+END = "__end"
+
+CLICKS_SCHEMA = "ts timestamp, user string, page string, amount double, __end bigint"
+NEXMARK_SCHEMA = (
+    "event_type string, ts timestamp, person_id bigint, name string, state string, "
+    "auction_id bigint, seller bigint, category bigint, bidder bigint, price double, "
+    "__end bigint"
+)
+LINES_SCHEMA = "__line string, __file string, __lineno bigint, __end bigint"
+_STATES = np.array(["OR", "ID", "CA", "WA", "NY", "TX", "AZ", "NV"])
+_NAMES = np.array(["ann", "bob", "cyd", "dee", "eve", "fay", "gus", "hal", "ivy", "jon"])
+
+
+def mix(seed: int, i: np.ndarray) -> np.ndarray:
+    """splitmix64 of (seed, i): the per-row randomness of datagen, independent of batching."""
+    with np.errstate(over="ignore"):
+        z = i.astype(np.uint64) + np.uint64(seed * 0x9E3779B97F4A7C15 % (1 << 64))
+        z = (z + np.uint64(0x9E3779B97F4A7C15)) & np.uint64(0xFFFFFFFFFFFFFFFF)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def clicks(seed: int, rate: float, users: int, start: int, stop: int, end: int) -> pa.RecordBatch:
+    i = np.arange(start, stop, dtype=np.int64)
+    h = mix(seed, i)
+    ts = EPOCH_US + (i * (1_000_000 / rate)).astype(np.int64)
+    user = np.char.add("user-", (h % np.uint64(users)).astype(str))
+    page = np.char.add("/p/", ((h >> np.uint64(20)) % np.uint64(50)).astype(str))
+    amount = ((h >> np.uint64(40)) % np.uint64(10_000)).astype(np.float64) / 100.0 - 5.0
+    return pa.record_batch(
+        {
+            "ts": pa.array(ts, pa.timestamp("us", tz="UTC")),
+            "user": pa.array(user),
+            "page": pa.array(page),
+            "amount": pa.array(amount),
+            END: pa.array(np.full(len(i), end, np.int64)),
+        }
+    )
+
+
+def nexmark(seed: int, rate: float, start: int, stop: int, end: int) -> pa.RecordBatch:
+    """Nexmark's mix: of every 50 events 1 person, 3 auctions, 46 bids; ids are dense."""
+    i = np.arange(start, stop, dtype=np.int64)
+    h = mix(seed, i)
+    epoch, r = i // 50, i % 50
+    kind = np.where(r == 0, "person", np.where(r <= 3, "auction", "bid"))
+    persons = epoch + 1  # persons that exist once event i happens
+    auctions = np.maximum(epoch * 3 + np.clip(r, 0, 3), 1)
+    is_p, is_a, is_b = kind == "person", kind == "auction", kind == "bid"
+    u = h.astype(np.uint64)
+    person_id = np.where(is_p, epoch, 0)
+    auction_id = np.where(
+        is_a, epoch * 3 + (r - 1), np.where(is_b, u % auctions.astype(np.uint64), 0)
+    )
+    seller = (u % persons.astype(np.uint64)).astype(np.int64)
+    bidder = ((u >> np.uint64(17)) % persons.astype(np.uint64)).astype(np.int64)
+
+    def only(mask: np.ndarray, values: Any, t: pa.DataType) -> pa.Array:
+        return pa.array(values, t, mask=~mask)
+
+    return pa.record_batch(
+        {
+            "event_type": pa.array(kind),
+            "ts": pa.array(
+                EPOCH_US + (i * (1_000_000 / rate)).astype(np.int64), pa.timestamp("us", tz="UTC")
+            ),
+            "person_id": only(is_p, person_id, pa.int64()),
+            "name": only(is_p, _NAMES[(u >> np.uint64(7)) % np.uint64(len(_NAMES))], pa.string()),
+            "state": only(
+                is_p, _STATES[(u >> np.uint64(11)) % np.uint64(len(_STATES))], pa.string()
+            ),
+            "auction_id": only(is_a | is_b, auction_id.astype(np.int64), pa.int64()),
+            "seller": only(is_a, seller, pa.int64()),
+            "category": only(
+                is_a, ((u >> np.uint64(23)) % np.uint64(10)).astype(np.int64), pa.int64()
+            ),
+            "bidder": only(is_b, bidder, pa.int64()),
+            "price": only(is_b, ((u >> np.uint64(31)) % np.uint64(100_000)) / 100.0, pa.float64()),
+            END: pa.array(np.full(len(i), end, np.int64)),
+        }
+    )
+
+
+class _Range(InputPartition):
+    def __init__(self, start: int, stop: int, end: int) -> None:
+        self.start, self.stop, self.end = start, stop, end
+
+
+class _DatagenReader(DataSourceStreamReader):
+    def __init__(self, options: dict[str, str]) -> None:
+        self.generator = options.get("generator", "clicks")
+        self.seed = int(options.get("seed", "0"))
+        self.rate = float(options.get("rows_per_second", "1000"))
+        self.max_step = int(options.get("max_rows_per_step", "100000"))
+        self.users = int(options.get("users", "1000"))
+        self.limit = int(options["limit"]) if options.get("limit") else None
+        self.first = int(options.get("start", "0"))
+        self.cur = self.first
+        self.t0 = time.monotonic()
+
+    def initialOffset(self) -> dict[str, int]:
+        return {"offset": self.first}
+
+    def latestOffset(self) -> dict[str, int]:
+        due = self.first + int((time.monotonic() - self.t0) * self.rate)
+        end = min(max(due, self.cur), self.cur + self.max_step)
+        if self.limit is not None:
+            end = min(end, self.limit)
+        self.cur = end
+        return {"offset": end}
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+        a, b = int(start["offset"]), int(end["offset"])
+        mid = a + (b - a) // 2
+        return [_Range(x, y, b) for x, y in ((a, mid), (mid, b)) if y > x]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, _Range)
+        for s in range(partition.start, partition.stop, 50_000):
+            e = min(s + 50_000, partition.stop)
+            if self.generator == "nexmark":
+                yield nexmark(self.seed, self.rate, s, e, partition.end)
+            else:
+                yield clicks(self.seed, self.rate, self.users, s, e, partition.end)
+
+    def commit(self, end: dict[str, int]) -> None:
+        pass  # Spindle's checkpoints own the offsets
+
+
+class DatagenSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "spindle_datagen"
+
+    def schema(self) -> str:
+        return NEXMARK_SCHEMA if self.options.get("generator") == "nexmark" else CLICKS_SCHEMA
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return _DatagenReader(dict(self.options))
+
+
+def list_input_files(path: str) -> list[str]:
+    """The files of an input directory in offset order (hidden and temp names skipped)."""
+    try:
+        names = os.listdir(path)
+    except FileNotFoundError:
+        return []
+    return sorted(
+        n
+        for n in names
+        if not n.startswith((".", "_"))
+        and not n.endswith((".tmp", ".part", ".crc"))
+        and os.path.isfile(os.path.join(path, n))
+    )
+
+
+class _File(InputPartition):
+    def __init__(self, path: str, end: int) -> None:
+        self.path, self.end = path, end
+
+
+class _FilesReader(DataSourceStreamReader):
+    def __init__(self, options: dict[str, str]) -> None:
+        self.path = options["path"]
+        self.format = options.get("format", "json")
+        self.max_files = int(options.get("max_files_per_step", "10"))
+        self.first = int(options.get("start", "0"))
+        self.cur = self.first
+
+    def initialOffset(self) -> dict[str, int]:
+        return {"offset": self.first}
+
+    def latestOffset(self) -> dict[str, int]:
+        n = len(list_input_files(self.path))
+        self.cur = max(self.cur, min(n, self.cur + self.max_files))
+        return {"offset": self.cur}
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+        a, b = int(start["offset"]), int(end["offset"])
+        files = list_input_files(self.path)[a:b]
+        return [_File(os.path.join(self.path, f), b) for f in files]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, _File)
+        if self.format == "parquet":
+            for rb in pq.ParquetFile(partition.path).iter_batches():
+                yield rb.append_column(END, pa.array(np.full(rb.num_rows, partition.end)))
+            return
+        with open(partition.path, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+        if self.format == "csv" and lines:
+            lines = lines[1:]  # the header names the columns; the spec's schema types them
+        keep = [(n, s) for n, s in enumerate(lines, start=1) if s.strip()]
+        yield pa.record_batch(
+            {
+                "__line": pa.array([s for _, s in keep], pa.string()),
+                "__file": pa.array([partition.path] * len(keep), pa.string()),
+                "__lineno": pa.array([n for n, _ in keep], pa.int64()),
+                END: pa.array([partition.end] * len(keep), pa.int64()),
+            }
+        )
+
+    def commit(self, end: dict[str, int]) -> None:
+        pass
+
+
+class FilesSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "spindle_files"
+
+    def schema(self) -> str:
+        return self.options["schema"] if self.options.get("format") == "parquet" else LINES_SCHEMA
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return _FilesReader(dict(self.options))
