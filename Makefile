@@ -2,10 +2,13 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: bootstrap run test test-quick lint bench
+.PHONY: bootstrap services run test test-quick lint bench
 
 bootstrap:
 	@bash scripts/bootstrap.sh
+
+services:
+	@bash scripts/services.sh
 
 run: bootstrap
 	$(VENV)/bin/spindle demo --data-dir .spindle-data
@@ -14,11 +17,12 @@ lint: bootstrap
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-test: lint
+test: lint services
 	$(PY) -m pytest -q
 
-test-quick: lint
+test-quick: lint services
 	SPINDLE_TEST_PROFILE=quick $(PY) -m pytest -q
 
 bench: bootstrap
 	$(PY) -m bench.engine --json
+	$(PY) -m bench.commit --json
