@@ -1,0 +1,308 @@
+"""Pipeline benchmark: the same query on the same input files, (a) on Spindle (Spark
+streaming into the circuit on the storage engine) and (b) on Spark's own stateful streaming
+with the RocksDB state store provider; both checkpoint every micro-batch.
+
+    python -m bench.pipeline [--quick] [--json] [--dir DIR]
+
+Query: per customer, count(*) and sum(amount), over JSON-lines files (one file per
+micro-batch). Prints `throughput_ratio` (a/b), `p99_batch_ms_ratio` (a/b), `p50_batch_ms` of
+both, and `recovery_ms`: from a SIGKILL of Spindle's runner to the first completed step of
+the new run (which includes starting Spark).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .report import (
+    Log,
+    clean,
+    engine_revision,
+    log_to_stderr,
+    machine_info,
+    median,
+    package_version,
+    quiet,
+    versions,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    files: int
+    rows_per_file: int
+    customers: int
+
+
+PROFILES = {
+    "full": Profile("full", 60, 20_000, 100_000),
+    "quick": Profile("quick", 12, 10_000, 20_000),
+    "smoke": Profile("smoke", 4, 500, 100),
+}
+
+NOTES = [
+    "Both sides read the same JSON-lines files, one file per micro-batch, and compute "
+    "count(*) and sum(amount) per customer; both checkpoint after every micro-batch.",
+    "Spindle: workers.runner with the files source (lines parsed by Spark's from_json), the "
+    "group aggregate on the storage engine, commit every step (asynchronous), no sink.",
+    "Spark: readStream.json(maxFilesPerTrigger=1), groupBy().agg() in update mode to the "
+    "noop sink, RocksDBStateStoreProvider, checkpointLocation on local disk.",
+    "Batch latency: Spindle's step time (Spark + engine + commit on the critical path, from "
+    "its metrics) vs Spark's triggerExecution duration; the first 2 batches of each (warm-up) "
+    "are left out. Throughput: rows / sum of batch latencies.",
+    "recovery_ms: SIGKILL of Spindle's runner in the middle of the input, then a new run: "
+    "time from the kill to the new run's first completed step (Spark start-up included). "
+    "spark_startup_ms: a fresh process importing the runner and starting a Spark session; "
+    "the target is recovery within Spark start-up + 2 s.",
+]
+
+
+def write_input(d: Path, prof: Profile, seed: int = 1) -> int:
+    d.mkdir(parents=True)
+    rng = random.Random(seed)
+    rows = 0
+    for f in range(prof.files):
+        lines = []
+        for _ in range(prof.rows_per_file):
+            c = rng.randrange(prof.customers)
+            lines.append(f'{{"customer": "c{c}", "amount": {rng.randint(1, 1000)}}}')
+        (d / f"part-{f:05d}.json").write_text("\n".join(lines) + "\n")
+        rows += prof.rows_per_file
+    return rows
+
+
+def spindle_spec(work: Path) -> Path:
+    p = work / "spindle.yaml"
+    p.write_text(
+        f"""
+name: bench-pipeline
+source:
+  kind: files
+  path: {work / "in"}
+  format: json
+  schema: {{customer: string, amount: bigint}}
+  max_files_per_step: 1
+state:
+  - name: per_customer
+    kind: aggregate
+    group_by: [customer]
+    aggregates: [{{name: n, func: count}}, {{name: total, func: sum, column: amount}}]
+checkpoint: {{every_steps: 1}}
+retention: {{keep_last: 3}}
+trigger: {{interval: 10ms}}
+"""
+    )
+    return p
+
+
+def _runner(work: Path, spec: Path, state: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "workers.runner",
+            "run",
+            str(spec),
+            "--storage",
+            str(state),
+            "--stop-when-idle",
+            "3",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
+def spindle(work: Path, log: Log) -> dict[str, Any]:
+    spec, state = spindle_spec(work), work / "spindle-state"
+    p = _runner(work, spec, state)
+    if p.wait(timeout=3600) != 0:
+        raise RuntimeError(f"the Spindle runner failed ({p.returncode})")
+    steps = [json.loads(x) for x in (state / "metrics.jsonl").read_text().splitlines()]
+    lat = [s["spark_ms"] + s["engine_ms"] + s["commit_ms"] for s in steps][2:]
+    rows = sum(s["rows_in"] for s in steps[2:])
+    return {
+        "batches": len(steps),
+        "p50_batch_ms": float(np.percentile(lat, 50)),
+        "p99_batch_ms": float(np.percentile(lat, 99)),
+        "rows_per_s": rows / (sum(lat) / 1000),
+        "engine_ms_p50": float(np.percentile([s["engine_ms"] for s in steps[2:]], 50)),
+        "spark_ms_p50": float(np.percentile([s["spark_ms"] for s in steps[2:]], 50)),
+        "commit_ms_p50": float(np.percentile([s["commit_ms"] for s in steps[2:]], 50)),
+    }
+
+
+def spark_rocksdb(work: Path, log: Log) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+
+    from workers.runner import spark_session
+
+    spark = spark_session("bench-spark-rocksdb")
+    spark.conf.set(
+        "spark.sql.streaming.stateStore.providerClass",
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    )
+    df = (
+        spark.readStream.schema("customer string, amount bigint")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(work / "in"))
+    )
+    agg = df.groupBy("customer").agg(F.count("*").alias("n"), F.sum("amount").alias("total"))
+    q = (
+        agg.writeStream.outputMode("update")
+        .format("noop")
+        .option("checkpointLocation", str(work / "spark-ck"))
+        .trigger(processingTime="10 milliseconds")
+        .start()
+    )
+    seen, idle_since = 0, time.monotonic()
+    while time.monotonic() - idle_since < 3:
+        time.sleep(0.2)
+        n = len(q.recentProgress)
+        if n != seen:
+            seen, idle_since = n, time.monotonic()
+    progress = [p for p in q.recentProgress if p.numInputRows > 0]
+    q.stop()
+    spark.stop()
+    lat = [p.durationMs["triggerExecution"] for p in progress][2:]
+    rows = sum(p.numInputRows for p in progress[2:])
+    return {
+        "batches": len(progress),
+        "p50_batch_ms": float(np.percentile(lat, 50)),
+        "p99_batch_ms": float(np.percentile(lat, 99)),
+        "rows_per_s": rows / (sum(lat) / 1000),
+    }
+
+
+def recovery(work: Path, log: Log) -> float:
+    spec, state = spindle_spec(work), work / "recovery-state"
+    shutil.rmtree(state, ignore_errors=True)  # each measurement starts from the beginning
+    p = _runner(work, spec, state)
+    metrics = state / "metrics.jsonl"
+    while not metrics.exists() or len(metrics.read_text().splitlines()) < 3:
+        if p.poll() is not None:
+            raise RuntimeError("the runner ended before it could be killed")
+        time.sleep(0.05)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    killed = time.time()
+    before = len(metrics.read_text().splitlines())
+    p = _runner(work, spec, state)
+    while len(metrics.read_text().splitlines()) <= before:
+        if p.poll() is not None:
+            raise RuntimeError("the restarted runner ended without a step")
+        time.sleep(0.02)
+    first = json.loads(metrics.read_text().splitlines()[before])["ts"]
+    p.send_signal(signal.SIGKILL)  # measured: the rest of the input is not needed
+    p.wait()
+    return float(first - killed) * 1000
+
+
+def spark_startup_ms() -> float:
+    """A fresh process importing the runner and starting its Spark session: the part of a
+    recovery that is Spark's start-up, not Spindle's."""
+    t0 = time.time()
+    subprocess.run(
+        [sys.executable, "-c", "from workers.runner import spark_session; spark_session().stop()"],
+        cwd=ROOT,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    return (time.time() - t0) * 1000
+
+
+def run_benchmark(
+    mode: str = "full", base_dir: str | None = None, log: Log = quiet
+) -> dict[str, Any]:
+    prof = PROFILES[mode]
+    started = time.perf_counter()
+    work = Path(tempfile.mkdtemp(prefix="spindle-bench-pipeline-", dir=base_dir))
+    report: dict[str, Any] = {
+        "benchmark": "pipeline",
+        "mode": mode,
+        "sizes": asdict(prof),
+        "machine": machine_info(),
+        "versions": versions(pyspark=package_version("pyspark")),
+        "revision": engine_revision(),
+        "notes": NOTES,
+    }
+    try:
+        log("writing the input")
+        report["input_rows"] = write_input(work / "in", prof)
+        log("Spindle")
+        a = spindle(work, log)
+        log("Spark with the RocksDB state store")
+        b = spark_rocksdb(work, log)
+        log("recovery")
+        rec = [recovery(work, log) for _ in range(1 if mode == "smoke" else 3)]
+        startup = [spark_startup_ms() for _ in range(1 if mode == "smoke" else 3)]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    report["spindle"], report["spark_rocksdb"] = a, b
+    report["p50_batch_ms"] = {"spindle": a["p50_batch_ms"], "spark_rocksdb": b["p50_batch_ms"]}
+    report["throughput_ratio"] = a["rows_per_s"] / b["rows_per_s"]
+    report["p99_batch_ms_ratio"] = a["p99_batch_ms"] / b["p99_batch_ms"]
+    report["recovery_ms"] = median(rec)
+    report["recovery_ms_runs"] = rec
+    report["spark_startup_ms"] = median(startup)
+    report["recovery_minus_spark_startup_ms"] = report["recovery_ms"] - report["spark_startup_ms"]
+    report["targets"] = {
+        "throughput_ratio": {
+            "target": ">= 1",
+            "value": report["throughput_ratio"],
+            "pass": report["throughput_ratio"] >= 1,
+        },
+        "p99_batch_ms_ratio": {
+            "target": "<= 0.5",
+            "value": report["p99_batch_ms_ratio"],
+            "pass": report["p99_batch_ms_ratio"] <= 0.5,
+        },
+    }
+    report["machine"]["load_average_at_end"] = list(os.getloadavg())
+    report["elapsed_s"] = time.perf_counter() - started
+    cleaned: dict[str, Any] = clean(report)
+    return cleaned
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.pipeline", description=__doc__.split("\n")[0])
+    p.add_argument("--json", action="store_true", help="print only the JSON report to stdout")
+    p.add_argument("--quick", action="store_true", help="smaller input, under 120 s")
+    p.add_argument("--smoke", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--dir", default=None, help="where to put temporary files (default: tmp)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    args = p.parse_args(argv)
+    mode = "smoke" if args.smoke else "quick" if args.quick else "full"
+    report = run_benchmark(mode, args.dir, quiet if args.quiet else log_to_stderr)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        for k in ("throughput_ratio", "p99_batch_ms_ratio", "p50_batch_ms", "recovery_ms"):
+            print(f"{k}: {report[k]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,27 @@
+"""The pipeline benchmark runs end to end at tiny sizes and reports every figure (no timing
+thresholds: timing is never asserted in a unit test)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from bench.pipeline import run_benchmark
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def test_smoke_report_has_every_figure(tmp_path: Path) -> None:
+    report = run_benchmark("smoke", base_dir=str(tmp_path))
+    json.dumps(report)
+    for key in ("throughput_ratio", "p99_batch_ms_ratio", "recovery_ms"):
+        assert _finite(report[key]) and report[key] > 0, key
+    for side in ("spindle", "spark_rocksdb"):
+        assert _finite(report["p50_batch_ms"][side])
+        assert report[side]["batches"] >= 3
+    assert report["input_rows"] > 0
+    assert not list(tmp_path.iterdir())  # cleaned up
