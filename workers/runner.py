@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import typer
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
@@ -305,34 +306,15 @@ class Runner:
 
     def _process(self, df: DataFrame) -> None:
         t0 = time.perf_counter()
-        df = df.persist()
-        try:
-            # Arrow, not collect(): row pickling of a streaming batch has overflowed the
-            # stream thread's stack (a Java regex) in Spark 4.0 on malformed-record plans.
-            end = df.agg(F.max(END).alias("e")).toArrow().column("e")[0].as_py()
-            if end is None:
-                return
-            parsed, bad = self._parse(df)
-            stream = parsed
-            t = self.spec.transform
-            if t.where:
-                stream = stream.where(t.where)
-            stream = stream.selectExpr(*t.select)
-            tables: dict[str, pa.Table] = {}
-            rows_in = 0
-            for name, (where, select) in self.plan.inputs.items():
-                d = (
-                    stream
-                    if name == SOURCE
-                    else (stream.where(where) if where else stream).selectExpr(*select)
-                )
-                tab = d.toArrow().cast(self.plan.input_schemas[name])
-                tables[name] = tab
-                rows_in += tab.num_rows
-            bad_rows = self._dead_letters(bad)
-        finally:
-            spark_ms = (time.perf_counter() - t0) * 1000
-        df.unpersist()
+        if set(self.plan.inputs) == {SOURCE}:
+            end, tables, bad = self._one_job(df)
+        else:
+            end, tables, bad = self._per_input_jobs(df)
+        if end is None:
+            return
+        rows_in = sum(t.num_rows for t in tables.values())
+        bad_rows = self._dead_letters(bad)
+        spark_ms = (time.perf_counter() - t0) * 1000
         step = self.step + 1
         t1 = time.perf_counter()
         out = self.plan.circuit.step(tables)
@@ -350,16 +332,70 @@ class Runner:
             engine_ms,
             commit_ms,
         )
-        self._last_step_at = time.monotonic()
 
-    def _parse(self, df: DataFrame) -> tuple[DataFrame, DataFrame | None]:
-        """Parse raw JSON/CSV lines with the source schema; unparseable lines are returned
-        apart (dead letters). A line is bad if it is not valid JSON (CSV: has the wrong
-        number of fields) or a present value does not convert to its column's type."""
+    def _one_job(self, df: DataFrame) -> tuple[int | None, dict[str, pa.Table], pa.Table]:
+        """One Spark job per step: the transform's columns, its filter as a flag, the
+        parse flag, the raw line and the batch's end offset, for every row; split in Arrow.
+        (Arrow, not collect(): row pickling has overflowed the stream thread's stack.)"""
+        t = self.spec.transform
+        names = [f"`{f.name}`" for f in self.plan.source_schema.fields]
+        select = [x for e in t.select for x in (names if e.strip() == "*" else [e])]
+        keep = f"coalesce(({t.where}), false)" if t.where else "true"
+        hidden = [f"{keep} AS __keep", "__bad", "__file", "__lineno", "__line", END]
+        tab = self._flagged(df).selectExpr(*select, *hidden).toArrow()
+        if tab.num_rows == 0:
+            return None, {}, tab
+        end = pc.max(tab.column(END)).as_py()
+        bad = pc.fill_null(tab.column("__bad"), False)
+        good = pc.and_(pc.invert(bad), pc.fill_null(tab.column("__keep"), False))
+        width = len(self.plan.stream_schema)
+        stream = tab.filter(good).select(list(range(width)))
+        stream = stream.rename_columns(self.plan.stream_schema.names)
+        return end, {SOURCE: stream.cast(self.plan.stream_schema)}, tab.filter(bad)
+
+    def _per_input_jobs(
+        self, df: DataFrame
+    ) -> tuple[int | None, dict[str, pa.Table], pa.Table | None]:
+        """Joins read several inputs: the batch is cached and each input is one job."""
+        df = df.persist()
+        try:
+            end = df.agg(F.max(END).alias("e")).toArrow().column("e")[0].as_py()
+            if end is None:
+                return None, {}, None
+            flagged = self._flagged(df)
+            cols = [f"`{f.name}`" for f in self.plan.source_schema.fields]
+            stream = flagged.where(~F.col("__bad")).selectExpr(*cols)
+            t = self.spec.transform
+            if t.where:
+                stream = stream.where(t.where)
+            stream = stream.selectExpr(*t.select)
+            tables: dict[str, pa.Table] = {}
+            for name, (where, select) in self.plan.inputs.items():
+                d = stream if name == SOURCE else stream.where(where) if where else stream
+                if name != SOURCE:
+                    d = d.selectExpr(*select)
+                tables[name] = d.toArrow().cast(self.plan.input_schemas[name])
+            bad = flagged.where(F.col("__bad")).select("__file", "__lineno", "__line").toArrow()
+            return end, tables, bad
+        finally:
+            df.unpersist()
+
+    def _flagged(self, df: DataFrame) -> DataFrame:
+        """The batch with the source's columns parsed, `__bad` marking unparseable rows, and
+        `__file`, `__lineno`, `__line` for dead letters (nulls for sources without lines).
+        A JSON line is bad if it is not valid JSON (CSV: has the wrong number of fields) or
+        a present value does not convert to its column's type."""
         src = self.spec.source
-        if not isinstance(src, S.FilesSource) or src.format == "parquet":
-            return df.drop(END), None
         fields = self.plan.source_schema.fields
+        if not isinstance(src, S.FilesSource) or src.format == "parquet":
+            return df.select(
+                *[F.col(f"`{f.name}`") for f in fields],
+                F.lit(False).alias("__bad"),
+                F.lit(None).cast("string").alias("__file"),
+                F.lit(None).cast("bigint").alias("__lineno"),
+                F.lit(None).cast("string").alias("__line"),
+                F.col(END),
+            )
         ddl = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in fields)
         line = F.col("__line")
         if src.format == "json":
@@ -375,11 +411,15 @@ class Runner:
             value = F.col(f"__p.`{f.name}`")
             present = r.isNotNull() & (F.lower(F.trim(r)) != "null") & (F.trim(r) != "")
             bad_type = bad_type | (present & value.isNull())
-        flagged = parsed.withColumn("__bad", malformed | F.col("__p").isNull() | bad_type)
-        cols = [F.col(f"__p.`{f.name}`").alias(f.name) for f in fields]
-        ok = flagged.where(~F.col("__bad")).select(*cols)
-        bad = flagged.where(F.col("__bad")).select("__file", "__lineno", "__line")
-        return ok, bad
+        bad = malformed | F.col("__p").isNull() | bad_type
+        return parsed.select(
+            *[F.col(f"__p.`{f.name}`").alias(f.name) for f in fields],
+            bad.alias("__bad"),
+            "__file",
+            "__lineno",
+            "__line",
+            END,
+        )
 
     def _rollback_dead_letters(self) -> None:
         if not os.path.isdir(self.dead_letters):
@@ -388,12 +428,10 @@ class Runner:
             if not n.startswith("step-") or int(n[5:17]) > self.step:
                 os.remove(os.path.join(self.dead_letters, n))
 
-    def _dead_letters(self, bad: DataFrame | None) -> int:
-        if bad is None:
+    def _dead_letters(self, bad: pa.Table | None) -> int:
+        if bad is None or bad.num_rows == 0:
             return 0
-        rows = bad.toArrow().to_pylist()
-        if not rows:
-            return 0
+        rows = bad.select(["__file", "__lineno", "__line"]).to_pylist()
         os.makedirs(self.dead_letters, exist_ok=True)
         path = os.path.join(self.dead_letters, f"step-{self.step + 1:012d}.jsonl")
         with open(path + ".tmp", "w", encoding="utf-8") as f:
