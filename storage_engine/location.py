@@ -445,6 +445,12 @@ class StorageLocation:
     def list_checkpoints(self) -> list[CheckpointInfo]:
         return list(self._manifest.checkpoints)
 
+    def checkpoint_metadata(self, uid: str) -> dict[str, Any]:
+        """The caller's metadata stored with a checkpoint (source offsets, sink positions)."""
+        if self._manifest.find(uid) is None:
+            raise CheckpointNotFoundError(f"{self.path}: no checkpoint {uid!r}")
+        return dict(read_doc(self.fs, self._p(uid, CHECKPOINT_META)).get("metadata") or {})
+
     def checkpoint_spines(self, uid: str) -> dict[str, SpineMeta]:
         if self._manifest.find(uid) is None:
             raise CheckpointNotFoundError(f"{self.path}: no checkpoint {uid!r}")

@@ -44,12 +44,14 @@ from storage_engine.circuit import (
     Operator,
     WindowAggregate,
 )
+from storage_engine.input_log import InputLog
 
 from . import spec as S
 from .sinks import FilesSink, PostgresSink, Sink, ViewSink
-from .sources import END, DatagenSource, FilesSource
+from .sources import END, DatagenSource, FilesSource, LogSource, arrow_schema_option
 
 SOURCE = "source"
+STARTUP_GRACE_S = 15.0  # --stop-when-idle waits this long for a run's first step
 
 
 def spark_session(app: str = "spindle") -> SparkSession:
@@ -69,7 +71,7 @@ def spark_session(app: str = "spindle") -> SparkSession:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    for ds in (DatagenSource, FilesSource):
+    for ds in (DatagenSource, FilesSource, LogSource):
         spark.dataSource.register(ds)
     return spark
 
@@ -172,7 +174,12 @@ def plan(spark: SparkSession, spec: S.PipelineSpec) -> Plan:
         if s.format == "parquet":
             opts["schema"] = src.simpleString()[len("struct<") : -1].replace(":", " ")
     else:
-        raise S.SpecError([("source.kind", "the log source needs the control plane's ingest API")])
+        opts = {
+            "stream": s.stream,
+            "schema": ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in src.fields),
+            "arrow_schema": arrow_schema_option(_arrow(src)),
+            "max_records_per_step": str(s.max_records_per_step),
+        }
     return Plan(spec, src, stream_arrow, inputs, schemas, Circuit(ops), opts)
 
 
@@ -474,9 +481,25 @@ class Runner:
         self._since_commit = 0
         self._last_commit = time.monotonic()
         self._commits += 1
+        gone = False
         while len(self.loc.list_checkpoints()) > self.spec.retention.keep_last:
             self.loc.gc_checkpoint()
+            gone = True
+        if gone and isinstance(self.spec.source, S.LogSource):
+            # The log is needed only from the oldest checkpoint a run may restore.
+            oldest = self.loc.list_checkpoints()[0].uuid
+            offset = int(self.loc.checkpoint_metadata(oldest).get("source_offset", 0))
+            self.input_log().truncate_below(offset)
         return (time.perf_counter() - t0) * 1000
+
+    def log_path(self, stream: str) -> str:
+        """Where the pipeline's input log of `stream` lives: in its storage location."""
+        return os.path.join(self.storage, "input-log", stream)
+
+    def input_log(self) -> InputLog:
+        src = self.spec.source
+        assert isinstance(src, S.LogSource)
+        return InputLog(self.log_path(src.stream), _arrow(self.plan.source_schema))
 
     def _metrics(
         self,
@@ -510,10 +533,13 @@ class Runner:
     # -- the query --
 
     def run(self, max_steps: int | None = None, stop_when_idle: float | None = None) -> RunResult:
-        fmt = (
-            "spindle_datagen" if isinstance(self.spec.source, S.DatagenSource) else "spindle_files"
-        )
+        src = self.spec.source
+        fmt = {"datagen": "spindle_datagen", "files": "spindle_files", "log": "spindle_log"}[
+            src.kind
+        ]
         reader = self.spark.readStream.format(fmt).option("start", str(self.offset))
+        if isinstance(src, S.LogSource):
+            reader = reader.option("path", self.log_path(src.stream))
         for k, v in self.plan.spark_options.items():
             reader = reader.option(k, v)
         ck = tempfile.mkdtemp(prefix="spindle-spark-ck-")
@@ -531,9 +557,12 @@ class Runner:
                     break
                 if max_steps is not None and self.step - self.first_step >= max_steps:
                     break
-                idle = time.monotonic() - self._last_step_at
-                if stop_when_idle is not None and not self._busy and idle > stop_when_idle:
-                    break
+                if stop_when_idle is not None and not self._busy:
+                    idle = time.monotonic() - self._last_step_at
+                    # Before this run's first step, Spark's start-up is not idleness.
+                    started = self.step > self.first_step
+                    if idle > (stop_when_idle if started else max(stop_when_idle, STARTUP_GRACE_S)):
+                        break
                 time.sleep(0.05)
         finally:
             q.stop()

@@ -8,6 +8,8 @@ restored run starts the source there: `option("start", n)`).
 - `spindle_datagen`: row i is a pure function of (seed, i) — the same rows at the same
   offsets in every run; the offset advances at `rows_per_second` (wall clock), at most
   `max_rows_per_step` per step, up to `limit`.
+- `spindle_log`: the pipeline's input log (records pushed through the ingest API);
+  offset = record position.
 - `spindle_files`: a directory of immutable files read in name order; offset = files
   consumed. JSON and CSV files arrive as raw lines (`__line`, `__file`, `__lineno`) for Spark
   to parse (so a malformed line is a dead letter, not a failed batch); Parquet as columns.
@@ -17,6 +19,7 @@ Readers run in Spark's Python worker processes: options are strings, state is pe
 
 from __future__ import annotations
 
+import base64
 import os
 import time
 from collections.abc import Iterator
@@ -170,6 +173,11 @@ class DatagenSource(DataSource):
         return _DatagenReader(dict(self.options))
 
 
+def arrow_schema_option(schema: pa.Schema) -> str:
+    """An Arrow schema as a data source option (see `_LogReader`)."""
+    return base64.b64encode(schema.serialize().to_pybytes()).decode()
+
+
 def list_input_files(path: str) -> list[str]:
     """The files of an input directory in offset order (hidden and temp names skipped)."""
     try:
@@ -183,6 +191,56 @@ def list_input_files(path: str) -> list[str]:
         and not n.endswith((".tmp", ".part", ".crc"))
         and os.path.isfile(os.path.join(path, n))
     )
+
+
+class _LogRange(InputPartition):
+    def __init__(self, start: int, stop: int) -> None:
+        self.start, self.stop = start, stop
+
+
+class _LogReader(DataSourceStreamReader):
+    def __init__(self, options: dict[str, str]) -> None:
+        from storage_engine.input_log import InputLog
+
+        # Arrow schema passed serialised: Spark's DDL parser needs a session, and Python
+        # workers have none.
+        arrow = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(options["arrow_schema"])))
+        self.log = InputLog(options["path"], arrow)
+        self.max_records = int(options.get("max_records_per_step", "100000"))
+        self.first = int(options.get("start", "0"))
+        self.cur = self.first
+
+    def initialOffset(self) -> dict[str, int]:
+        return {"offset": self.first}
+
+    def latestOffset(self) -> dict[str, int]:
+        self.cur = max(self.cur, min(self.log.end(), self.cur + self.max_records))
+        return {"offset": self.cur}
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+        return [_LogRange(int(start["offset"]), int(end["offset"]))]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, _LogRange)
+        for rb in self.log.read(partition.start, partition.stop):
+            yield rb.append_column(END, pa.array(np.full(rb.num_rows, partition.stop)))
+
+    def commit(self, end: dict[str, int]) -> None:
+        pass
+
+
+class LogSource(DataSource):
+    """Records appended to the engine's input log (`storage_engine.input_log`)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "spindle_log"
+
+    def schema(self) -> str:
+        return f"{self.options['schema']}, __end bigint"
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return _LogReader(dict(self.options))
 
 
 class _File(InputPartition):
