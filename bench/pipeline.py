@@ -55,7 +55,7 @@ class Profile:
 PROFILES = {
     "full": Profile("full", 60, 20_000, 100_000),
     "quick": Profile("quick", 12, 10_000, 20_000),
-    "smoke": Profile("smoke", 4, 500, 100),
+    "smoke": Profile("smoke", 8, 500, 100),
 }
 
 NOTES = [
@@ -152,7 +152,7 @@ def spindle(work: Path, log: Log) -> dict[str, Any]:
     }
 
 
-def spark_rocksdb(work: Path, log: Log) -> dict[str, Any]:
+def spark_rocksdb(work: Path, total_rows: int, log: Log) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     from workers.runner import spark_session
@@ -175,12 +175,15 @@ def spark_rocksdb(work: Path, log: Log) -> dict[str, Any]:
         .trigger(processingTime="10 milliseconds")
         .start()
     )
-    seen, idle_since = 0, time.monotonic()
-    while time.monotonic() - idle_since < 3:
+    # Until every input row went through (progress is kept for the last 100 batches, more
+    # than any profile has files).
+    deadline = time.monotonic() + 1800
+    while sum(p.numInputRows for p in q.recentProgress) < total_rows:
+        if q.exception() is not None:
+            raise RuntimeError(f"the Spark query failed: {q.exception()}")
+        if time.monotonic() > deadline:
+            raise RuntimeError("Spark did not finish the input in 30 minutes")
         time.sleep(0.2)
-        n = len(q.recentProgress)
-        if n != seen:
-            seen, idle_since = n, time.monotonic()
     progress = [p for p in q.recentProgress if p.numInputRows > 0]
     q.stop()
     spark.stop()
@@ -254,7 +257,7 @@ def run_benchmark(
         log("Spindle")
         a = spindle(work, log)
         log("Spark with the RocksDB state store")
-        b = spark_rocksdb(work, log)
+        b = spark_rocksdb(work, report["input_rows"], log)
         log("recovery")
         rec = [recovery(work, log) for _ in range(1 if mode == "smoke" else 3)]
         startup = [spark_startup_ms() for _ in range(1 if mode == "smoke" else 3)]
