@@ -54,7 +54,7 @@ class Profile:
 
 PROFILES = {
     "full": Profile("full", 60, 20_000, 100_000),
-    "quick": Profile("quick", 12, 10_000, 20_000),
+    "quick": Profile("quick", 10, 10_000, 20_000),
     "smoke": Profile("smoke", 8, 500, 100),
 }
 
