@@ -185,7 +185,7 @@ def test_server_stopped_mid_upload_delays_the_remote_copy_only(
     while len(keys(store, BATCHES)) < len(known) + 2:
         assert time.monotonic() < deadline, "the upload never started"
         time.sleep(0.01)
-    s3_server.stop()
+    s3_server.stop(grace=0)  # SIGKILL: a graceful stop could let the upload finish
     try:
         assert loc.remote is not None
         assert not loc.remote.wait_idle(timeout=2.0)
