@@ -351,6 +351,10 @@ class StorageLocation:
         self._spines[op_id] = sp
         return sp
 
+    def spines(self) -> list[Spine]:
+        """The spines opened so far (for metrics and tools)."""
+        return list(self._spines.values())
+
     # -- batch files ---------------------------------------------------------------------
 
     def _open_batch(self, name: str, size: int | None, schema: ZSetSchema) -> BatchFile:

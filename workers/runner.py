@@ -439,6 +439,8 @@ class Runner:
         if bad is None or bad.num_rows == 0:
             return 0
         rows = bad.select(["__file", "__lineno", "__line"]).to_pylist()
+        src = self.spec.source
+        kind = src.format if isinstance(src, S.FilesSource) else src.kind
         os.makedirs(self.dead_letters, exist_ok=True)
         path = os.path.join(self.dead_letters, f"step-{self.step + 1:012d}.jsonl")
         with open(path + ".tmp", "w", encoding="utf-8") as f:
@@ -449,8 +451,7 @@ class Runner:
                             "file": r["__file"],
                             "line": r["__lineno"],
                             "record": r["__line"],
-                            "reason": f"not parseable as {self.spec.source.format} "  # type: ignore[union-attr]
-                            "with the source schema",
+                            "reason": f"not parseable as {kind} with the source schema",
                         }
                     )
                     + "\n"
@@ -511,7 +512,7 @@ class Runner:
         engine_ms: float,
         commit_ms: float,
     ) -> None:
-        stats = [sp.stats() for sp in self.loc._spines.values()]
+        stats = [sp.stats() for sp in self.loc.spines()]
         rec = {
             "ts": time.time(),
             "step": step,
