@@ -185,6 +185,7 @@ class RemoteTier:
         self._thread: threading.Thread | None = None
         self._idle = threading.Condition()
         self.fenced = False
+        self._fenced_by: dict[str, Any] = {}  # the OWNER document that fenced us
         self.last_error: str | None = None
         self.uploaded_bytes = 0
         self.upload_seconds = 0.0
@@ -506,7 +507,7 @@ class RemoteTier:
             raise FencedError(self._fenced_message())
 
     def _fenced_message(self) -> str:
-        by = getattr(self, "_fenced_by", {})
+        by = self._fenced_by
         return (
             f"{self.store.url('')} was claimed by another writer (epoch {by.get('epoch')}, "
             f"host {by.get('host')}, pid {by.get('pid')}) after this one (epoch {self.epoch}): "
@@ -592,8 +593,6 @@ def pull(
         assert first_error is not None
         raise first_error
     keep = [c for c in remote.checkpoints if c.uuid in docs and c.uuid not in skipped]
-    if chosen not in keep:
-        keep.append(chosen)
     for c in keep:
         ckdir = os.path.join(path, c.uuid)
         fs.mkdir(ckdir)
@@ -602,7 +601,7 @@ def pull(
         fs.sync_dir(ckdir)
     fs.sync_dir(path)
     write_doc(fs, os.path.join(path, MANIFEST), Manifest(keep).to_json())  # commit point
-    return PullResult(chosen, {k: v for k, v in skipped.items()}, downloaded)
+    return PullResult(chosen, dict(skipped), downloaded)
 
 
 def _check_batches(
