@@ -675,10 +675,16 @@ class StorageLocation:
         return self._delete([cands[0].uuid])
 
     def delete_checkpoint(self, uid: str) -> GcResult:
-        found = self._manifest.find(uid)
-        if found is None or found.uuid != uid:
-            raise CheckpointNotFoundError(f"{self.path}: no checkpoint {uid!r}")
-        return self._delete([uid])
+        return self.delete_checkpoints([uid])
+
+    def delete_checkpoints(self, uids: Sequence[str]) -> GcResult:
+        """Delete these checkpoints with one manifest write (the newest may go too: the
+        live state does not depend on it)."""
+        known = {c.uuid for c in self._manifest.checkpoints}
+        for uid in uids:
+            if uid not in known:
+                raise CheckpointNotFoundError(f"{self.path}: no checkpoint {uid!r}")
+        return self._delete(list(dict.fromkeys(uids))) if uids else GcResult([], 0, 0)
 
     def _delete(self, victims: list[str]) -> GcResult:
         self._check_writable()

@@ -744,3 +744,49 @@ __all__ = [
     "to_jsonable",
     "validate_location",
 ]
+
+
+# -- read a spine ---------------------------------------------------------------------------
+
+
+@dataclass
+class SpineContents:
+    checkpoint: CheckpointInfo
+    rows: Any  # pa.Table: the spine's columns, consolidated, rows with positive weight
+
+
+def read_spine(
+    path: str | os.PathLike[str], op_id: str, checkpoint: str = "latest"
+) -> SpineContents:
+    """The rows of spine `op_id` in a checkpoint (default the newest), consolidated: equal
+    keys' weights summed, rows whose weight is not positive dropped. Read-only, like every
+    tool here; a corrupt file raises its CorruptionError (naming file and block)."""
+    import pyarrow as pa
+
+    root = _root(path)
+    mpath = os.path.join(root, MANIFEST)
+    fs = PosixFileLayer()
+    if not os.path.exists(mpath):
+        raise StorageError(f"{root}: no checkpoints yet")
+    manifest = Manifest.from_json(decode(fs.read(mpath), mpath), mpath)
+    if not manifest.checkpoints:
+        raise StorageError(f"{root}: no checkpoints yet")
+    info = manifest.checkpoints[-1] if checkpoint == "latest" else manifest.find(checkpoint)
+    if info is None:
+        raise StorageError(f"{root}: no checkpoint {checkpoint!r}")
+    spath = os.path.join(root, info.uuid, _spine_file(op_id))
+    if not os.path.exists(spath):
+        raise KeyError(op_id)
+    doc = decode(fs.read(spath), spath)
+    tables = []
+    with _cache() as cache:
+        for name in doc["batches"]:
+            bf = BatchFile(fs, os.path.join(root, name), cache)
+            tables.append(pa.Table.from_batches(list(bf.iter_blocks())))
+    if not tables:
+        return SpineContents(info, None)
+    t = pa.concat_tables(tables)
+    keys = [n for n in t.column_names if n != WEIGHT]
+    summed = t.group_by(keys, use_threads=False).aggregate([(WEIGHT, "sum")])
+    summed = summed.filter(pa.compute.greater(summed.column(f"{WEIGHT}_sum"), 0))
+    return SpineContents(info, summed.select(keys).sort_by([(k, "ascending") for k in keys]))

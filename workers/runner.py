@@ -18,9 +18,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -52,6 +55,14 @@ from .sources import END, DatagenSource, FilesSource, LogSource, arrow_schema_op
 
 SOURCE = "source"
 STARTUP_GRACE_S = 15.0  # --stop-when-idle waits this long for a run's first step
+
+# Exit codes the control plane's supervisor reads (backend.services.lifecycle).
+EXIT_STOPPED = 0
+EXIT_SPEC = 2
+EXIT_RELAUNCH = 3
+EXIT_INTERRUPTED = 4
+
+MetricsSink = Callable[[dict[str, Any]], None]
 
 
 def spark_session(app: str = "spindle") -> SparkSession:
@@ -253,6 +264,8 @@ class Runner:
         metrics_path: str | None = None,
         allow_state_drop: bool = False,
         spark: SparkSession | None = None,
+        own_retention: bool = True,
+        metrics_sinks: list[MetricsSink] | None = None,
     ) -> None:
         self.spec = spec
         self.spark = spark or spark_session(f"spindle:{spec.name}")
@@ -276,6 +289,15 @@ class Runner:
         self.first_step = self.step
         self.storage = storage
         self.metrics_path = metrics_path or os.path.join(storage, "metrics.jsonl")
+        # Under the control plane its retention policy decides what is deleted (it knows
+        # pins); standalone, the spec's keep_last does.
+        self.own_retention = own_retention
+        self.metrics_sinks: list[MetricsSink] = [self._metrics_file, *(metrics_sinks or [])]
+        self.auto_commit_s: float | None = spec.checkpoint.every
+        # Held while a step runs; commands from outside (commit, gc) take it between steps.
+        self.step_lock = threading.RLock()
+        self.paused = False
+        self.exit_code: int | None = None
         self.dead_letters = os.path.join(storage, "dead-letters")
         self._rollback_dead_letters()
         self._last_commit = time.monotonic()
@@ -303,7 +325,8 @@ class Runner:
     def process(self, df: DataFrame, batch_id: int) -> None:
         self._busy = True
         try:
-            self._process(df)
+            with self.step_lock:
+                self._process(df)
         except BaseException as e:
             self.error = e
             raise
@@ -338,6 +361,7 @@ class Runner:
             spark_ms,
             engine_ms,
             commit_ms,
+            (time.perf_counter() - t0) * 1000,
         )
 
     def _one_job(self, df: DataFrame) -> tuple[int | None, dict[str, pa.Table], pa.Table]:
@@ -462,8 +486,9 @@ class Runner:
     def _maybe_commit(self) -> float:
         self._since_commit += 1
         pol = self.spec.checkpoint
+        every = self.auto_commit_s
         due = (pol.every_steps is not None and self._since_commit >= pol.every_steps) or (
-            pol.every is not None and time.monotonic() - self._last_commit >= pol.every
+            every is not None and time.monotonic() - self._last_commit >= every
         )
         if not due:
             return 0.0
@@ -472,26 +497,41 @@ class Runner:
     def commit(self, identifier: str | None = None, wait: bool = False) -> float:
         """Checkpoint the state after the current step; ms spent on the caller's thread."""
         t0 = time.perf_counter()
-        h = self.plan.circuit.commit_async(
-            self.step,
-            {"source_offset": self.offset, "pipeline": self.spec.name},
-            identifier=identifier,
-        )
-        if wait or not self.spec.checkpoint.asynchronous:
-            h.wait_local()
-        self._since_commit = 0
-        self._last_commit = time.monotonic()
-        self._commits += 1
-        gone = False
-        while len(self.loc.list_checkpoints()) > self.spec.retention.keep_last:
-            self.loc.gc_checkpoint()
-            gone = True
-        if gone and isinstance(self.spec.source, S.LogSource):
-            # The log is needed only from the oldest checkpoint a run may restore.
-            oldest = self.loc.list_checkpoints()[0].uuid
-            offset = int(self.loc.checkpoint_metadata(oldest).get("source_offset", 0))
-            self.input_log().truncate_below(offset)
+        self.checkpoint(identifier, wait or not self.spec.checkpoint.asynchronous)
         return (time.perf_counter() - t0) * 1000
+
+    def checkpoint(self, identifier: str | None = None, wait: bool = True) -> str | None:
+        """Take a checkpoint between steps; its uuid once locally durable if `wait`."""
+        with self.step_lock:
+            h = self.plan.circuit.commit_async(
+                self.step,
+                {"source_offset": self.offset, "pipeline": self.spec.name},
+                identifier=identifier,
+            )
+            self._since_commit = 0
+            self._last_commit = time.monotonic()
+            self._commits += 1
+            if self.own_retention:
+                gone = False
+                while len(self.loc.list_checkpoints()) > self.spec.retention.keep_last:
+                    self.loc.gc_checkpoint()
+                    gone = True
+                if gone:
+                    self.checkpoints_deleted()
+        return h.wait_local() if wait else None
+
+    def checkpoints_deleted(self) -> None:
+        """After a gc: the input log is needed only from the oldest checkpoint a run may
+        restore (or, with none left, from the live state's offset)."""
+        if not isinstance(self.spec.source, S.LogSource):
+            return
+        cps = self.loc.list_checkpoints()
+        offset = (
+            int(self.loc.checkpoint_metadata(cps[0].uuid).get("source_offset", 0))
+            if cps
+            else self.offset
+        )
+        self.input_log().truncate_below(offset)
 
     def log_path(self, stream: str) -> str:
         """Where the pipeline's input log of `stream` lives: in its storage location."""
@@ -511,6 +551,7 @@ class Runner:
         spark_ms: float,
         engine_ms: float,
         commit_ms: float,
+        step_ms: float,
     ) -> None:
         stats = [sp.stats() for sp in self.loc.spines()]
         rec = {
@@ -523,17 +564,27 @@ class Runner:
             "spark_ms": round(spark_ms, 3),
             "engine_ms": round(engine_ms, 3),
             "commit_ms": round(commit_ms, 3),
+            "step_ms": round(step_ms, 3),
             "state_rows": sum(s.rows for s in stats),
             "state_bytes": sum(s.mem_bytes + s.file_bytes for s in stats),
             "spine_batches": sum(s.batches for s in stats),
             "merge_backlog": sum(s.merge_backlog for s in stats),
         }
+        for sink in self.metrics_sinks:
+            sink(rec)
+
+    def _metrics_file(self, rec: dict[str, Any]) -> None:
         with open(self.metrics_path, "a", encoding="utf-8") as f:
             f.write(json.dumps(rec) + "\n")
 
     # -- the query --
 
-    def run(self, max_steps: int | None = None, stop_when_idle: float | None = None) -> RunResult:
+    def request_exit(self, code: int) -> None:
+        """End the run after the current step (from a signal handler or the control loop)."""
+        if self.exit_code is None:
+            self.exit_code = code
+
+    def _query(self) -> Any:
         src = self.spec.source
         fmt = {"datagen": "spindle_datagen", "files": "spindle_files", "log": "spindle_log"}[
             src.kind
@@ -543,35 +594,48 @@ class Runner:
             reader = reader.option("path", self.log_path(src.stream))
         for k, v in self.plan.spark_options.items():
             reader = reader.option(k, v)
-        ck = tempfile.mkdtemp(prefix="spindle-spark-ck-")
-        q = (
+        self._spark_ck = tempfile.mkdtemp(prefix="spindle-spark-ck-")
+        return (
             reader.load()
             .writeStream.foreachBatch(self.process)
-            .option("checkpointLocation", ck)
+            .option("checkpointLocation", self._spark_ck)
             .trigger(processingTime=f"{int(self.spec.trigger.interval * 1000)} milliseconds")
             .start()
         )
+
+    def run(self, max_steps: int | None = None, stop_when_idle: float | None = None) -> RunResult:
+        """Process until `max_steps`, `stop_when_idle` seconds without a step, an error, or
+        `request_exit`. While `paused` the query is stopped and the state stays open; it
+        restarts from the current offset on resume."""
         self._last_step_at = time.monotonic()
-        try:
-            while q.isActive:
-                if self.error is not None:
-                    break
-                if max_steps is not None and self.step - self.first_step >= max_steps:
-                    break
-                if stop_when_idle is not None and not self._busy:
-                    idle = time.monotonic() - self._last_step_at
-                    # Before this run's first step, Spark's start-up is not idleness.
-                    started = self.step > self.first_step
-                    if idle > (stop_when_idle if started else max(stop_when_idle, STARTUP_GRACE_S)):
-                        break
+        while self.exit_code is None:
+            if self.paused:
                 time.sleep(0.05)
-        finally:
-            q.stop()
-            shutil.rmtree(ck, ignore_errors=True)
-        if self.error is not None:
-            raise self.error
-        if q.exception() is not None:
-            raise RuntimeError(f"the Spark query failed: {q.exception()}")
+                continue
+            q = self._query()
+            try:
+                while q.isActive and self.exit_code is None and not self.paused:
+                    if self.error is not None:
+                        break
+                    if max_steps is not None and self.step - self.first_step >= max_steps:
+                        break
+                    if stop_when_idle is not None and not self._busy:
+                        idle = time.monotonic() - self._last_step_at
+                        # Before this run's first step, Spark's start-up is not idleness.
+                        started = self.step > self.first_step
+                        limit = stop_when_idle if started else max(stop_when_idle, STARTUP_GRACE_S)
+                        if idle > limit:
+                            break
+                    time.sleep(0.05)
+            finally:
+                q.stop()
+                shutil.rmtree(self._spark_ck, ignore_errors=True)
+            if self.error is not None:
+                raise self.error
+            if q.exception() is not None:
+                raise RuntimeError(f"the Spark query failed: {q.exception()}")
+            if not self.paused:
+                break
         return RunResult(self.first_step, self.step, self.offset, self._commits)
 
     def close(self) -> None:
@@ -601,20 +665,59 @@ def run_cmd(
     ] = None,
     base_dir: Annotated[str, typer.Option(help="Relative sink paths start here.")] = ".",
     final_checkpoint: Annotated[bool, typer.Option(help="Checkpoint when stopping.")] = True,
+    run_id: Annotated[
+        int | None,
+        typer.Option(help="Run under the control plane as this run (database from SPINDLE_*)."),
+    ] = None,
 ) -> None:
+    control = None
+    if run_id is not None:
+        from backend.db import Database
+        from backend.settings import Settings
+
+        from .control import JobControl
+
+        settings = Settings()
+        control = JobControl(Database(settings.db_url), settings, run_id)
+    started: list[Runner] = []
+
+    def _term(*_: object) -> None:
+        # SIGTERM (the worker shutting down): finish the step, checkpoint, exit.
+        if not started:
+            raise SystemExit(EXIT_INTERRUPTED)
+        started[0].request_exit(EXIT_INTERRUPTED)
+
+    signal.signal(signal.SIGTERM, _term)
     try:
         spec = S.load_spec(spec_file)
-        runner = Runner(spec, storage, from_checkpoint=from_checkpoint, base_dir=base_dir)
+        runner = Runner(
+            spec,
+            storage,
+            from_checkpoint=from_checkpoint,
+            base_dir=base_dir,
+            own_retention=control is None,
+            metrics_sinks=[control.metrics_sink] if control else None,
+        )
     except S.SpecError as e:
         typer.echo(str(e), err=True)
-        raise typer.Exit(2) from None
+        raise typer.Exit(EXIT_SPEC) from None
+    started.append(runner)
     try:
+        if control is not None:
+            control.opened(runner)
         res = runner.run(max_steps, stop_when_idle)
-        if final_checkpoint and runner.step > res.first_step:
+        code = runner.exit_code or EXIT_STOPPED
+        # A checkpoint on the way out, unless a stop said not to or a restore discards it.
+        commit = final_checkpoint if control is None else code == EXIT_INTERRUPTED
+        if commit and runner.step > res.first_step:
             runner.commit(wait=True)
         typer.echo(json.dumps(res.__dict__ | {"last_step": runner.step}))
     finally:
+        if control is not None:
+            control.close()
         runner.close()
+    if code:
+        raise typer.Exit(code)
 
 
 def main() -> None:

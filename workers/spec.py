@@ -23,6 +23,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import pyarrow as pa
 import yaml
 from pydantic import (
     BaseModel,
@@ -90,13 +91,48 @@ class FilesSource(_Model):
     max_files_per_step: int = Field(10, gt=0)
 
 
+# Spark SQL type names a log stream's columns may have, and their Arrow types (as Spark maps
+# them: UTC microsecond timestamps, 32-bit dates). The ingest API parses records with these
+# without a Spark session.
+LOG_TYPES: dict[str, pa.DataType] = {
+    "string": pa.string(),
+    "boolean": pa.bool_(),
+    "tinyint": pa.int8(),
+    "smallint": pa.int16(),
+    "int": pa.int32(),
+    "integer": pa.int32(),
+    "bigint": pa.int64(),
+    "long": pa.int64(),
+    "float": pa.float32(),
+    "double": pa.float64(),
+    "date": pa.date32(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+}
+
+
 class LogSource(_Model):
     """The engine's input log of records pushed through the ingest API."""
 
     kind: Literal["log"]
     stream: str = Field(pattern=NAME_RE)
-    schema_: dict[str, str] = Field(alias="schema")
+    schema_: dict[str, str] = Field(
+        alias="schema",
+        min_length=1,
+        description=f"column -> type, one of {', '.join(LOG_TYPES)}",
+    )
     max_records_per_step: int = Field(100_000, gt=0)
+
+    @model_validator(mode="after")
+    def _types(self) -> LogSource:
+        for col, t in self.schema_.items():
+            if t.strip().lower() not in LOG_TYPES:
+                raise ValueError(
+                    f"schema.{col}: type {t!r} is not one of {', '.join(LOG_TYPES)}"
+                )
+        return self
+
+    def arrow_schema(self) -> pa.Schema:
+        return pa.schema([(c, LOG_TYPES[t.strip().lower()]) for c, t in self.schema_.items()])
 
 
 Source = Annotated[DatagenSource | FilesSource | LogSource, Field(discriminator="kind")]

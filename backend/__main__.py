@@ -1,0 +1,132 @@
+"""`python -m backend serve`: the whole platform in one command (DESIGN.md §7): migrates the
+database, makes sure an admin token exists, starts a Celery worker with beat, and serves
+the API; Ctrl-C or SIGTERM stops all of it, asking running pipelines to checkpoint first.
+`python -m backend migrate` only upgrades the database (deployments run it once per
+release)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import uvicorn
+
+from .settings import Settings
+
+cli = typer.Typer(help="Spindle's control plane.", no_args_is_help=True, add_completion=False)
+
+WORKER_STOP_S = 60.0
+
+
+def _settings(data_dir: Path | None) -> Settings:
+    if data_dir is not None:
+        os.environ["SPINDLE_DATA_DIR"] = str(data_dir.resolve())
+    s = Settings()
+    s.data_path.mkdir(parents=True, exist_ok=True)
+    os.environ["SPINDLE_DATA_DIR"] = str(s.data_path)
+    return s
+
+
+@cli.command()
+def migrate(
+    data_dir: Annotated[Path | None, typer.Option(help="default: SPINDLE_DATA_DIR")] = None,
+) -> None:
+    """Upgrade the database to the newest schema."""
+    from .migrate import upgrade
+
+    upgrade(_settings(data_dir).db_url)
+    typer.echo("database is up to date")
+
+
+def worker_command(settings: Settings, concurrency: int = 32) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "workers.celery_app",
+        "worker",
+        "--beat",
+        "--schedule",
+        str(settings.data_path / "celerybeat-schedule"),
+        "--pool",
+        "threads",
+        "--concurrency",
+        str(concurrency),
+        "--loglevel",
+        "INFO",
+        "--hostname",
+        f"spindle@{os.uname().nodename}-{os.getpid()}",
+    ]
+
+
+@cli.command()
+def serve(
+    data_dir: Annotated[
+        Path | None, typer.Option(help="default: SPINDLE_DATA_DIR or ./.spindle-data")
+    ] = None,
+    host: Annotated[str, typer.Option()] = "127.0.0.1",
+    port: Annotated[int, typer.Option()] = 8080,
+    worker: Annotated[bool, typer.Option(help="also run a Celery worker with beat")] = True,
+) -> None:
+    """Run the API, a worker and beat until Ctrl-C."""
+    from .db import Database
+    from .migrate import upgrade
+    from .services import tokens
+
+    settings = _settings(data_dir)
+    upgrade(settings.db_url)
+    db = Database(settings.db_url)
+    configured = settings.admin_token.get_secret_value() if settings.admin_token else None
+    with db.session() as s:
+        new = tokens.bootstrap_admin(s, settings.data_path, configured)
+    token_file = settings.data_path / "admin-token"
+    from workers.celery_app import make_celery
+    from workers.tasks import CeleryQueue
+
+    from .api.app import create_app
+
+    app = create_app(settings, db, CeleryQueue(make_celery(settings)))
+    proc = None
+    if worker:
+        logs = settings.data_path / "logs"
+        logs.mkdir(exist_ok=True)
+        with open(logs / "worker.log", "ab") as out:
+            proc = subprocess.Popen(
+                worker_command(settings), stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ)
+            )
+    typer.echo(
+        f"Spindle is serving on http://{host}:{port}  (API: http://{host}:{port}/api/v1/docs)"
+    )
+    if new:
+        typer.echo(f"admin token (shown once; also in {token_file}): {new}")
+    elif configured:
+        typer.echo("admin token: the one in SPINDLE_ADMIN_TOKEN")
+    else:
+        typer.echo(f"admin token: in {token_file}")
+    typer.echo(
+        f"data: {settings.data_path}   worker log: {settings.data_path / 'logs' / 'worker.log'}"
+    )
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+    try:
+        server.run()
+    finally:
+        if proc is not None:
+            typer.echo("stopping the worker (running pipelines checkpoint first)...")
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(WORKER_STOP_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        db.dispose()
+        typer.echo("stopped")
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,1 @@
+"""The HTTP layer: FastAPI app, dependencies, error mapping, routers per resource."""

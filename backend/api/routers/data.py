@@ -1,0 +1,107 @@
+"""Data in and out: pushing records into a pipeline's input log, reading its views."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import pyarrow as pa
+from fastapi import APIRouter, Query, Request
+
+from storage_engine.errors import StorageError
+from storage_engine.tools import read_spine, to_jsonable
+from workers.spec import ViewSink, parse_spec
+
+from ...errors import InvalidInput, NotFound
+from ...schemas.metrics import IngestOut, ViewPage
+from ...services import ingest
+from ..deps import DB, Ctx, Operator, Viewer, pipeline_by_name
+
+router = APIRouter(prefix="/api/v1/pipelines/{name}", tags=["data"])
+
+
+@router.post(
+    "/ingest/{stream}",
+    response_model=IngestOut,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/x-ndjson": {"schema": {"type": "string"}},
+                "text/csv": {"schema": {"type": "string"}},
+            },
+        }
+    },
+)
+async def ingest_records(
+    name: str,
+    stream: str,
+    request: Request,
+    ctx: Ctx,
+    s: DB,
+    _: Operator,
+    format: Annotated[
+        Literal["ndjson", "csv"] | None, Query(description="default: from Content-Type")
+    ] = None,
+) -> IngestOut:
+    """Append NDJSON or CSV (with a header) records; returns their offsets [first, end).
+    Durable when this returns; processed by the pipeline's next steps."""
+    p = pipeline_by_name(s, name)
+    spec = parse_spec(p.spec)
+    src = ingest.log_source(spec, stream)
+    fmt = format or ("csv" if "csv" in request.headers.get("content-type", "") else "ndjson")
+    body = await request.body()
+    table = ingest.parse(body, fmt, src.arrow_schema())
+    storage = ctx.settings.storage_dir(p.name)
+    first, end = ingest.append(storage, src, table)
+    return IngestOut(stream=stream, records=end - first, first_offset=first, end_offset=end)
+
+
+@router.get("/views/{view}", response_model=ViewPage)
+def read_view(
+    name: str,
+    view: str,
+    ctx: Ctx,
+    s: DB,
+    _: Viewer,
+    key: Annotated[
+        list[str] | None, Query(description="values of the leading columns, in order")
+    ] = None,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
+) -> ViewPage:
+    """A view's rows as of the newest checkpoint: by key (leading columns) or paged."""
+    p = pipeline_by_name(s, name)
+    spec = parse_spec(p.spec)
+    if not any(isinstance(k, ViewSink) and k.name == view for k in spec.sinks):
+        raise NotFound(f"pipeline {name!r} has no view {view!r}")
+    try:
+        got = read_spine(ctx.settings.storage_dir(p.name), f"view.{view}")
+    except (StorageError, KeyError):
+        return ViewPage(view=view, step=None, checkpoint=None, rows=[])
+    t = got.rows
+    if t is None:
+        return ViewPage(
+            view=view, step=got.checkpoint.step, checkpoint=got.checkpoint.uuid, rows=[]
+        )
+    if key:
+        if len(key) > t.num_columns:
+            raise InvalidInput(f"the view has {t.num_columns} columns; got {len(key)} key values")
+        mask = None
+        for i, raw in enumerate(key):
+            col = t.column(i)
+            try:
+                v = pa.scalar(raw).cast(col.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                raise InvalidInput(
+                    f"key value {raw!r} is not a {col.type} (column {t.column_names[i]!r})"
+                ) from None
+            m = pa.compute.equal(col, v)
+            mask = m if mask is None else pa.compute.and_(mask, m)
+        t = t.filter(mask)
+    rows = t.slice(offset, limit).to_pylist()
+    return ViewPage(
+        view=view,
+        step=got.checkpoint.step,
+        checkpoint=got.checkpoint.uuid,
+        rows=[to_jsonable(r) for r in rows],
+    )

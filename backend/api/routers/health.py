@@ -1,0 +1,42 @@
+"""Liveness and readiness (no token needed)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+from sqlalchemy import text
+
+from ..deps import Ctx
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz", responses={503: {"description": "a dependency is not ready"}})
+def readyz(ctx: Ctx) -> JSONResponse:
+    """Database and broker reachable, data directory writable."""
+    checks: dict[str, Any] = {}
+    try:
+        with ctx.db.session() as s:
+            s.execute(text("SELECT 1"))
+        checks["database"] = "ok"
+    except Exception as e:
+        checks["database"] = f"error: {type(e).__name__}"
+    checks["broker"] = ctx.queue.ready()
+    data = ctx.settings.data_path
+    checks["storage"] = "ok" if data.is_dir() and _writable(data) else "error: not writable"
+    ok = all(v == "ok" for v in checks.values())
+    return JSONResponse(
+        {"status": "ok" if ok else "unavailable", "checks": checks}, 200 if ok else 503
+    )
+
+
+def _writable(path: Any) -> bool:
+    return os.access(path, os.W_OK)

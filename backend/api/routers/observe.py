@@ -1,0 +1,95 @@
+"""Live and historical metrics: JSON history, Server-Sent Events, Prometheus exposition."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+import anyio
+from fastapi import APIRouter, Header, Query, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from sse_starlette.sse import EventSourceResponse
+
+from ...schemas.metrics import MetricOut
+from ...services import metrics as history
+from ...services.prometheus import PipelineCollector
+from ..context import Context
+from ..deps import DB, Ctx, Viewer, pipeline_by_name
+
+router = APIRouter(tags=["metrics"])
+
+POLL_S = 0.2  # SSE delivers a step within this of its row landing
+
+
+@router.get("/api/v1/pipelines/{name}/metrics", response_model=list[MetricOut])
+def metrics_history(
+    name: str,
+    s: DB,
+    _: Viewer,
+    since: Annotated[float | None, Query(description="unix seconds")] = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+) -> list[MetricOut]:
+    """Per-step samples (older ones downsampled to one per minute), oldest first."""
+    p = pipeline_by_name(s, name)
+    return [MetricOut.model_validate(r) for r in history.history(s, p.id, since, 0, limit)]
+
+
+def _fetch(ctx: Context, pipeline_id: int, after: int) -> list[dict[str, Any]]:
+    with ctx.db.session() as s:
+        rows = history.history(s, pipeline_id, None, after, 500)
+        return [MetricOut.model_validate(r).model_dump() for r in rows]
+
+
+@router.get(
+    "/api/v1/pipelines/{name}/metrics/stream",
+    response_class=EventSourceResponse,
+    responses={
+        200: {"content": {"text/event-stream": {}}, "description": "one `step` event per step"}
+    },
+)
+async def metrics_stream(
+    name: str,
+    request: Request,
+    ctx: Ctx,
+    s: DB,
+    _: Viewer,
+    last_event_id: Annotated[int | None, Header(ge=0)] = None,
+    backlog: Annotated[int, Query(ge=0, le=1000, description="recent steps sent first")] = 0,
+) -> EventSourceResponse:
+    """Server-Sent Events: `event: step`, `id:` the sample id (reconnect with
+    Last-Event-ID to resume), `data:` the sample as JSON."""
+    p = pipeline_by_name(s, name)
+    pid = p.id
+    if last_event_id is not None:
+        after = last_event_id
+    else:
+        recent = history.history(s, pid, None, 0, max(backlog, 1))
+        after = (
+            (recent[-1].id if recent else 0)
+            if backlog == 0
+            else (recent[0].id - 1 if recent else 0)
+        )
+    s.close()
+
+    async def events() -> AsyncIterator[dict[str, str]]:
+        nonlocal after
+        while not await request.is_disconnected():
+            rows = await anyio.to_thread.run_sync(_fetch, ctx, pid, after)
+            for r in rows:
+                after = r["id"]
+                yield {"event": "step", "id": str(r["id"]), "data": json.dumps(r)}
+            await asyncio.sleep(POLL_S)
+
+    return EventSourceResponse(events(), ping=15)
+
+
+@router.get(
+    "/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}}
+)
+def prometheus(ctx: Ctx, _: Viewer) -> Response:
+    """Prometheus exposition of every pipeline's series."""
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(PipelineCollector(ctx.db))
+    return Response(generate_latest(reg), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,209 @@
+"""Pipelines: registration and lifecycle (start, stop, pause, resume), runs and logs."""
+
+from __future__ import annotations
+
+import shutil
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query, Response
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from ...errors import Conflict, InvalidSpec, NotFound
+from ...models import (
+    Checkpoint,
+    OperationKind,
+    Pipeline,
+    PipelineState,
+    RetentionPolicy,
+    Run,
+)
+from ...schemas.operations import OperationOut
+from ...schemas.pipelines import (
+    LogOut,
+    PipelineCreate,
+    PipelineOut,
+    PipelineUpdate,
+    RunBrief,
+    RunOut,
+    SpecValidation,
+)
+from ...services import lifecycle, specs
+from ...services import operations as ops
+from ...services.logs import tail
+from ..deps import DB, Admin, Ctx, Operator, Viewer, pipeline_by_name
+from .operations import operation_out
+
+router = APIRouter(prefix="/api/v1/pipelines", tags=["pipelines"])
+
+Name = Annotated[str, "pipeline name"]
+
+
+def pipeline_out(s: Session, p: Pipeline) -> PipelineOut:
+    run = lifecycle.latest_run(s, p)
+    count = s.scalar(
+        select(func.count()).select_from(Checkpoint).where(Checkpoint.pipeline_id == p.id)
+    )
+    out = PipelineOut.model_validate(p)
+    out.current_run = RunBrief.model_validate(run) if run is not None else None
+    out.last_step = run.last_step if run is not None else None
+    out.checkpoints = int(count or 0)
+    return out
+
+
+def _check(ctx: Ctx, body: PipelineCreate) -> str:
+    spec = specs.validate(body.spec, ctx.settings.roots)
+    return spec.name
+
+
+@router.post("/validate", response_model=SpecValidation)
+def validate(body: PipelineCreate, ctx: Ctx, _: Viewer) -> SpecValidation:
+    """Validate a spec without registering it; errors name the offending fields."""
+    return SpecValidation(valid=True, name=_check(ctx, body))
+
+
+@router.post("", response_model=PipelineOut, status_code=201)
+def create(body: PipelineCreate, ctx: Ctx, s: DB, _: Operator) -> PipelineOut:
+    name = _check(ctx, body)
+    if s.scalar(select(Pipeline.id).where(Pipeline.name == name)) is not None:
+        raise Conflict(f"a pipeline named {name!r} exists", errors=[("spec.name", "already used")])
+    spec = specs.validate(body.spec, ctx.settings.roots)
+    p = Pipeline(name=name, spec=body.spec, description=body.description)
+    s.add(p)
+    s.flush()
+    r = spec.retention
+    s.add(
+        RetentionPolicy(
+            pipeline_id=p.id,
+            keep_last=r.keep_last,
+            max_age_s=r.max_age,
+            min_keep=r.min_keep,
+            auto_commit_interval_s=spec.checkpoint.every,
+        )
+    )
+    s.flush()
+    return pipeline_out(s, p)
+
+
+@router.get("", response_model=list[PipelineOut])
+def list_pipelines(s: DB, _: Viewer) -> list[PipelineOut]:
+    return [pipeline_out(s, p) for p in s.scalars(select(Pipeline).order_by(Pipeline.name))]
+
+
+@router.get("/{name}", response_model=PipelineOut)
+def get(name: Name, s: DB, _: Viewer) -> PipelineOut:
+    return pipeline_out(s, pipeline_by_name(s, name))
+
+
+@router.put("/{name}", response_model=PipelineOut)
+def replace(name: Name, body: PipelineUpdate, ctx: Ctx, s: DB, _: Operator) -> PipelineOut:
+    p = pipeline_by_name(s, name)
+    new_name = _check(ctx, body)
+    if new_name != name:
+        raise InvalidSpec("the name cannot change", errors=[("spec.name", f"must stay {name!r}")])
+    if p.state not in (PipelineState.stopped, PipelineState.failed):
+        raise Conflict(f"pipeline {name!r} is {p.state.value}; stop it before replacing its spec")
+    p.spec = body.spec
+    p.description = body.description
+    s.flush()
+    return pipeline_out(s, p)
+
+
+@router.delete("/{name}", status_code=204)
+def delete(name: Name, ctx: Ctx, s: DB, _: Admin) -> Response:
+    """Delete a stopped pipeline with its records and storage."""
+    p = pipeline_by_name(s, name)
+    if p.state not in (PipelineState.stopped, PipelineState.failed) or lifecycle.live_run(s, p):
+        raise Conflict(f"pipeline {name!r} is {p.state.value}; stop it before deleting it")
+    s.delete(p)
+    s.flush()
+    shutil.rmtree(ctx.settings.pipeline_dir(name), ignore_errors=True)
+    return Response(status_code=204)
+
+
+@router.post("/{name}/start", response_model=PipelineOut, status_code=202)
+def start(
+    name: Name,
+    ctx: Ctx,
+    s: DB,
+    _: Operator,
+    from_checkpoint: Annotated[
+        str, Query(pattern=r"^(latest|none|[0-9a-f-]{36})$", description="latest, none or a uuid")
+    ] = "latest",
+) -> PipelineOut:
+    p = pipeline_by_name(s, name)
+    if from_checkpoint not in ("latest", "none"):
+        known = s.scalar(
+            select(Checkpoint.id).where(
+                Checkpoint.pipeline_id == p.id, Checkpoint.uuid == from_checkpoint
+            )
+        )
+        if known is None:
+            raise NotFound(f"pipeline {name!r} has no checkpoint {from_checkpoint}")
+    run = lifecycle.start(s, p, from_checkpoint)
+    out = pipeline_out(s, p)
+    s.commit()
+    ctx.queue.launch(run.id)
+    return out
+
+
+@router.post("/{name}/stop", response_model=OperationOut, status_code=202)
+def stop(
+    name: Name,
+    ctx: Ctx,
+    s: DB,
+    _: Operator,
+    checkpoint: Annotated[bool, Query(description="checkpoint before stopping")] = False,
+) -> OperationOut:
+    """Stop; returns an operation that succeeds once the run has ended."""
+    p = pipeline_by_name(s, name)
+    run = lifecycle.request_stop(s, p)
+    op = ops.create(s, p, OperationKind.stop, {"checkpoint": checkpoint})
+    if run is None:
+        ops.succeed(op, {"step": None, "note": "the pipeline was not running"})
+    return operation_out(s, op)
+
+
+@router.post("/{name}/pause", response_model=PipelineOut, status_code=202)
+def pause(name: Name, s: DB, _: Operator) -> PipelineOut:
+    p = pipeline_by_name(s, name)
+    lifecycle.pause(s, p)
+    return pipeline_out(s, p)
+
+
+@router.post("/{name}/resume", response_model=PipelineOut, status_code=202)
+def resume(name: Name, s: DB, _: Operator) -> PipelineOut:
+    p = pipeline_by_name(s, name)
+    lifecycle.resume(s, p)
+    return pipeline_out(s, p)
+
+
+@router.get("/{name}/runs", response_model=list[RunOut])
+def runs(
+    name: Name, s: DB, _: Viewer, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+) -> list[RunOut]:
+    p = pipeline_by_name(s, name)
+    q = select(Run).where(Run.pipeline_id == p.id).order_by(Run.id.desc()).limit(limit)
+    return [RunOut.model_validate(r) for r in s.scalars(q)]
+
+
+@router.get("/{name}/logs", response_model=LogOut)
+def logs(
+    name: Name,
+    s: DB,
+    _: Viewer,
+    lines: Annotated[int, Query(ge=1, le=10_000)] = 200,
+    run: Annotated[int | None, Query(ge=1, description="run number; default the latest")] = None,
+    source: Literal["driver"] = "driver",
+) -> LogOut:
+    """The tail of a run's driver log."""
+    p = pipeline_by_name(s, name)
+    q = select(Run).where(Run.pipeline_id == p.id)
+    q = q.where(Run.number == run) if run is not None else q.order_by(Run.id.desc()).limit(1)
+    r = s.scalar(q)
+    if r is None:
+        if run is not None:
+            raise NotFound(f"pipeline {name!r} has no run {run}")
+        return LogOut(run=None, lines=[])
+    text = tail(r.log_path, max_bytes=min(lines * 400, 4 << 20))
+    return LogOut(run=r.number, lines=text.splitlines()[-lines:])

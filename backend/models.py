@@ -1,0 +1,285 @@
+"""The control plane's records (SQLAlchemy 2.0). Changing a model needs an Alembic revision;
+`tests/backend/test_migrations.py` fails when models and migrations disagree."""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Enum,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from .db import Base
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+class UTCDateTime(TypeDecorator[dt.datetime]):
+    """Timezone-aware UTC on the way in and out (SQLite keeps no zone)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: dt.datetime | None, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime stored; use backend.models.utcnow()")
+        return value.astimezone(dt.UTC)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> dt.datetime | None:
+        if value is None:
+            return None
+        assert isinstance(value, dt.datetime)
+        return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value
+
+
+class DesiredState(enum.StrEnum):
+    running = "running"
+    paused = "paused"
+    stopped = "stopped"
+
+
+class PipelineState(enum.StrEnum):
+    stopped = "stopped"
+    starting = "starting"
+    running = "running"
+    paused = "paused"
+    stopping = "stopping"
+    restarting = "restarting"  # a run died; the reaper starts another after a backoff
+    failed = "failed"  # gave up: the restart policy is exhausted or the spec cannot run
+
+
+class RunState(enum.StrEnum):
+    starting = "starting"
+    running = "running"
+    stopped = "stopped"  # ended on request (stop, restore)
+    finished = "finished"  # the source ended
+    failed = "failed"  # the driver exited with an error or was killed
+    lost = "lost"  # heartbeats stopped (its worker died)
+
+
+ENDED_RUN = (RunState.stopped, RunState.finished, RunState.failed, RunState.lost)
+
+
+class OperationKind(enum.StrEnum):
+    commit = "commit"
+    gc = "gc"
+    delete_checkpoint = "delete_checkpoint"
+    restore = "restore"
+    stop = "stop"
+
+
+class OperationStatus(enum.StrEnum):
+    pending = "pending"
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"
+
+
+class Role(enum.StrEnum):
+    viewer = "viewer"
+    operator = "operator"
+    admin = "admin"
+
+    @property
+    def rank(self) -> int:
+        return ("viewer", "operator", "admin").index(self.value)
+
+
+def _enum(e: type[enum.Enum], name: str) -> Enum:
+    # Stored as strings checked by the database, so adding a value is a small migration.
+    return Enum(
+        e, name=name, native_enum=False, length=24, validate_strings=True, create_constraint=True
+    )
+
+
+class Pipeline(Base):
+    __tablename__ = "pipelines"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(63), unique=True)
+    description: Mapped[str] = mapped_column(Text, default="")
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    desired_state: Mapped[DesiredState] = mapped_column(
+        _enum(DesiredState, "desired_state"), default=DesiredState.stopped
+    )
+    state: Mapped[PipelineState] = mapped_column(
+        _enum(PipelineState, "pipeline_state"), default=PipelineState.stopped
+    )
+    error: Mapped[str | None] = mapped_column(Text, default=None)
+    # The checkpoint the next start resumes from when the start says "latest" (set by a
+    # restore while stopped); cleared once a run has opened it.
+    restore_point: Mapped[str | None] = mapped_column(String(36), default=None)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+
+    runs: Mapped[list[Run]] = relationship(
+        back_populates="pipeline", cascade="all, delete-orphan", passive_deletes=True
+    )
+    retention: Mapped[RetentionPolicy | None] = relationship(
+        cascade="all, delete-orphan", passive_deletes=True
+    )
+
+
+class Run(Base):
+    __tablename__ = "runs"
+    __table_args__ = (UniqueConstraint("pipeline_id", "number"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    pipeline_id: Mapped[int] = mapped_column(ForeignKey("pipelines.id", ondelete="CASCADE"))
+    number: Mapped[int] = mapped_column(Integer)  # 1, 2, ... per pipeline
+    state: Mapped[RunState] = mapped_column(_enum(RunState, "run_state"))
+    from_checkpoint: Mapped[str] = mapped_column(String(64), default="latest")
+    restored_checkpoint: Mapped[str | None] = mapped_column(String(36), default=None)
+    restart_count: Mapped[int] = mapped_column(Integer, default=0)  # consecutive automatic
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    started_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, default=None)
+    ended_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, default=None)
+    heartbeat_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, default=None)
+    first_step: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    last_step: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    pid: Mapped[int | None] = mapped_column(Integer, default=None)
+    host: Mapped[str | None] = mapped_column(String(255), default=None)
+    exit_code: Mapped[int | None] = mapped_column(Integer, default=None)
+    exit_reason: Mapped[str | None] = mapped_column(Text, default=None)
+    log_path: Mapped[str | None] = mapped_column(Text, default=None)
+
+    pipeline: Mapped[Pipeline] = relationship(back_populates="runs")
+
+
+class Checkpoint(Base):
+    """A mirror of one entry of the engine's manifest; the manifest wins on disagreement."""
+
+    __tablename__ = "checkpoints"
+    __table_args__ = (UniqueConstraint("pipeline_id", "uuid"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    pipeline_id: Mapped[int] = mapped_column(ForeignKey("pipelines.id", ondelete="CASCADE"))
+    uuid: Mapped[str] = mapped_column(String(36))
+    identifier: Mapped[str | None] = mapped_column(String(255), default=None)
+    step: Mapped[int] = mapped_column(BigInteger)
+    parent: Mapped[str | None] = mapped_column(String(36), default=None)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+    size_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    new_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    duration_ms: Mapped[float] = mapped_column(Float, default=0.0)
+    source_offset: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    local_durable: Mapped[bool] = mapped_column(Boolean, default=True)
+    remote_durable: Mapped[bool] = mapped_column(Boolean, default=False)
+    pinned: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class Operation(Base):
+    """An asynchronous command. A running job claims and performs its pipeline's pending
+    operations; for a stopped pipeline the worker performs them on the storage location."""
+
+    __tablename__ = "operations"
+    __table_args__ = (Index("ix_operations_pipeline_status", "pipeline_id", "status"),)
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    pipeline_id: Mapped[int] = mapped_column(ForeignKey("pipelines.id", ondelete="CASCADE"))
+    kind: Mapped[OperationKind] = mapped_column(_enum(OperationKind, "operation_kind"))
+    params: Mapped[dict[str, Any]] = mapped_column(JSON(none_as_null=True), default=dict)
+    status: Mapped[OperationStatus] = mapped_column(
+        _enum(OperationStatus, "operation_status"), default=OperationStatus.pending
+    )
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True), default=None)
+    error: Mapped[str | None] = mapped_column(Text, default=None)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    started_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, default=None)
+    finished_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, default=None)
+
+
+class RetentionPolicy(Base):
+    __tablename__ = "retention_policies"
+
+    pipeline_id: Mapped[int] = mapped_column(
+        ForeignKey("pipelines.id", ondelete="CASCADE"), primary_key=True
+    )
+    keep_last: Mapped[int | None] = mapped_column(Integer, default=None)
+    max_age_s: Mapped[float | None] = mapped_column(Float, default=None)
+    min_keep: Mapped[int] = mapped_column(Integer, default=1)
+    auto_commit_interval_s: Mapped[float | None] = mapped_column(Float, default=None)
+
+
+class ApiToken(Base):
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(100))
+    role: Mapped[Role] = mapped_column(_enum(Role, "token_role"))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(12))  # shown in listings, to tell tokens apart
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    last_used_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, default=None)
+
+
+class MetricSample(Base):
+    """One step's metrics (resolution 0), or a downsampled bucket of them (resolution in
+    seconds: sums of counts and the maximum of latencies over the bucket)."""
+
+    __tablename__ = "metric_samples"
+    __table_args__ = (
+        Index("ix_metric_samples_pipeline_id", "pipeline_id", "id"),
+        Index("ix_metric_samples_run_id", "run_id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    pipeline_id: Mapped[int] = mapped_column(ForeignKey("pipelines.id", ondelete="CASCADE"))
+    run_id: Mapped[int | None] = mapped_column(
+        ForeignKey("runs.id", ondelete="SET NULL"), default=None
+    )
+    resolution_s: Mapped[int] = mapped_column(Integer, default=0)
+    ts: Mapped[float] = mapped_column(Float)  # unix seconds the step completed
+    step: Mapped[int] = mapped_column(BigInteger)
+    steps: Mapped[int] = mapped_column(Integer, default=1)
+    rows_in: Mapped[int] = mapped_column(BigInteger, default=0)
+    rows_out: Mapped[int] = mapped_column(BigInteger, default=0)
+    dead_letters: Mapped[int] = mapped_column(BigInteger, default=0)
+    step_ms: Mapped[float] = mapped_column(Float, default=0.0)
+    spark_ms: Mapped[float] = mapped_column(Float, default=0.0)
+    engine_ms: Mapped[float] = mapped_column(Float, default=0.0)
+    commit_ms: Mapped[float] = mapped_column(Float, default=0.0)
+    latency_ms: Mapped[float | None] = mapped_column(Float, default=None)
+    state_rows: Mapped[int] = mapped_column(BigInteger, default=0)
+    state_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    spine_batches: Mapped[int] = mapped_column(Integer, default=0)
+    merge_backlog: Mapped[int] = mapped_column(Integer, default=0)
+
+
+__all__ = [
+    "ENDED_RUN",
+    "ApiToken",
+    "Checkpoint",
+    "DesiredState",
+    "MetricSample",
+    "Operation",
+    "OperationKind",
+    "OperationStatus",
+    "Pipeline",
+    "PipelineState",
+    "RetentionPolicy",
+    "Role",
+    "Run",
+    "RunState",
+    "utcnow",
+]

@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+import datetime as dt
+
+from pydantic import Field
+
+from .common import Body, Out
+
+
+class CheckpointOut(Out):
+    uuid: str
+    identifier: str | None
+    step: int
+    parent: str | None
+    created_at: dt.datetime
+    size_bytes: int
+    new_bytes: int
+    duration_ms: float
+    source_offset: int | None
+    local_durable: bool
+    remote_durable: bool
+    pinned: bool
+
+
+class CheckpointCreate(Body):
+    identifier: str | None = Field(None, max_length=255, pattern=r"^[A-Za-z0-9_.:-]+$")
+
+
+class CheckpointPatch(Body):
+    pinned: bool
+
+
+class GcRequest(Body):
+    keep: int | None = Field(
+        None, ge=0, description="delete the oldest unpinned checkpoints until this many remain"
+    )
+
+
+class RetentionIn(Body):
+    keep_last: int | None = Field(None, ge=1)
+    max_age_s: float | None = Field(None, gt=0)
+    min_keep: int = Field(1, ge=0)
+    auto_commit_interval_s: float | None = Field(None, gt=0)
+
+
+class RetentionOut(Out):
+    keep_last: int | None
+    max_age_s: float | None
+    min_keep: int
+    auto_commit_interval_s: float | None

@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Out(BaseModel):
+    """A response: built from ORM objects by attribute."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+
+class Body(BaseModel):
+    """A request body: unknown fields are errors, so a typo is never silently ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class FieldError(BaseModel):
+    field: str
+    message: str
+
+
+class ErrorOut(BaseModel):
+    """Every error response: a stable machine-readable code and a human message."""
+
+    code: str
+    message: str
+    errors: list[FieldError] = []
+    details: dict[str, Any] = {}

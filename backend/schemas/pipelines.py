@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from pydantic import Field
+
+from ..models import DesiredState, PipelineState, RunState
+from .common import Body, Out
+
+
+class PipelineCreate(Body):
+    """A pipeline spec (docs/pipeline-spec.schema.json) plus an optional description. The
+    spec's own `name` is the pipeline's name."""
+
+    spec: dict[str, Any] = Field(description="the pipeline spec, as in a YAML/JSON spec file")
+    description: str = Field("", max_length=2000)
+
+
+class PipelineUpdate(PipelineCreate):
+    """Replace the spec (only while stopped); the name cannot change."""
+
+
+class SpecValidation(Out):
+    valid: bool
+    name: str
+
+
+class RunBrief(Out):
+    id: int
+    number: int
+    state: RunState
+    started_at: dt.datetime | None
+    last_step: int | None
+    restart_count: int
+
+
+class PipelineOut(Out):
+    name: str
+    description: str
+    spec: dict[str, Any]
+    desired_state: DesiredState
+    state: PipelineState
+    error: str | None
+    restore_point: str | None
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    current_run: RunBrief | None = None
+    last_step: int | None = None
+    checkpoints: int = 0
+
+
+class RunOut(Out):
+    id: int
+    number: int
+    state: RunState
+    from_checkpoint: str
+    restored_checkpoint: str | None
+    restart_count: int
+    created_at: dt.datetime
+    started_at: dt.datetime | None
+    ended_at: dt.datetime | None
+    heartbeat_at: dt.datetime | None
+    first_step: int | None
+    last_step: int | None
+    exit_code: int | None
+    exit_reason: str | None
+
+
+class LogOut(Out):
+    run: int | None
+    lines: list[str]

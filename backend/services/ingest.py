@@ -1,0 +1,64 @@
+"""Appending pushed records to a pipeline's input log (the `log` source): NDJSON or CSV,
+parsed with the stream's declared schema, appended durably as one segment. A request is
+all-or-nothing: a bad record rejects the whole body, naming the problem."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.json as pjson
+
+from storage_engine.input_log import InputLog
+from workers.spec import LogSource, PipelineSpec
+
+from ..errors import InvalidInput, NotFound
+
+
+def log_source(spec: PipelineSpec, stream: str) -> LogSource:
+    src = spec.source
+    if not isinstance(src, LogSource) or src.stream != stream:
+        have = src.stream if isinstance(src, LogSource) else None
+        raise NotFound(
+            f"pipeline {spec.name!r} has no input stream {stream!r}"
+            + (f" (its stream is {have!r})" if have else " (its source is not a log)")
+        )
+    return src
+
+
+def parse(body: bytes, fmt: str, schema: pa.Schema) -> pa.Table:
+    if not body.strip():
+        raise InvalidInput("empty body: send NDJSON (one JSON object per line) or CSV")
+    try:
+        if fmt == "csv":
+            return pcsv.read_csv(
+                io.BytesIO(body),
+                convert_options=pcsv.ConvertOptions(
+                    column_types=schema, include_columns=schema.names, strings_can_be_null=True
+                ),
+            ).cast(schema)
+        return (
+            pjson.read_json(
+                io.BytesIO(body),
+                parse_options=pjson.ParseOptions(
+                    explicit_schema=schema, unexpected_field_behavior="error"
+                ),
+            )
+            .select(schema.names)
+            .cast(schema)
+        )
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, KeyError) as e:
+        raise InvalidInput(
+            f"records do not parse as {fmt} with the stream's schema: {e}",
+            details={"schema": {f.name: str(f.type) for f in schema}},
+        ) from None
+
+
+def append(storage: Path, src: LogSource, table: pa.Table) -> tuple[int, int]:
+    log = InputLog(str(storage / "input-log" / src.stream), src.arrow_schema())
+    return log.append(table)
+
+
+__all__ = ["append", "log_source", "parse"]

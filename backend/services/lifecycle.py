@@ -1,0 +1,258 @@
+"""Every state change of pipelines and runs goes through here (DESIGN.md §6, §7).
+
+Pipeline: `desired_state` is what the user asked for; `state` is what is happening. A run
+is one driver process. The restart policy: a run that died while its pipeline should be
+running is replaced after a backoff (restart_backoff_s doubling to restart_backoff_max_s)
+from the latest checkpoint, at most max_restarts times in a row; a run that stayed up
+restart_reset_s resets the count. Exhausted: the pipeline is failed and stopped.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import signal
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from ..errors import Conflict
+from ..models import (
+    ENDED_RUN,
+    DesiredState,
+    Operation,
+    OperationKind,
+    OperationStatus,
+    Pipeline,
+    PipelineState,
+    Run,
+    RunState,
+    utcnow,
+)
+from ..settings import Settings
+
+# The job's exit codes (workers.runner): anything else is a crash.
+EXIT_STOPPED = 0  # stopped on request
+EXIT_SPEC = 2  # the spec cannot run (planning failed): restarting would not help
+EXIT_RELAUNCH = 3  # a restore: start again from the requested checkpoint
+EXIT_INTERRUPTED = 4  # the worker is shutting down: restart when a worker is back
+
+LIVE_RUN = (RunState.starting, RunState.running)
+
+
+def live_run(s: Session, p: Pipeline) -> Run | None:
+    return s.scalar(
+        select(Run).where(Run.pipeline_id == p.id, Run.state.in_(LIVE_RUN)).order_by(Run.id.desc())
+    )
+
+
+def latest_run(s: Session, p: Pipeline) -> Run | None:
+    return s.scalar(select(Run).where(Run.pipeline_id == p.id).order_by(Run.id.desc()).limit(1))
+
+
+def _new_run(s: Session, p: Pipeline, from_checkpoint: str, restart_count: int) -> Run:
+    last = latest_run(s, p)
+    run = Run(
+        pipeline_id=p.id,
+        number=(last.number + 1) if last else 1,
+        state=RunState.starting,
+        from_checkpoint=from_checkpoint,
+        restart_count=restart_count,
+    )
+    s.add(run)
+    s.flush()
+    return run
+
+
+def start(s: Session, p: Pipeline, from_checkpoint: str = "latest") -> Run:
+    if p.state not in (PipelineState.stopped, PipelineState.failed):
+        raise Conflict(f"pipeline {p.name!r} is {p.state.value}; stop it first")
+    if from_checkpoint == "latest" and p.restore_point:
+        from_checkpoint = p.restore_point
+    run = _new_run(s, p, from_checkpoint, 0)
+    p.desired_state = DesiredState.running
+    p.state = PipelineState.starting
+    p.error = None
+    return run
+
+
+def request_stop(s: Session, p: Pipeline) -> Run | None:
+    """Ask for a stop; returns the live run that will end, or None if none is running."""
+    p.desired_state = DesiredState.stopped
+    run = live_run(s, p)
+    if run is None:
+        p.state = PipelineState.stopped
+        return None
+    p.state = PipelineState.stopping
+    return run
+
+
+def pause(s: Session, p: Pipeline) -> None:
+    if p.desired_state == DesiredState.stopped:
+        raise Conflict(f"pipeline {p.name!r} is not running")
+    p.desired_state = DesiredState.paused
+
+
+def resume(s: Session, p: Pipeline) -> None:
+    if p.desired_state == DesiredState.stopped:
+        raise Conflict(f"pipeline {p.name!r} is not running; start it")
+    p.desired_state = DesiredState.running
+
+
+def run_opened(s: Session, run: Run, first_step: int, restored: str | None) -> None:
+    """The job restored its state and is about to process."""
+    now = utcnow()
+    run.state = RunState.running
+    run.started_at = now
+    run.heartbeat_at = now
+    run.first_step = run.last_step = first_step
+    run.restored_checkpoint = restored
+    p = run.pipeline
+    if p.restore_point and restored == p.restore_point:
+        p.restore_point = None
+    if p.desired_state != DesiredState.stopped:
+        p.state = (
+            PipelineState.paused
+            if p.desired_state == DesiredState.paused
+            else PipelineState.running
+        )
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+@dataclass
+class Exit:
+    relaunch: Run | None = None  # a run to start right away (restore)
+    restart_due: bool = False  # a crash: the reaper should look now
+
+
+def run_exited(s: Session, run: Run, code: int, log_tail: str = "") -> Exit:
+    """Record how a run's driver ended and what happens next."""
+    now = utcnow()
+    run.ended_at = now
+    run.exit_code = code
+    p = run.pipeline
+    tail = log_tail.strip()
+    if code == EXIT_RELAUNCH:
+        run.state = RunState.stopped
+        op = s.scalar(
+            select(Operation).where(
+                Operation.pipeline_id == p.id,
+                Operation.kind == OperationKind.restore,
+                Operation.status == OperationStatus.running,
+            )
+        )
+        if op is not None and p.desired_state != DesiredState.stopped:
+            run.exit_reason = f"restore of checkpoint {op.params['checkpoint']}"
+            nxt = _new_run(s, p, str(op.params["checkpoint"]), 0)
+            return Exit(relaunch=nxt)
+        run.exit_reason = "stopped for a restore"
+        p.state = PipelineState.stopped
+        return Exit()
+    if code in (EXIT_STOPPED, EXIT_INTERRUPTED) and (
+        code == EXIT_INTERRUPTED or p.desired_state == DesiredState.stopped
+    ):
+        run.state = RunState.stopped
+        if code == EXIT_INTERRUPTED:
+            run.exit_reason = "interrupted: the worker shut down"
+            if p.desired_state != DesiredState.stopped:
+                p.state = PipelineState.restarting  # the reaper restarts it when it can
+                return Exit()
+        else:
+            run.exit_reason = "stopped on request"
+        p.state = PipelineState.stopped
+        return Exit()
+    run.state = RunState.failed
+    # A crash's last log line usually says why; a killed process's says nothing useful.
+    last_line = tail.splitlines()[-1] if tail and code > 0 else ""
+    run.exit_reason = describe_exit(code) + (f": {last_line}" if last_line else "")
+    if code == EXIT_SPEC:
+        p.state = PipelineState.failed
+        p.desired_state = DesiredState.stopped
+        p.error = tail[-2000:] or run.exit_reason
+        return Exit()
+    if p.desired_state == DesiredState.stopped:
+        p.state = PipelineState.stopped
+        return Exit()
+    p.state = PipelineState.restarting
+    return Exit(restart_due=True)
+
+
+def backoff_s(settings: Settings, restarts: int) -> float:
+    """Delay before automatic restart number `restarts` (1, 2, ...)."""
+    delay = settings.restart_backoff_s * 2.0 ** max(restarts - 1, 0)
+    return float(min(delay, settings.restart_backoff_max_s))
+
+
+def reap(s: Session, settings: Settings, now: dt.datetime | None = None) -> list[Run]:
+    """Mark runs without heartbeats as lost and start replacements for pipelines that should
+    run and have no live run, under the restart policy. Returns the runs to launch."""
+    now = now or utcnow()
+    timeout = dt.timedelta(seconds=settings.heartbeat_timeout_s)
+    for run in s.scalars(select(Run).where(Run.state.in_(LIVE_RUN))):
+        seen = run.heartbeat_at or run.created_at
+        if now - seen > timeout:
+            run.state = RunState.lost
+            run.ended_at = now
+            run.exit_reason = (
+                f"no heartbeat for {settings.heartbeat_timeout_s:g}s (driver or worker lost)"
+            )
+            if run.pipeline.desired_state != DesiredState.stopped:
+                run.pipeline.state = PipelineState.restarting
+            else:
+                run.pipeline.state = PipelineState.stopped
+    launches: list[Run] = []
+    wanted = (DesiredState.running, DesiredState.paused)
+    for p in s.scalars(select(Pipeline).where(Pipeline.desired_state.in_(wanted))):
+        if live_run(s, p) is not None:
+            continue
+        last = latest_run(s, p)
+        if last is None or last.state not in ENDED_RUN:
+            continue
+        interrupted = last.state == RunState.stopped  # worker shutdown: not a failure
+        healthy = (
+            last.started_at is not None
+            and last.ended_at is not None
+            and (last.ended_at - last.started_at).total_seconds() >= settings.restart_reset_s
+        )
+        count = 0 if interrupted else (1 if healthy else last.restart_count + 1)
+        if count > settings.max_restarts:
+            p.state = PipelineState.failed
+            p.desired_state = DesiredState.stopped
+            p.error = (
+                f"gave up after {settings.max_restarts} restarts; last run: {last.exit_reason}"
+            )
+            continue
+        ended = last.ended_at or now
+        if count and (now - ended).total_seconds() < backoff_s(settings, count):
+            continue
+        p.state = PipelineState.starting
+        launches.append(_new_run(s, p, "latest", count))
+    return launches
+
+
+__all__ = [
+    "EXIT_INTERRUPTED",
+    "EXIT_RELAUNCH",
+    "EXIT_SPEC",
+    "EXIT_STOPPED",
+    "Exit",
+    "backoff_s",
+    "describe_exit",
+    "latest_run",
+    "live_run",
+    "pause",
+    "reap",
+    "request_stop",
+    "resume",
+    "run_exited",
+    "run_opened",
+    "start",
+]

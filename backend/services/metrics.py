@@ -1,0 +1,67 @@
+"""Per-step metrics history: the job inserts one row per step (resolution 0); every few
+minutes `downsample` folds rows older than metrics_raw_s into one row per minute (counts
+summed, latencies the bucket's maximum, gauges the last value) and drops rows older than
+metrics_keep_s. Live delivery (SSE) polls for rows with a larger id."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from ..models import MetricSample
+from ..settings import Settings
+
+BUCKET_S = 60
+_SUMS = ("steps", "rows_in", "rows_out", "dead_letters")
+_MAXES = ("step_ms", "spark_ms", "engine_ms", "commit_ms", "latency_ms")
+_LAST = ("step", "state_rows", "state_bytes", "spine_batches", "merge_backlog", "run_id")
+
+
+def history(
+    s: Session, pipeline_id: int, since: float | None = None, after_id: int = 0, limit: int = 1000
+) -> list[MetricSample]:
+    """Samples oldest first: the newest `limit` after `since` (unix s) and id `after_id`."""
+    q = select(MetricSample).where(
+        MetricSample.pipeline_id == pipeline_id, MetricSample.id > after_id
+    )
+    if since is not None:
+        q = q.where(MetricSample.ts >= since)
+    rows = list(s.scalars(q.order_by(MetricSample.id.desc()).limit(limit)))
+    rows.reverse()
+    return rows
+
+
+def downsample(s: Session, settings: Settings, now: float | None = None) -> int:
+    """Fold old per-step rows into per-minute rows; returns rows removed."""
+    now = now or time.time()
+    s.execute(delete(MetricSample).where(MetricSample.ts < now - settings.metrics_keep_s))
+    cutoff = now - settings.metrics_raw_s
+    old = list(
+        s.scalars(
+            select(MetricSample)
+            .where(MetricSample.resolution_s == 0, MetricSample.ts < cutoff)
+            .order_by(MetricSample.id)
+        )
+    )
+    buckets: dict[tuple[int, int], list[MetricSample]] = defaultdict(list)
+    for r in old:
+        buckets[(r.pipeline_id, int(r.ts // BUCKET_S))].append(r)
+    for (pipeline_id, b), rs in buckets.items():
+        agg = MetricSample(pipeline_id=pipeline_id, resolution_s=BUCKET_S, ts=(b + 1) * BUCKET_S)
+        for f in _SUMS:
+            setattr(agg, f, sum(getattr(r, f) or 0 for r in rs))
+        for f in _MAXES:
+            vals = [getattr(r, f) for r in rs if getattr(r, f) is not None]
+            setattr(agg, f, max(vals) if vals else None)
+        for f in _LAST:
+            setattr(agg, f, getattr(rs[-1], f))
+        s.add(agg)
+    if old:
+        s.execute(delete(MetricSample).where(MetricSample.id.in_([r.id for r in old])))
+    return len(old)
+
+
+__all__ = ["downsample", "history"]

@@ -1,0 +1,158 @@
+"""Prometheus series per pipeline, computed from the database at scrape time (so every API
+replica reports the same values and nothing is lost when one restarts)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from sqlalchemy import func, select
+
+from ..db import Database
+from ..models import Checkpoint, MetricSample, Pipeline, PipelineState, Run
+
+WINDOW_S = 60.0  # throughput and latency quantiles over the last minute
+QUANTILES = (0.5, 0.99)
+
+
+def _quantile(sorted_vals: list[float], q: float) -> float:
+    i = min(int(q * len(sorted_vals)), len(sorted_vals) - 1)
+    return sorted_vals[i]
+
+
+class PipelineCollector(Collector):
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def collect(self) -> Iterator[Metric]:
+        now = time.time()
+        up = GaugeMetricFamily(
+            "spindle_pipeline_up", "1 if the pipeline is running", labels=["pipeline"]
+        )
+        state = GaugeMetricFamily(
+            "spindle_pipeline_state",
+            "1 for the pipeline's current state",
+            labels=["pipeline", "state"],
+        )
+        step = GaugeMetricFamily(
+            "spindle_pipeline_last_step", "last step processed", labels=["pipeline"]
+        )
+        rows_in = CounterMetricFamily(
+            "spindle_pipeline_rows_in", "input rows processed", labels=["pipeline"]
+        )
+        rows_out = CounterMetricFamily(
+            "spindle_pipeline_rows_out", "output rows (changes) produced", labels=["pipeline"]
+        )
+        tput = GaugeMetricFamily(
+            "spindle_pipeline_throughput_rows_per_second",
+            f"input rows per second over the last {WINDOW_S:g}s",
+            labels=["pipeline"],
+        )
+        latency = GaugeMetricFamily(
+            "spindle_pipeline_step_latency_seconds",
+            f"step latency quantiles over the last {WINDOW_S:g}s",
+            labels=["pipeline", "quantile"],
+        )
+        sbytes = GaugeMetricFamily(
+            "spindle_pipeline_state_bytes", "state size", labels=["pipeline"]
+        )
+        srows = GaugeMetricFamily("spindle_pipeline_state_rows", "state rows", labels=["pipeline"])
+        cp_count = GaugeMetricFamily(
+            "spindle_checkpoints", "retained checkpoints", labels=["pipeline"]
+        )
+        cp_dur = GaugeMetricFamily(
+            "spindle_checkpoint_duration_seconds",
+            "duration of the newest checkpoint",
+            labels=["pipeline"],
+        )
+        cp_age = GaugeMetricFamily(
+            "spindle_checkpoint_age_seconds", "age of the newest checkpoint", labels=["pipeline"]
+        )
+        restarts = CounterMetricFamily(
+            "spindle_pipeline_restarts", "automatic restarts of runs", labels=["pipeline"]
+        )
+        with self.db.session() as s:
+            for p in s.scalars(select(Pipeline)):
+                lab = [p.name]
+                up.add_metric(lab, 1.0 if p.state == PipelineState.running else 0.0)
+                for st in PipelineState:
+                    state.add_metric([p.name, st.value], 1.0 if p.state == st else 0.0)
+                totals = s.execute(
+                    select(
+                        func.coalesce(func.sum(MetricSample.rows_in), 0),
+                        func.coalesce(func.sum(MetricSample.rows_out), 0),
+                        func.max(MetricSample.step),
+                    ).where(MetricSample.pipeline_id == p.id)
+                ).one()
+                rows_in.add_metric(lab, float(totals[0]))
+                rows_out.add_metric(lab, float(totals[1]))
+                step.add_metric(lab, float(totals[2] or 0))
+                recent = s.execute(
+                    select(
+                        MetricSample.rows_in,
+                        MetricSample.step_ms,
+                        MetricSample.state_bytes,
+                        MetricSample.state_rows,
+                    )
+                    .where(
+                        MetricSample.pipeline_id == p.id,
+                        MetricSample.resolution_s == 0,
+                        MetricSample.ts >= now - WINDOW_S,
+                    )
+                    .order_by(MetricSample.id)
+                ).all()
+                tput.add_metric(lab, sum(r[0] for r in recent) / WINDOW_S)
+                if recent:
+                    lat = sorted(r[1] / 1000 for r in recent)
+                    for q in QUANTILES:
+                        latency.add_metric([p.name, str(q)], _quantile(lat, q))
+                last = s.scalar(
+                    select(MetricSample)
+                    .where(MetricSample.pipeline_id == p.id)
+                    .order_by(MetricSample.id.desc())
+                    .limit(1)
+                )
+                if last is not None:
+                    sbytes.add_metric(lab, float(last.state_bytes))
+                    srows.add_metric(lab, float(last.state_rows))
+                newest = s.scalar(
+                    select(Checkpoint)
+                    .where(Checkpoint.pipeline_id == p.id)
+                    .order_by(Checkpoint.created_at.desc())
+                    .limit(1)
+                )
+                n = s.scalar(
+                    select(func.count())
+                    .select_from(Checkpoint)
+                    .where(Checkpoint.pipeline_id == p.id)
+                )
+                cp_count.add_metric(lab, float(n or 0))
+                if newest is not None:
+                    cp_dur.add_metric(lab, newest.duration_ms / 1000)
+                    cp_age.add_metric(lab, max(now - newest.created_at.timestamp(), 0.0))
+                r = s.scalar(
+                    select(func.count())
+                    .select_from(Run)
+                    .where(Run.pipeline_id == p.id, Run.restart_count > 0)
+                )
+                restarts.add_metric(lab, float(r or 0))
+        yield from (
+            up,
+            state,
+            step,
+            rows_in,
+            rows_out,
+            tput,
+            latency,
+            sbytes,
+            srows,
+            cp_count,
+            cp_dur,
+            cp_age,
+            restarts,
+        )
+
+
+__all__ = ["PipelineCollector"]

@@ -1,0 +1,64 @@
+"""API tokens: random secrets stored as SHA-256 digests. The secrets carry 256 bits of
+entropy, so a fast digest is enough (no password-style key stretching needed) and lookups
+stay one indexed query per request."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from ..models import ApiToken, Role, utcnow
+
+PREFIX = "spd_"
+BOOTSTRAP_NAME = "bootstrap-admin"
+
+
+def digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_secret() -> str:
+    return PREFIX + secrets.token_urlsafe(32)
+
+
+def create(s: Session, name: str, role: Role, secret: str | None = None) -> tuple[ApiToken, str]:
+    secret = secret or new_secret()
+    row = ApiToken(name=name, role=role, token_hash=digest(secret), prefix=secret[:12])
+    s.add(row)
+    s.flush()
+    return row, secret
+
+
+def authenticate(s: Session, secret: str) -> ApiToken | None:
+    row = s.scalar(select(ApiToken).where(ApiToken.token_hash == digest(secret)))
+    if row is not None:
+        row.last_used_at = utcnow()
+    return row
+
+
+def bootstrap_admin(s: Session, data_dir: Path, configured: str | None) -> str | None:
+    """Make sure an admin can log in (DESIGN.md §6). A configured token is registered (its
+    hash) if new. Otherwise, when no admin token exists, one is generated and written to
+    `<data_dir>/admin-token` with mode 0600; returns that path's token for printing once."""
+    if configured:
+        if authenticate(s, configured) is None:
+            create(s, BOOTSTRAP_NAME, Role.admin, configured)
+        return None
+    if s.scalar(select(ApiToken.id).where(ApiToken.role == Role.admin).limit(1)) is not None:
+        return None
+    _, secret = create(s, BOOTSTRAP_NAME, Role.admin)
+    path = data_dir / "admin-token"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secret + "\n")
+    os.chmod(path, 0o600)
+    return secret
+
+
+__all__ = ["authenticate", "bootstrap_admin", "create", "digest", "new_secret"]

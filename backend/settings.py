@@ -1,0 +1,92 @@
+"""Every setting of the control plane, in one pydantic-settings class (env prefix SPINDLE_).
+
+Defaults are the embedded mode (DESIGN.md §7): everything under `data_dir`, SQLite for the
+metadata database, Celery over kombu's SQLAlchemy transport on another SQLite file, no
+servers. Deployment sets `SPINDLE_DATABASE_URL` (PostgreSQL) and `SPINDLE_BROKER_URL`
+(Redis); `docs/configuration.md` lists every variable.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cached_property
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SPINDLE_", extra="ignore")
+
+    data_dir: Path = Field(
+        Path(".spindle-data"),
+        description="pipelines' storage locations, run logs, and the embedded databases",
+    )
+    database_url: str | None = Field(
+        None, description="SQLAlchemy URL; default sqlite:///<data_dir>/spindle.db"
+    )
+    broker_url: str | None = Field(
+        None,
+        description="Celery broker; default kombu's SQLAlchemy transport on <data_dir>/broker.db",
+    )
+    result_backend: str | None = Field(
+        None, description="Celery result backend (tasks report through the database anyway)"
+    )
+    queue_prefix: str = Field(
+        "spindle", description="Celery queue / Redis key prefix, so deployments can share"
+    )
+    admin_token: SecretStr | None = Field(
+        None, description="bootstrap admin token; default: generated into <data_dir>/admin-token"
+    )
+    cors_origins: list[str] = Field(default_factory=list)
+    max_body_bytes: int = Field(1 << 20, gt=0, description="request bodies, except ingest")
+    max_ingest_bytes: int = Field(16 << 20, gt=0, description="one ingest request")
+    file_roots: list[Path] = Field(
+        default_factory=list,
+        description="directories files sources and sinks may use; default <data_dir>/files. "
+        "Relative spec paths resolve against the first",
+    )
+    spark_master: str = Field("local[2]", description="passed to the Spark driver")
+    operation_poll_s: float = Field(0.2, gt=0, description="how often a job polls commands")
+    heartbeat_s: float = Field(1.0, gt=0)
+    heartbeat_timeout_s: float = Field(
+        30.0, gt=0, description="a run without a heartbeat this long is dead"
+    )
+    reap_interval_s: float = Field(5.0, gt=0)
+    retention_interval_s: float = Field(60.0, gt=0)
+    max_restarts: int = Field(5, ge=0, description="consecutive automatic restarts")
+    restart_backoff_s: float = Field(1.0, ge=0, description="first restart delay, doubling")
+    restart_backoff_max_s: float = Field(60.0, ge=0)
+    restart_reset_s: float = Field(
+        600.0, gt=0, description="a run healthy this long resets the restart count"
+    )
+    metrics_raw_s: float = Field(
+        3600.0, gt=0, description="per-step samples kept this long, then one per minute"
+    )
+    metrics_keep_s: float = Field(7 * 86400.0, gt=0, description="history kept this long")
+
+    @cached_property
+    def data_path(self) -> Path:
+        return self.data_dir.resolve()
+
+    @property
+    def db_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.data_path / 'spindle.db'}"
+
+    @property
+    def celery_broker(self) -> str:
+        return self.broker_url or f"sqla+sqlite:///{self.data_path / 'broker.db'}"
+
+    @property
+    def roots(self) -> list[Path]:
+        return [Path(os.path.realpath(r)) for r in self.file_roots] or [self.data_path / "files"]
+
+    def pipeline_dir(self, name: str) -> Path:
+        return self.data_path / "pipelines" / name
+
+    def storage_dir(self, name: str) -> Path:
+        return self.pipeline_dir(name) / "storage"
+
+
+__all__ = ["Settings"]

@@ -1,0 +1,268 @@
+"""The job's side of the control plane: a thread in the Spark driver process that, every
+operation_poll_s, heartbeats its run, follows the pipeline's desired state (pause, resume,
+stop), performs the pipeline's pending operations between steps, and writes the steps'
+metrics and the checkpoint mirror to the database.
+
+Operations and what the job does:
+  commit             checkpoint now (waits until locally durable); result: the checkpoint
+  gc                 delete checkpoints chosen by backend.services.retention (pins respected)
+  delete_checkpoint  delete one (not if pinned)
+  restore            check the checkpoint exists, then exit with EXIT_RELAUNCH: the
+                     supervisor starts a run from it, which completes the operation
+  stop               optionally checkpoint, then exit with EXIT_STOPPED
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from typing import Any
+
+from sqlalchemy import select, update
+
+from backend.db import Database
+from backend.models import (
+    DesiredState,
+    MetricSample,
+    Operation,
+    OperationKind,
+    OperationStatus,
+    Pipeline,
+    PipelineState,
+    Run,
+    RunState,
+    utcnow,
+)
+from backend.services import checkpoints as cps
+from backend.services import lifecycle, retention
+from backend.services import operations as ops
+from backend.settings import Settings
+
+from .runner import EXIT_RELAUNCH, EXIT_STOPPED, Runner
+
+log = logging.getLogger("spindle.job")
+
+_METRIC_FIELDS = {c.name for c in MetricSample.__table__.columns} - {
+    "id",
+    "pipeline_id",
+    "run_id",
+    "resolution_s",
+}
+
+
+class JobControl:
+    def __init__(self, db: Database, settings: Settings, run_id: int) -> None:
+        self.db = db
+        self.settings = settings
+        self.run_id = run_id
+        with db.session() as s:
+            run = s.get(Run, run_id)
+            if run is None:
+                raise LookupError(f"no run {run_id}")
+            self.pipeline_id = run.pipeline_id
+        self._metrics: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._parent = os.getppid()
+        self.runner: Runner | None = None
+
+    # -- called by the runner's process --
+
+    def metrics_sink(self, rec: dict[str, Any]) -> None:
+        self._metrics.put(rec)
+
+    def opened(self, runner: Runner) -> None:
+        """The state is restored: mark the run running, mirror the checkpoints, and start
+        following commands."""
+        self.runner = runner
+        loc = runner.loc
+        with self.db.session() as s:
+            run = s.get(Run, self.run_id)
+            assert run is not None
+            restored = loc.restored.uuid if loc.restored is not None else None
+            lifecycle.run_opened(s, run, runner.step, restored)
+            run.pid = os.getpid()
+            self._sync_checkpoints(s)
+            # A restore that asked for this run is done once its checkpoint is live.
+            for op in s.scalars(
+                select(Operation).where(
+                    Operation.pipeline_id == self.pipeline_id,
+                    Operation.kind == OperationKind.restore,
+                    Operation.status == OperationStatus.running,
+                )
+            ):
+                if restored == op.params.get("checkpoint"):
+                    ops.succeed(op, {"checkpoint": restored, "step": runner.step})
+            self._apply_desired(s)
+        self._thread = threading.Thread(target=self._loop, name="spindle-control", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        with self.db.session() as s:
+            self._flush_metrics(s)
+            if self.runner is not None:
+                self._heartbeat(s)
+                self._sync_checkpoints(s)
+
+    # -- the loop --
+
+    def _loop(self) -> None:
+        last_beat = 0.0
+        last_policy = 0.0
+        mirrored: tuple[str, ...] = ()
+        while not self._stop.wait(self.settings.operation_poll_s):
+            try:
+                if os.getppid() != self._parent:  # the supervisor is gone: so are we
+                    log.error("supervisor process gone; stopping")
+                    os._exit(lifecycle.EXIT_INTERRUPTED)
+                with self.db.session() as s:
+                    self._flush_metrics(s)
+                    now = time.monotonic()
+                    if now - last_beat >= self.settings.heartbeat_s:
+                        self._heartbeat(s)
+                        last_beat = now
+                    if now - last_policy >= 2.0:
+                        self._policy(s)
+                        last_policy = now
+                    self._apply_desired(s)
+                    assert self.runner is not None
+                    now_cps = tuple(c.uuid for c in self.runner.loc.list_checkpoints())
+                    if now_cps != mirrored:  # the job's own policy committed or gc'd
+                        self._sync_checkpoints(s)
+                        mirrored = now_cps
+                for op_id in self._claim():
+                    self._perform(op_id)
+            except Exception:  # the database may be briefly unavailable: keep trying
+                log.exception("control loop")
+
+    def _heartbeat(self, s: Any) -> None:
+        assert self.runner is not None
+        s.execute(
+            update(Run)
+            .where(Run.id == self.run_id)
+            .values(heartbeat_at=utcnow(), last_step=self.runner.step)
+        )
+
+    def _policy(self, s: Any) -> None:
+        assert self.runner is not None
+        p = s.get(Pipeline, self.pipeline_id)
+        if p is not None and p.retention is not None and p.retention.auto_commit_interval_s:
+            self.runner.auto_commit_s = p.retention.auto_commit_interval_s
+
+    def _apply_desired(self, s: Any) -> None:
+        assert self.runner is not None
+        p = s.get(Pipeline, self.pipeline_id)
+        if p is None:
+            self.runner.request_exit(EXIT_STOPPED)
+            return
+        want = p.desired_state
+        if want == DesiredState.stopped:
+            # A stop operation, if any, is claimed and performed by the loop first.
+            if not ops.pending_ids(s, self.pipeline_id):
+                self.runner.request_exit(EXIT_STOPPED)
+            return
+        paused = want == DesiredState.paused
+        self.runner.paused = paused
+        run = s.get(Run, self.run_id)
+        if run is not None and run.state == RunState.running:
+            p.state = PipelineState.paused if paused else PipelineState.running
+
+    def _flush_metrics(self, s: Any) -> None:
+        rows = []
+        while True:
+            try:
+                rec = self._metrics.get_nowait()
+            except queue.Empty:
+                break
+            rows.append(
+                MetricSample(
+                    pipeline_id=self.pipeline_id,
+                    run_id=self.run_id,
+                    resolution_s=0,
+                    **{k: v for k, v in rec.items() if k in _METRIC_FIELDS},
+                )
+            )
+        if rows:
+            s.add_all(rows)
+
+    def _claim(self) -> list[str]:
+        with self.db.session() as s:
+            return [op.id for op in ops.claim(s, self.pipeline_id)]
+
+    def _perform(self, op_id: str) -> None:
+        r = self.runner
+        assert r is not None
+        with self.db.session() as s:
+            op = s.get(Operation, op_id)
+            assert op is not None
+            kind, params = op.kind, dict(op.params)
+            pinned = cps.pinned(s, self.pipeline_id)
+        result: dict[str, Any] | None = None
+        error: str | None = None
+        try:
+            result = self._do(r, kind, params, pinned)
+        except Exception as e:
+            error = f"{type(e).__name__}: {e}"
+        with self.db.session() as s:
+            op = s.get(Operation, op_id)
+            assert op is not None
+            self._sync_checkpoints(s)
+            if error is not None:
+                ops.fail(op, error)
+            elif result is not None:
+                ops.succeed(op, result)
+            # result None: a restore, completed by the run that opens the checkpoint
+
+    def _do(
+        self, r: Runner, kind: OperationKind, params: dict[str, Any], pinned: set[str]
+    ) -> dict[str, Any] | None:
+        if kind == OperationKind.commit:
+            uid = r.checkpoint(params.get("identifier"), wait=True)
+            return {"checkpoint": uid, "step": r.step}
+        if kind in (OperationKind.gc, OperationKind.delete_checkpoint):
+            with r.step_lock:
+                infos = r.loc.list_checkpoints()
+                if kind == OperationKind.delete_checkpoint:
+                    uid = str(params["checkpoint"])
+                    if uid in pinned:
+                        raise ValueError(f"checkpoint {uid} is pinned; unpin it first")
+                    victims = [uid]
+                elif "uuids" in params:  # the retention policy's choice, re-checked here
+                    known = {c.uuid for c in cps.candidates(infos, pinned)[:-1] if not c.pinned}
+                    victims = [u for u in params["uuids"] if u in known]
+                else:
+                    victims = retention.for_gc(cps.candidates(infos, pinned), params.get("keep"))
+                res = r.loc.delete_checkpoints(victims)
+                r.checkpoints_deleted()
+            return {
+                "deleted": res.deleted,
+                "files_removed": res.files_removed,
+                "bytes_freed": res.bytes_freed,
+            }
+        if kind == OperationKind.restore:
+            uid = str(params["checkpoint"])
+            if uid not in {c.uuid for c in r.loc.list_checkpoints()}:
+                raise LookupError(f"no checkpoint {uid}")
+            r.request_exit(EXIT_RELAUNCH)
+            return None
+        if kind == OperationKind.stop:
+            out: dict[str, Any] = {"step": r.step}
+            if params.get("checkpoint"):
+                out["checkpoint"] = r.checkpoint(None, wait=True)
+            r.request_exit(EXIT_STOPPED)
+            return out
+        raise ValueError(f"unknown operation {kind}")
+
+    def _sync_checkpoints(self, s: Any) -> None:
+        assert self.runner is not None
+        loc = self.runner.loc
+        cps.reconcile(s, self.pipeline_id, loc.list_checkpoints(), loc.checkpoint_metadata)
+
+
+__all__ = ["JobControl"]
