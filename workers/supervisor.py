@@ -7,7 +7,9 @@ heartbeating and the reaper replaces them."""
 
 from __future__ import annotations
 
+import copy
 import ctypes
+import functools
 import json
 import logging
 import os
@@ -16,14 +18,21 @@ import socket
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import update
 
 from backend.db import Database
-from backend.models import Run, RunState
+from backend.models import Run, RunState, utcnow
 from backend.services import checkpoints as cps
 from backend.services import lifecycle
 from backend.services import operations as ops
 from backend.services.logs import tail
 from backend.services.queue import TaskQueue
+from backend.services.specs import resolve_path
 from backend.settings import Settings
 
 log = logging.getLogger("spindle.supervisor")
@@ -49,7 +58,7 @@ def _prepare(db: Database, settings: Settings, run_id: int) -> list[str] | None:
         pdir = settings.pipeline_dir(p.name)
         (pdir / "runs").mkdir(parents=True, exist_ok=True)
         spec_path = pdir / "spec.json"
-        spec_path.write_text(json.dumps(p.spec, indent=1))
+        spec_path.write_text(json.dumps(_absolute_paths(p.spec, settings.roots), indent=1))
         run.log_path = str(pdir / "runs" / f"{run.number}.log")
         run.host = socket.gethostname()
         storage = settings.storage_dir(p.name)
@@ -69,6 +78,19 @@ def _prepare(db: Database, settings: Settings, run_id: int) -> list[str] | None:
             "--run-id",
             str(run.id),
         ]
+
+
+def _absolute_paths(spec: dict[str, Any], roots: list[Path]) -> dict[str, Any]:
+    """The spec with its file paths resolved against the file roots (as validated), so the
+    driver and Spark's Python workers agree whatever their working directory."""
+    out = copy.deepcopy(spec)
+    things = [out.get("source", {}), *out.get("sinks", [])]
+    for t in things:
+        if isinstance(t, dict) and t.get("kind") == "files" and isinstance(t.get("path"), str):
+            resolved = resolve_path(t["path"], roots)
+            if resolved is not None:
+                t["path"] = str(resolved)
+    return out
 
 
 def _env(settings: Settings) -> dict[str, str]:
@@ -110,7 +132,8 @@ def supervise(db: Database, settings: Settings, queue: TaskQueue, run_id: int) -
             assert run is not None
             run.pid = proc.pid
         log.info("run %s: driver pid %s", run_id, proc.pid)
-        code = _wait(proc)
+        beat = functools.partial(_starting_heartbeat, db, run_id)
+        code = _wait(proc, beat, settings.heartbeat_s)
         with db.session() as s:
             run = s.get(Run, run_id)
             assert run is not None
@@ -125,11 +148,30 @@ def supervise(db: Database, settings: Settings, queue: TaskQueue, run_id: int) -
             queue.reap()
 
 
-def _wait(proc: subprocess.Popen[bytes]) -> int:
+def _starting_heartbeat(db: Database, run_id: int) -> None:
+    """While the driver starts (Spark takes seconds), its supervisor vouches for it; once
+    running, the driver's own control loop heartbeats."""
+    with db.session() as s:
+        s.execute(
+            update(Run)
+            .where(Run.id == run_id, Run.state == RunState.starting)
+            .values(heartbeat_at=utcnow())
+        )
+
+
+def _wait(proc: subprocess.Popen[bytes], beat: Callable[[], None], every_s: float) -> int:
     asked = False
+    last = 0.0
     while True:
+        now = time.monotonic()
+        if now - last >= every_s:
+            try:
+                beat()
+            except Exception:  # the database may be briefly unavailable
+                log.exception("heartbeat")
+            last = now
         try:
-            code = proc.wait(timeout=0.5)
+            code = proc.wait(timeout=min(every_s, 0.5))
             # Asked to stop for a shutdown before it could install its handler: the same.
             return lifecycle.EXIT_INTERRUPTED if asked and code == -signal.SIGTERM else code
         except subprocess.TimeoutExpired:

@@ -1,0 +1,590 @@
+"""API benchmark: the control plane's request latency and throughput, and the delivery delay
+of its live metrics (Server-Sent Events), while a pipeline runs.
+
+    python -m bench.api [--quick] [--json] [--dir DIR] [--rate N] [--quiet]
+
+Starts the whole platform as a subprocess, `python -m backend serve` (API, Celery worker and
+beat) in embedded mode (SQLite metadata database and broker under a temporary data
+directory, no servers), registers and starts a pipeline with a `log` source (modelled on
+docs/examples/ingest-log.yaml) and waits until its run is running and has completed a step.
+Then, one after the other, it loads three operations at a fixed target rate over loopback:
+`GET /api/v1/pipelines`, `GET /api/v1/pipelines/{name}/checkpoints` and
+`POST /api/v1/pipelines/{name}/ingest/{stream}` (NDJSON batches), while a subscriber of
+`GET /api/v1/pipelines/{name}/metrics/stream` records how late each step's event arrives.
+See NOTES for exactly what is timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import yaml
+
+from .report import (
+    Log,
+    clean,
+    engine_revision,
+    log_to_stderr,
+    machine_info,
+    package_version,
+    quiet,
+    versions,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+SPEC_MODEL = ROOT / "docs" / "examples" / "ingest-log.yaml"
+PIPELINE = "bench-api"
+API = "/api/v1"
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    phase_s: float  # length of each measured phase
+    rate: float  # target requests/s of each phase (open loop)
+    batch_records: int  # records per ingest request
+    feeder_rate: float  # unmeasured ingest requests/s during the read phases
+    trigger: str  # the pipeline's trigger interval
+    startup_timeout_s: float  # server ready + pipeline running and stepped
+
+
+PROFILES = {
+    "full": Profile("full", 8.0, 200.0, 100, 4.0, "500ms", 60.0),
+    "quick": Profile("quick", 2.0, 200.0, 100, 4.0, "500ms", 60.0),
+}
+
+TARGETS = {"read_p99_ms": 50.0, "sse_delay_p99_s": 1.0}
+
+NOTES = [
+    "The platform is `python -m backend serve` in embedded mode (SQLite database and Celery "
+    "broker in a temporary data directory), on loopback; the load generator, the API "
+    "server, the Celery worker and the pipeline's Spark driver share the machine's cores.",
+    "The pipeline is docs/examples/ingest-log.yaml (a `log` source: max bid per auction) "
+    "renamed, with a shorter trigger interval (sizes.trigger). Measuring starts once its run "
+    "is `running` and has completed a step (GET /api/v1/pipelines/{name}); Spark's start-up "
+    "is not measured (pipeline_ready_s says how long it took).",
+    "Open-loop load: request i of a phase is scheduled at t0 + i / rate whether or not "
+    "earlier ones have been answered, and its latency runs from that scheduled time to the "
+    "end of its response, so a server that falls behind is charged for the queueing it "
+    "causes (no coordinated omission). An httpx.AsyncClient (HTTP/1.1 keep-alive, up to 256 "
+    "connections) sends them; achieved_rps = successful responses / (last response - t0).",
+    "Phases, one after the other, each phase_s long at `rate`: list_pipelines (GET "
+    "/api/v1/pipelines), list_checkpoints (GET /api/v1/pipelines/{name}/checkpoints, a "
+    "running pipeline: answered from the database), ingest (POST .../ingest/{stream}, "
+    "NDJSON, batch_records records per request, each durably appended as one segment).",
+    "During the two read phases an unmeasured feeder posts an ingest batch feeder_rate "
+    "times a second so the pipeline keeps taking steps (a log source with no new records "
+    "takes none); the ingest phase feeds it itself.",
+    "SSE delay: one subscriber of GET /api/v1/pipelines/{name}/metrics/stream (Bearer "
+    "token) for the whole load; for every `data:` event received during the phases, "
+    "receive time - `ts` (the unix time the driver completed the step). This spans the "
+    "driver's metric queue, the job's flush to the database (every operation_poll_s), the "
+    "stream's poll of the database (every 0.2 s) and delivery.",
+    "One run per phase: figures are over that run's requests (p50 is the median). The "
+    "machine is a shared, noisy VM: load_average_at_start/end are in `machine`.",
+]
+
+
+# -- the platform as a subprocess --
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class Platform:
+    """`python -m backend serve` in its own session (process group), so the worker and
+    drivers it starts can be found and stopped even if the server does not stop them."""
+
+    def __init__(self, root: Path, log: Log) -> None:
+        self.root = root
+        self.data = root / "data"
+        self.port = free_port()
+        self.token = "spd_" + secrets.token_urlsafe(32)
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.log_path = root / "server.log"
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.shutdown: dict[str, Any] = {}
+
+    def start(self) -> None:
+        # Embedded mode: no SPINDLE_* from the caller's environment (a database or broker
+        # URL there would point the platform at servers).
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SPINDLE_")}
+        env["SPINDLE_ADMIN_TOKEN"] = self.token
+        env["PYTHONPATH"] = str(ROOT)
+        cmd = [sys.executable, "-m", "backend", "serve", "--data-dir", str(self.data)]
+        cmd += ["--port", str(self.port)]
+        with open(self.log_path, "wb") as out:
+            self.proc = subprocess.Popen(
+                cmd,
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+
+    def log_tail(self, n: int = 4000) -> str:
+        parts = []
+        for p in (self.log_path, self.data / "logs" / "worker.log"):
+            with contextlib.suppress(OSError):
+                parts.append(f"--- {p.name} ---\n" + p.read_text(errors="replace")[-n:])
+        return "\n".join(parts)
+
+    def wait_ready(self, deadline: float) -> None:
+        assert self.proc is not None
+        with httpx.Client(base_url=self.base_url, timeout=2.0) as c:
+            while True:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(
+                        f"the server exited ({self.proc.returncode}):\n{self.log_tail()}"
+                    )
+                try:
+                    if c.get("/readyz").status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the server was not ready in time:\n{self.log_tail()}")
+                time.sleep(0.1)
+
+    def _group_alive(self, pgid: int) -> bool:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM the server, SIGKILL it after `timeout`; then whatever is left of its
+        process group (the Celery worker and pipeline drivers, should the server have exited
+        without stopping them) gets the same treatment."""
+        p = self.proc
+        if p is None:
+            return
+        pgid = p.pid  # start_new_session: the server leads its own group
+        t0 = time.monotonic()
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.shutdown["server_exit_s"] = time.monotonic() - t0
+        self.shutdown["server_returncode"] = p.returncode
+        left = self._group_alive(pgid)
+        self.shutdown["processes_left_after_server_exit"] = left
+        if left:
+            self.log("the server exited leaving its worker/drivers running: SIGTERM to them")
+            os.killpg(pgid, signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            while self._group_alive(pgid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if self._group_alive(pgid):
+                os.killpg(pgid, signal.SIGKILL)
+        self.shutdown["stopped_s"] = time.monotonic() - t0
+
+
+# -- the pipeline --
+
+
+def pipeline_spec(prof: Profile) -> dict[str, Any]:
+    spec: dict[str, Any] = yaml.safe_load(SPEC_MODEL.read_text())
+    spec["name"] = PIPELINE
+    spec["trigger"] = {"interval": prof.trigger}
+    return spec
+
+
+def ingest_bodies(spec: dict[str, Any], records: int, n: int = 16, seed: int = 7) -> list[bytes]:
+    """`n` NDJSON bodies of `records` bids each (the spec's stream schema)."""
+    assert set(spec["source"]["schema"]) == {"auction", "bidder", "price", "ts"}
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        lines = [
+            json.dumps(
+                {
+                    "auction": rng.randrange(1000),
+                    "bidder": rng.randrange(100_000),
+                    "price": round(rng.uniform(1, 500), 2),
+                    "ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                }
+            )
+            for _ in range(records)
+        ]
+        out.append(("\n".join(lines) + "\n").encode())
+    return out
+
+
+def start_pipeline(
+    c: httpx.Client, spec: dict[str, Any], body: bytes, deadline: float, log: Log
+) -> float:
+    """Register and start the pipeline, feed it one batch, and wait until its run is
+    running and has completed a step; returns the seconds that took."""
+    t0 = time.monotonic()
+    c.post(f"{API}/pipelines", json={"spec": spec}).raise_for_status()
+    c.post(f"{API}/pipelines/{PIPELINE}/start").raise_for_status()
+    stream = spec["source"]["stream"]
+    c.post(
+        f"{API}/pipelines/{PIPELINE}/ingest/{stream}",
+        content=body,
+        headers={"Content-Type": "application/x-ndjson"},
+    ).raise_for_status()
+    log("waiting for the pipeline's run to be running and to complete a step (Spark start-up)")
+    while True:
+        p = c.get(f"{API}/pipelines/{PIPELINE}").json()
+        run = p.get("current_run") or {}
+        if run.get("state") == "running" and (p.get("last_step") or 0) > 0:
+            return time.monotonic() - t0
+        if p.get("state") == "failed" or run.get("state") in ("failed", "lost"):
+            logs = c.get(f"{API}/pipelines/{PIPELINE}/logs", params={"lines": 40}).json()
+            raise RuntimeError(
+                f"the pipeline failed: {p.get('error')}\n" + "\n".join(logs["lines"])
+            )
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the pipeline did not run a step in time (last seen: {p})")
+        time.sleep(0.25)
+
+
+# -- SSE delivery delay --
+
+
+@dataclass
+class SseProbe:
+    """Subscribes to the pipeline's metrics stream in a thread of its own; while
+    `recording`, keeps receive time - ts of every event."""
+
+    base_url: str
+    token: str
+    delays: list[float] = field(default_factory=list)
+    steps: set[int] = field(default_factory=set)
+    events: int = 0
+    reconnects: int = 0
+    errors: list[str] = field(default_factory=list)
+    recording: bool = False
+    connected: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self._run, name="sse-probe", daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.done.set()
+        if self.thread is not None:
+            self.thread.join(10)  # the read timeout bounds it
+
+    def _run(self) -> None:
+        url = f"{API}/pipelines/{PIPELINE}/metrics/stream"
+        last_id: str | None = None
+        headers = {"Authorization": f"Bearer {self.token}"}
+        # The read timeout only ends a wait for the next event once done is set; the stream
+        # resumes after the last event seen (Last-Event-ID).
+        timeout = httpx.Timeout(5.0, read=3.0)
+        with httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout) as c:
+            while not self.done.is_set():
+                h = {"Last-Event-ID": last_id} if last_id is not None else {}
+                try:
+                    with c.stream("GET", url, headers=h) as r:
+                        r.raise_for_status()
+                        self.connected.set()
+                        for line in r.iter_lines():
+                            received = time.time()
+                            if self.done.is_set():
+                                return
+                            if not line.startswith("data:"):
+                                continue
+                            sample = json.loads(line[5:])
+                            last_id = str(sample["id"])
+                            self.events += 1
+                            if self.recording:
+                                self.delays.append(received - float(sample["ts"]))
+                                self.steps.add(int(sample["step"]))
+                except httpx.ReadTimeout:
+                    self.reconnects += 1
+                except httpx.HTTPError as e:
+                    self.errors.append(f"{type(e).__name__}: {e}")
+                    self.reconnects += 1
+                    time.sleep(0.2)
+
+    def result(self) -> dict[str, Any]:
+        d = self.delays
+        return {
+            "events": len(d),
+            "steps": len(self.steps),
+            "delay_p50_s": _pct(d, 50) if d else None,
+            "delay_p99_s": _pct(d, 99) if d else None,
+            "delay_max_s": max(d) if d else None,
+            "delay_min_s": min(d) if d else None,
+            "reconnects": self.reconnects,
+            "errors": self.errors[:5],
+        }
+
+
+# -- open-loop load --
+
+
+def _pct(xs: Sequence[float], q: float) -> float:
+    return float(np.percentile(np.asarray(xs), q))
+
+
+Request = Callable[[httpx.AsyncClient, int], Awaitable[httpx.Response]]
+
+
+async def open_loop(
+    client: httpx.AsyncClient, request: Request, rate: float, duration: float
+) -> dict[str, Any]:
+    """Send `rate * duration` requests at fixed intervals (open loop: each is sent at its
+    scheduled time, answered or not, and its latency counts from that scheduled time, so
+    queueing behind a slow server is measured, not hidden by coordinated omission)."""
+    n = max(1, round(rate * duration))
+    latencies: list[float] = []
+    finished: list[float] = []
+    outcomes: Counter[str] = Counter()
+    cpu0 = time.process_time()
+    t0 = time.perf_counter() + 0.01
+
+    async def one(i: int, scheduled: float) -> None:
+        try:
+            r = await request(client, i)
+            outcome = str(r.status_code)
+            ok = 200 <= r.status_code < 300
+        except httpx.HTTPError as e:
+            outcome, ok = type(e).__name__, False
+        end = time.perf_counter()
+        outcomes[outcome] += 1
+        if ok:
+            latencies.append(end - scheduled)
+            finished.append(end)
+
+    tasks = []
+    late = 0
+    for i in range(n):
+        scheduled = t0 + i / rate
+        delay = scheduled - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        elif delay < -0.005:
+            late += 1  # the generator itself fell behind; the latency still counts from here
+        tasks.append(asyncio.create_task(one(i, scheduled)))
+    await asyncio.gather(*tasks)
+    wall = (max(finished) if finished else time.perf_counter()) - t0
+    ms = [x * 1000 for x in latencies]
+    return {
+        "requests": n,
+        "ok": len(latencies),
+        "outcomes": dict(sorted(outcomes.items())),
+        "target_rps": rate,
+        "achieved_rps": len(latencies) / wall if wall > 0 else 0.0,
+        "p50_ms": _pct(ms, 50) if ms else None,
+        "p99_ms": _pct(ms, 99) if ms else None,
+        "max_ms": max(ms) if ms else None,
+        "mean_ms": float(np.mean(ms)) if ms else None,
+        "sent_late": late,
+        "client_cpu_share": (time.process_time() - cpu0) / wall if wall > 0 else 0.0,
+    }
+
+
+async def feeder(
+    client: httpx.AsyncClient, ingest: Request, rate: float, stop: asyncio.Event
+) -> None:
+    """Unmeasured ingest requests, `rate` a second, until `stop`: keeps the pipeline
+    stepping (and the metrics stream flowing) during the read phases."""
+    i = 0
+    while not stop.is_set():
+        with contextlib.suppress(httpx.HTTPError):
+            await ingest(client, i)
+        i += 1
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 1 / rate)
+
+
+async def load(
+    base_url: str, token: str, prof: Profile, stream: str, bodies: list[bytes], log: Log
+) -> dict[str, dict[str, Any]]:
+    limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
+    headers = {"Authorization": f"Bearer {token}"}
+    ndjson = {"Content-Type": "application/x-ndjson"}
+
+    async def list_pipelines(c: httpx.AsyncClient, i: int) -> httpx.Response:
+        return await c.get(f"{API}/pipelines")
+
+    async def list_checkpoints(c: httpx.AsyncClient, i: int) -> httpx.Response:
+        return await c.get(f"{API}/pipelines/{PIPELINE}/checkpoints")
+
+    async def ingest(c: httpx.AsyncClient, i: int) -> httpx.Response:
+        url = f"{API}/pipelines/{PIPELINE}/ingest/{stream}"
+        return await c.post(url, content=bodies[i % len(bodies)], headers=ndjson)
+
+    results: dict[str, dict[str, Any]] = {}
+    async with httpx.AsyncClient(
+        base_url=base_url, headers=headers, limits=limits, timeout=60.0
+    ) as c:
+        for req in (list_pipelines, list_checkpoints, ingest):  # warm the connections
+            (await req(c, 0)).raise_for_status()
+        stop = asyncio.Event()
+        feed = asyncio.create_task(feeder(c, ingest, prof.feeder_rate, stop))
+        for name, req in (
+            ("list_pipelines", list_pipelines),
+            ("list_checkpoints", list_checkpoints),
+        ):
+            log(f"{name}: {prof.rate:g} requests/s for {prof.phase_s:g} s")
+            results[name] = await open_loop(c, req, prof.rate, prof.phase_s)
+        stop.set()
+        await feed
+        log(f"ingest: {prof.rate:g} requests/s, {prof.batch_records} records each")
+        results["ingest"] = await open_loop(c, ingest, prof.rate, prof.phase_s)
+        results["ingest"]["records_per_s"] = results["ingest"]["achieved_rps"] * prof.batch_records
+    return results
+
+
+# -- the benchmark --
+
+
+def run_benchmark(
+    mode: str = "full", base_dir: str | None = None, rate: float | None = None, log: Log = quiet
+) -> dict[str, Any]:
+    prof = PROFILES[mode]
+    if rate is not None:
+        prof = Profile(**{**asdict(prof), "rate": rate})
+    started = time.perf_counter()
+    root = Path(tempfile.mkdtemp(prefix="spindle-bench-api-", dir=base_dir))
+    report: dict[str, Any] = {
+        "benchmark": "api",
+        "profile": prof.name,
+        "sizes": asdict(prof),
+        "machine": machine_info(),
+        "versions": versions(
+            fastapi=package_version("fastapi"),
+            uvicorn=package_version("uvicorn"),
+            httpx=package_version("httpx"),
+            sqlalchemy=package_version("sqlalchemy"),
+            celery=package_version("celery"),
+            pyspark=package_version("pyspark"),
+        ),
+        "revision": engine_revision(),
+        "notes": NOTES,
+    }
+    platform = Platform(root, log)
+    probe = SseProbe(platform.base_url, platform.token)
+    try:
+        deadline = time.monotonic() + prof.startup_timeout_s
+        log(f"starting the platform on port {platform.port} (data: {platform.data})")
+        t0 = time.monotonic()
+        platform.start()
+        platform.wait_ready(deadline)
+        report["server_ready_s"] = time.monotonic() - t0
+        spec = pipeline_spec(prof)
+        stream = spec["source"]["stream"]
+        bodies = ingest_bodies(spec, prof.batch_records)
+        headers = {"Authorization": f"Bearer {platform.token}"}
+        with httpx.Client(base_url=platform.base_url, headers=headers, timeout=30.0) as c:
+            report["pipeline_ready_s"] = start_pipeline(c, spec, bodies[0], deadline, log)
+        probe.start()
+        if not probe.connected.wait(10):
+            raise RuntimeError(f"the metrics stream did not connect: {probe.errors}")
+        probe.recording = True
+        results = asyncio.run(load(platform.base_url, platform.token, prof, stream, bodies, log))
+        probe.recording = False
+        results["sse"] = probe.result()
+        report["results"] = results
+    finally:
+        probe.stop()
+        log("stopping the platform")
+        platform.stop()
+        report["shutdown"] = platform.shutdown
+        shutil.rmtree(root, ignore_errors=True)
+    reads = [results[k]["p99_ms"] for k in ("list_pipelines", "list_checkpoints")]
+    sse_p99 = results["sse"]["delay_p99_s"]
+    report["targets"] = dict(TARGETS)
+    report["met"] = {
+        "read_p99_ms": all(x is not None and x <= TARGETS["read_p99_ms"] for x in reads),
+        "sse_delay_p99_s": sse_p99 is not None and sse_p99 <= TARGETS["sse_delay_p99_s"],
+    }
+    report["machine"]["load_average_at_end"] = list(os.getloadavg())
+    report["elapsed_s"] = time.perf_counter() - started
+    cleaned: dict[str, Any] = clean(report)
+    return cleaned
+
+
+def print_table(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    def f(x: Any) -> str:
+        return "-" if x is None else f"{x:.1f}" if isinstance(x, float) else str(x)
+
+    t = Table(title=f"Spindle API benchmark ({report['profile']})")
+    for col in ("operation", "target rps", "achieved rps", "p50 ms", "p99 ms", "max ms", "ok"):
+        t.add_column(col, justify="left" if col == "operation" else "right")
+    res = report["results"]
+    for name in ("list_pipelines", "list_checkpoints", "ingest"):
+        r = res[name]
+        t.add_row(
+            name,
+            f(r["target_rps"]),
+            f(r["achieved_rps"]),
+            f(r["p50_ms"]),
+            f(r["p99_ms"]),
+            f(r["max_ms"]),
+            f"{r['ok']}/{r['requests']}",
+        )
+    c = Console()
+    c.print(t)
+    s = res["sse"]
+    c.print(
+        f"SSE delay: p50 {f(s['delay_p50_s'])} s, p99 {f(s['delay_p99_s'])} s, "
+        f"max {f(s['delay_max_s'])} s over {s['events']} events"
+    )
+    c.print(f"targets: {report['targets']}  met: {report['met']}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.api", description=__doc__.split("\n")[0])
+    p.add_argument("--json", action="store_true", help="print only the JSON report to stdout")
+    p.add_argument("--quick", action="store_true", help="2 s phases (for the smoke test)")
+    p.add_argument("--dir", default=None, help="where to put temporary state (default: tmp)")
+    p.add_argument("--rate", type=float, default=None, help="target requests/s of each phase")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    args = p.parse_args(argv)
+    mode = "quick" if args.quick else "full"
+    report = run_benchmark(mode, args.dir, args.rate, quiet if args.quiet else log_to_stderr)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print_table(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+"""The whole platform as real processes for end-to-end tests: `python -m backend serve`
+(API + Celery worker + beat) on a fresh database and broker, driven over HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from backend.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+REDIS = os.environ.get("SPINDLE_TEST_REDIS", "redis://127.0.0.1:6379/0")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(cond: Callable[[], Any], timeout: float, what: str, every: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = cond()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+class Platform:
+    """One running Spindle: `start()`, `client`, `stop()`; fast failure detection settings
+    (heartbeat timeout, reap interval, restart backoff) so crash tests take seconds."""
+
+    def __init__(self, data_dir: Path, database_url: str | None, broker_url: str | None) -> None:
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.token = "spd_test_" + secrets.token_urlsafe(16)
+        self.prefix = f"spindle-test-{uuid.uuid4().hex[:10]}"
+        self.env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "SPINDLE_DATA_DIR": str(data_dir),
+            "SPINDLE_ADMIN_TOKEN": self.token,
+            "SPINDLE_QUEUE_PREFIX": self.prefix,
+            "SPINDLE_HEARTBEAT_TIMEOUT_S": "8",
+            "SPINDLE_REAP_INTERVAL_S": "1",
+            "SPINDLE_RESTART_BACKOFF_S": "0.5",
+        }
+        if database_url:
+            self.env["SPINDLE_DATABASE_URL"] = database_url
+        if broker_url:
+            self.env["SPINDLE_BROKER_URL"] = broker_url
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.workers: list[subprocess.Popen[bytes]] = []
+        self.client = httpx.Client(
+            base_url=f"http://127.0.0.1:{self.port}",
+            headers={"Authorization": f"Bearer {self.token}"},
+            timeout=60,
+        )
+
+    @property
+    def settings(self) -> Settings:
+        return Settings(
+            data_dir=self.data_dir,
+            database_url=self.env.get("SPINDLE_DATABASE_URL"),
+            broker_url=self.env.get("SPINDLE_BROKER_URL"),
+            queue_prefix=self.prefix,
+        )
+
+    def start(self) -> Platform:
+        log = open(self.data_dir / "serve.log", "ab")  # noqa: SIM115 (lives with the process)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "backend", "serve", "--port", str(self.port)],
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        wait_until(self._ready, 60, "the API to be ready")
+        return self
+
+    def _ready(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"serve exited: {self.logs()}")
+        try:
+            return httpx.get(f"http://127.0.0.1:{self.port}/readyz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def worker_pids(self) -> list[int]:
+        out = subprocess.run(
+            [
+                "pgrep",
+                "-f",
+                f"celery -A workers.celery_app worker.*{self.proc.pid if self.proc else 0}",
+            ],
+            capture_output=True,
+            text=True,
+        )
+        return [int(x) for x in out.stdout.split()]
+
+    def driver_pids(self, pipeline: str) -> list[int]:
+        storage = self.settings.storage_dir(pipeline)
+        out = subprocess.run(
+            ["pgrep", "-f", f"workers.runner run .*--storage {storage} "],
+            capture_output=True,
+            text=True,
+        )
+        return [int(x) for x in out.stdout.split()]
+
+    def start_worker(self) -> None:
+        """Another worker with beat (as an operator would after one died)."""
+        from backend.__main__ import worker_command
+
+        cmd = worker_command(self.settings, concurrency=8)
+        cmd[cmd.index("--hostname") + 1] = f"spindle-extra-{uuid.uuid4().hex[:6]}@test"
+        log = open(self.data_dir / "worker2.log", "ab")  # noqa: SIM115
+        self.workers.append(
+            subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        )
+
+    def logs(self) -> str:
+        parts = []
+        for name in ("serve.log", "logs/worker.log", "worker2.log"):
+            p = self.data_dir / name
+            if p.exists():
+                parts.append(f"--- {name}\n" + p.read_text(errors="replace")[-4000:])
+        return "\n".join(parts)
+
+    def stop(self) -> None:
+        self.client.close()
+        procs = [p for p in (self.proc, *self.workers) if p is not None]
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        # Nothing may outlive the platform: drivers die with their worker.
+        for pid in subprocess.run(
+            ["pgrep", "-f", f"--storage {self.data_dir}"], capture_output=True, text=True
+        ).stdout.split():
+            os.kill(int(pid), signal.SIGKILL)
+
+    # -- HTTP helpers --
+
+    def ok(self, method: str, path: str, **kw: Any) -> Any:
+        r = self.client.request(method, path, **kw)
+        assert r.status_code < 300, f"{method} {path}: {r.status_code} {r.text}\n{self.logs()}"
+        return r.json() if r.content else None
+
+    def pipeline(self, name: str) -> dict[str, Any]:
+        return dict(self.ok("GET", f"/api/v1/pipelines/{name}"))
+
+    def runs(self, name: str) -> list[dict[str, Any]]:
+        return list(self.ok("GET", f"/api/v1/pipelines/{name}/runs"))
+
+    def wait_state(self, name: str, state: str, timeout: float = 90) -> dict[str, Any]:
+        def check() -> dict[str, Any] | None:
+            p = self.pipeline(name)
+            if p["state"] == "failed" and state != "failed":
+                raise AssertionError(f"pipeline failed: {p['error']}\n{self.logs()}")
+            return p if p["state"] == state else None
+
+        return dict(wait_until(check, timeout, f"{name} to be {state}"))
+
+    def wait_step(self, name: str, step: int, timeout: float = 90) -> int:
+        def check() -> int | None:
+            rs = self.runs(name)
+            last = rs[0]["last_step"] if rs and rs[0]["state"] == "running" else None
+            return last if last is not None and last >= step else None
+
+        return int(wait_until(check, timeout, f"{name} to reach step {step}"))
+
+    def wait_operation(self, op_id: str, timeout: float = 60) -> dict[str, Any]:
+        def check() -> dict[str, Any] | None:
+            op = self.ok("GET", f"/api/v1/operations/{op_id}")
+            return op if op["status"] in ("succeeded", "failed") else None
+
+        return dict(wait_until(check, timeout, f"operation {op_id}"))
+
+    def sse_steps(self, name: str, n: int, timeout: float = 60) -> list[dict[str, Any]]:
+        """The next `n` step events of the metrics stream."""
+        got: list[dict[str, Any]] = []
+        deadline = time.monotonic() + timeout
+        with self.client.stream(
+            "GET", f"/api/v1/pipelines/{name}/metrics/stream", timeout=timeout
+        ) as r:
+            assert r.status_code == 200
+            for line in r.iter_lines():
+                if line.startswith("data:"):
+                    got.append(json.loads(line[5:]))
+                    if len(got) >= n:
+                        break
+                if time.monotonic() > deadline:
+                    break
+        return got
+
+
+def platform(tmp: Path, database_url: str | None, broker_url: str | None) -> Iterator[Platform]:
+    p = Platform(tmp, database_url, broker_url)
+    try:
+        yield p.start()
+    finally:
+        p.stop()

@@ -1,0 +1,244 @@
+"""End to end over HTTP against the real platform (`python -m backend serve`: API, Celery
+worker with beat, Spark drivers), in both run modes: deployed (PostgreSQL + Redis) and
+embedded (SQLite + kombu's SQLAlchemy transport). Crash tests kill real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from storage_engine.schema import WEIGHT
+
+from .platform import REDIS, Platform, platform, wait_until
+
+FILES, ROWS = 16, 200
+
+
+@pytest.fixture(params=["deployed", "embedded"])
+def any_mode(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Platform]:
+    if request.param == "deployed":
+        url = request.getfixturevalue("pg_url")
+        yield from platform(tmp_path, url, REDIS)
+    else:
+        yield from platform(tmp_path, None, None)
+
+
+@pytest.fixture
+def deployed(tmp_path: Path, pg_url: str) -> Iterator[Platform]:
+    yield from platform(tmp_path, pg_url, REDIS)
+
+
+def datagen_spec(name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "source": {
+            "kind": "datagen",
+            "generator": "clicks",
+            "seed": 3,
+            "rows_per_second": 4000,
+            "max_rows_per_step": 2000,
+            "users": 200,
+        },
+        "transform": {"select": ["user", "amount"]},
+        "state": [
+            {
+                "name": "per_user",
+                "kind": "aggregate",
+                "group_by": ["user"],
+                "aggregates": [{"name": "n", "func": "count"}],
+            }
+        ],
+        "sinks": [{"name": "v", "kind": "view", "from": "per_user"}],
+        "checkpoint": {"every_steps": 100000},
+        "retention": {"keep_last": 20},
+        "trigger": {"interval": "300ms"},
+    }
+
+
+def test_lifecycle_over_http(any_mode: Platform) -> None:
+    p = any_mode
+    name = "life"
+    p.ok("POST", "/api/v1/pipelines", json={"spec": datagen_spec(name)})
+    p.ok("POST", f"/api/v1/pipelines/{name}/start")
+    p.wait_state(name, "running")
+
+    events = p.sse_steps(name, 3)
+    steps = [e["step"] for e in events]
+    assert len(steps) == 3 and steps == sorted(steps) and len(set(steps)) == 3
+    assert all(e["rows_in"] > 0 and e["state_rows"] > 0 for e in events)
+
+    commits = []
+    for _ in range(3):
+        r = p.client.post(f"/api/v1/pipelines/{name}/checkpoints?wait=true")
+        assert r.status_code == 200, r.text
+        op = r.json()
+        assert op["status"] == "succeeded", op
+        commits.append(op["result"])
+        p.sse_steps(name, 6)  # steps (and merges) between commits: their files differ
+    listed = p.ok("GET", f"/api/v1/pipelines/{name}/checkpoints")
+    by_uuid = {c["uuid"]: c for c in listed}
+    for c in commits:
+        row = by_uuid[c["checkpoint"]]
+        assert row["step"] == c["step"] and row["size_bytes"] > 0 and row["local_durable"]
+    c1, c2, _ = (c["checkpoint"] for c in commits)
+
+    r = p.client.post(f"/api/v1/pipelines/{name}/checkpoints/gc?wait=true")
+    assert r.status_code == 200, r.text
+    gc = r.json()
+    assert gc["status"] == "succeeded" and gc["result"]["deleted"] == [c1]
+    assert gc["result"]["bytes_freed"] > 0
+    assert c1 not in {c["uuid"] for c in p.ok("GET", f"/api/v1/pipelines/{name}/checkpoints")}
+
+    restore = p.ok("POST", f"/api/v1/pipelines/{name}/checkpoints/{c2}/restore")
+    done = p.wait_operation(restore["id"], timeout=120)
+    assert done["status"] == "succeeded", done
+    assert done["result"]["step"] == commits[1]["step"]
+    run = p.runs(name)[0]
+    assert run["restored_checkpoint"] == c2 and run["first_step"] == commits[1]["step"]
+    previous = p.runs(name)[1]
+    assert previous["state"] == "stopped" and "restore" in previous["exit_reason"]
+    p.wait_step(name, commits[1]["step"] + 2)  # it resumes from the restored step
+
+    stop = p.ok("POST", f"/api/v1/pipelines/{name}/stop?checkpoint=true")
+    stopped = p.wait_operation(stop["id"])
+    assert stopped["status"] == "succeeded", stopped
+    final = stopped["result"]["checkpoint"]
+    p.wait_state(name, "stopped")
+
+    p.ok("POST", f"/api/v1/pipelines/{name}/start")
+    p.wait_state(name, "running")
+    run = p.runs(name)[0]
+    assert run["restored_checkpoint"] == final
+    assert run["first_step"] == stopped["result"]["step"]
+    view = p.ok("GET", f"/api/v1/pipelines/{name}/views/v?limit=5")
+    assert view["checkpoint"] is not None and len(view["rows"]) == 5
+    assert "spindle_pipeline_up" in p.client.get("/metrics").text
+
+
+def write_input(root: Path) -> Counter[tuple[str, int, int]]:
+    """The input files, and the expected final aggregate (plain Python reference)."""
+    d = root / "files" / "in"
+    d.mkdir(parents=True)
+    rng = random.Random(7)
+    n: Counter[str] = Counter()
+    total: Counter[str] = Counter()
+    for f in range(FILES):
+        lines = []
+        for _ in range(ROWS):
+            c, a = f"c{rng.randint(0, 30)}", rng.randint(1, 100)
+            n[c] += 1
+            total[c] += a
+            lines.append(json.dumps({"customer": c, "amount": a}))
+        (d / f"part-{f:04d}.json").write_text("\n".join(lines) + "\n")
+    return Counter({(c, n[c], total[c]) for c in n})
+
+
+def files_spec(name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "source": {
+            "kind": "files",
+            "path": "in",
+            "format": "json",
+            "schema": {"customer": "string", "amount": "bigint"},
+            "max_files_per_step": 1,
+        },
+        "state": [
+            {
+                "name": "per_customer",
+                "kind": "aggregate",
+                "group_by": ["customer"],
+                "aggregates": [
+                    {"name": "n", "func": "count"},
+                    {"name": "total", "func": "sum", "column": "amount"},
+                ],
+            }
+        ],
+        "sinks": [
+            {
+                "name": "out",
+                "kind": "files",
+                "from": "per_customer",
+                "path": "out",
+                "format": "jsonl",
+            }
+        ],
+        "checkpoint": {"every_steps": 3},
+        "trigger": {"interval": "300ms"},
+    }
+
+
+def integrated(d: Path) -> Counter[tuple[str, int, int]]:
+    out: Counter[tuple[str, int, int]] = Counter()
+    for f in sorted(d.iterdir()):
+        for line in f.read_text().splitlines():
+            r = json.loads(line)
+            out[(r["customer"], r["n"], r["total"])] += r[WEIGHT]
+    return +out
+
+
+def test_sigkilled_driver_is_restarted_from_the_latest_checkpoint_exactly_once(
+    deployed: Platform,
+) -> None:
+    p = deployed
+    want = write_input(p.data_dir)
+    name = "crash"
+    p.ok("POST", "/api/v1/pipelines", json={"spec": files_spec(name)})
+    p.ok("POST", f"/api/v1/pipelines/{name}/start")
+    p.wait_step(name, 5)
+    (pid,) = p.driver_pids(name)
+    os.kill(pid, signal.SIGKILL)
+
+    def restarted() -> dict[str, Any] | None:
+        rs = p.runs(name)
+        return rs[0] if len(rs) >= 2 and rs[0]["state"] == "running" else None
+
+    run = wait_until(restarted, 90, "the reaper to restart the run")
+    assert run["restart_count"] == 1 and run["restored_checkpoint"] is not None
+    dead = p.runs(name)[1]
+    assert dead["state"] == "failed" and "SIGKILL" in dead["exit_reason"]
+    p.wait_step(name, FILES, timeout=120)  # the rest of the input
+    stop = p.ok("POST", f"/api/v1/pipelines/{name}/stop")
+    p.wait_operation(stop["id"])
+    p.wait_state(name, "stopped")
+    assert integrated(p.settings.roots[0] / "out") == want
+    restarts = [
+        line
+        for line in p.client.get("/metrics").text.splitlines()
+        if line.startswith(f'spindle_pipeline_restarts_total{{pipeline="{name}"}}')
+    ]
+    assert restarts == [f'spindle_pipeline_restarts_total{{pipeline="{name}"}} 1.0']
+
+
+def test_killed_worker_pipeline_runs_again_on_a_new_worker(deployed: Platform) -> None:
+    p = deployed
+    name = "survivor"
+    p.ok("POST", "/api/v1/pipelines", json={"spec": datagen_spec(name)})
+    p.ok("POST", f"/api/v1/pipelines/{name}/start")
+    step = p.wait_step(name, 2)
+    workers = p.worker_pids()  # the worker and its embedded beat process
+    assert workers
+    for pid in workers:
+        os.kill(pid, signal.SIGKILL)
+    # The driver dies with its worker: no orphan keeps writing to the storage location.
+    wait_until(lambda: not p.driver_pids(name), 20, "the driver to die with its worker")
+    p.start_worker()
+
+    def replaced() -> dict[str, Any] | None:
+        rs = p.runs(name)
+        return rs[0] if len(rs) >= 2 and rs[0]["state"] == "running" else None
+
+    run = wait_until(replaced, 120, "a new run on the new worker")
+    lost = p.runs(name)[1]
+    assert lost["state"] == "lost" and "heartbeat" in lost["exit_reason"]
+    assert run["number"] == lost["number"] + 1
+    p.wait_step(name, max(step, run["first_step"] or 0) + 2)
+    assert p.pipeline(name)["state"] == "running"
