@@ -11,7 +11,7 @@ services:
 	@bash scripts/services.sh
 
 run: bootstrap
-	$(VENV)/bin/spindle demo --data-dir .spindle-data
+	$(PY) -m backend serve --data-dir .spindle-data
 
 lint: bootstrap
 	$(VENV)/bin/ruff check .
@@ -26,3 +26,4 @@ test-quick: lint services
 bench: bootstrap
 	$(PY) -m bench.engine --json
 	$(PY) -m bench.commit --json
+	$(PY) -m bench.api --json
