@@ -241,6 +241,7 @@ class MetricSample(Base):
     __table_args__ = (
         Index("ix_metric_samples_pipeline_id", "pipeline_id", "id"),
         Index("ix_metric_samples_run_id", "run_id"),
+        Index("ix_metric_samples_pipeline_id_ts", "pipeline_id", "ts"),
     )
 
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)

@@ -31,6 +31,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -122,14 +123,13 @@ class LogSource(_Model):
     )
     max_records_per_step: int = Field(100_000, gt=0)
 
-    @model_validator(mode="after")
-    def _types(self) -> LogSource:
-        for col, t in self.schema_.items():
+    @field_validator("schema_")
+    @classmethod
+    def _types(cls, v: dict[str, str]) -> dict[str, str]:
+        for col, t in v.items():
             if t.strip().lower() not in LOG_TYPES:
-                raise ValueError(
-                    f"schema.{col}: type {t!r} is not one of {', '.join(LOG_TYPES)}"
-                )
-        return self
+                raise ValueError(f"{col}: type {t!r} is not one of {', '.join(LOG_TYPES)}")
+        return v
 
     def arrow_schema(self) -> pa.Schema:
         return pa.schema([(c, LOG_TYPES[t.strip().lower()]) for c, t in self.schema_.items()])

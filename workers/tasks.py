@@ -10,9 +10,11 @@ from typing import Any
 
 from celery import Celery
 from celery.signals import worker_shutting_down
+from sqlalchemy import select
 
 from backend.db import Database
-from backend.services import lifecycle
+from backend.models import Pipeline
+from backend.services import checkpoints, lifecycle
 from backend.services import metrics as metric_history
 from backend.settings import Settings
 
@@ -82,6 +84,11 @@ def reap() -> None:
     with db.session() as s:
         runs = lifecycle.reap(s, settings)
         ids = [r.id for r in runs]
+        # After a crash the manifest may hold checkpoints the dead run never mirrored (or
+        # have lost some it did): the manifest wins.
+        for p in s.scalars(select(Pipeline)):
+            if lifecycle.live_run(s, p) is None:
+                checkpoints.reconcile_dir(s, p.id, settings.storage_dir(p.name))
     for run_id in ids:
         log.info("restarting: launching run %s", run_id)
         queue.launch(run_id)

@@ -31,7 +31,9 @@ def get_session(ctx: Ctx) -> Iterator[Session]:
         yield s
 
 
-DB = Annotated[Session, Depends(get_session)]
+# Function scope: the session commits when the endpoint returns, before the response is
+# sent, so a client that got a 2xx can rely on the write.
+DB = Annotated[Session, Depends(get_session, scope="function")]
 
 _bearer = HTTPBearer(auto_error=False, description="an API token: `Authorization: Bearer spd_...`")
 

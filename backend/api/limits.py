@@ -4,6 +4,7 @@ and by counting the streamed bytes otherwise (chunked uploads cannot slip past).
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from starlette.exceptions import HTTPException
@@ -18,6 +19,9 @@ class _TooLarge(HTTPException):
         super().__init__(413, f"request body larger than {limit} bytes")
 
 
+_INGEST = re.compile(r"^/api/v1/pipelines/[^/]+/ingest/[^/]+$")
+
+
 class BodyLimit:
     def __init__(self, app: ASGIApp, default: int, ingest: int) -> None:
         self.app = app
@@ -25,7 +29,7 @@ class BodyLimit:
         self.ingest = ingest
 
     def _limit(self, scope: Scope) -> int:
-        return self.ingest if "/ingest/" in scope.get("path", "") else self.default
+        return self.ingest if _INGEST.match(scope.get("path", "")) else self.default
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

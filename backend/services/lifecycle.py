@@ -169,6 +169,13 @@ def run_exited(s: Session, run: Run, code: int, log_tail: str = "") -> Exit:
             run.exit_reason = "stopped on request"
         p.state = PipelineState.stopped
         return Exit()
+    if code == EXIT_STOPPED:
+        # The query ended by itself (nothing asked it to): the pipeline is done.
+        run.state = RunState.finished
+        run.exit_reason = "the stream ended"
+        p.state = PipelineState.stopped
+        p.desired_state = DesiredState.stopped
+        return Exit()
     run.state = RunState.failed
     # A crash's last log line usually says why; a killed process's says nothing useful.
     last_line = tail.splitlines()[-1] if tail and code > 0 else ""

@@ -21,17 +21,28 @@ _LAST = ("step", "state_rows", "state_bytes", "spine_batches", "merge_backlog", 
 
 
 def history(
-    s: Session, pipeline_id: int, since: float | None = None, after_id: int = 0, limit: int = 1000
+    s: Session, pipeline_id: int, since: float | None = None, limit: int = 1000
 ) -> list[MetricSample]:
-    """Samples oldest first: the newest `limit` after `since` (unix s) and id `after_id`."""
-    q = select(MetricSample).where(
-        MetricSample.pipeline_id == pipeline_id, MetricSample.id > after_id
-    )
+    """Samples oldest first (by time: downsampled buckets are inserted after newer rows):
+    the newest `limit` since `since` (unix seconds)."""
+    q = select(MetricSample).where(MetricSample.pipeline_id == pipeline_id)
     if since is not None:
         q = q.where(MetricSample.ts >= since)
-    rows = list(s.scalars(q.order_by(MetricSample.id.desc()).limit(limit)))
+    order = (MetricSample.ts.desc(), MetricSample.id.desc())
+    rows = list(s.scalars(q.order_by(*order).limit(limit)))
     rows.reverse()
     return rows
+
+
+def live(s: Session, pipeline_id: int, after_id: int, limit: int = 500) -> list[MetricSample]:
+    """Per-step samples with an id above `after_id`, in order: what the job appended since
+    (downsampled buckets are history, not news)."""
+    q = select(MetricSample).where(
+        MetricSample.pipeline_id == pipeline_id,
+        MetricSample.id > after_id,
+        MetricSample.resolution_s == 0,
+    )
+    return list(s.scalars(q.order_by(MetricSample.id).limit(limit)))
 
 
 def downsample(s: Session, settings: Settings, now: float | None = None) -> int:
@@ -64,4 +75,20 @@ def downsample(s: Session, settings: Settings, now: float | None = None) -> int:
     return len(old)
 
 
-__all__ = ["downsample", "history"]
+def start_after(s: Session, pipeline_id: int, backlog: int) -> int:
+    """The id a live stream starts after so that it first sends the newest `backlog`
+    per-step samples (0: only new ones)."""
+    ids = list(
+        s.scalars(
+            select(MetricSample.id)
+            .where(MetricSample.pipeline_id == pipeline_id, MetricSample.resolution_s == 0)
+            .order_by(MetricSample.id.desc())
+            .limit(max(backlog, 1))
+        )
+    )
+    if not ids:
+        return 0
+    return ids[0] if backlog == 0 else ids[-1] - 1
+
+
+__all__ = ["downsample", "history", "live", "start_after"]

@@ -216,10 +216,14 @@ def upgrade() -> None:
         op.f("ix_metric_samples_pipeline_id"), "metric_samples", ["pipeline_id", "id"]
     )
     op.create_index(op.f("ix_metric_samples_run_id"), "metric_samples", ["run_id"])
+    op.create_index(
+        op.f("ix_metric_samples_pipeline_id_ts"), "metric_samples", ["pipeline_id", "ts"]
+    )
 
 
 def downgrade() -> None:
     # Children before parents; a table's indexes and constraints go with it.
+    op.drop_index(op.f("ix_metric_samples_pipeline_id_ts"), table_name="metric_samples")
     op.drop_index(op.f("ix_metric_samples_run_id"), table_name="metric_samples")
     op.drop_index(op.f("ix_metric_samples_pipeline_id"), table_name="metric_samples")
     op.drop_table("metric_samples")

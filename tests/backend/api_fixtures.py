@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -120,7 +120,6 @@ class Api:
     queue: RecordingQueue
     admin: str
     kind: str  # "sqlite" or "postgresql"
-    closers: list[Callable[[], None]] = field(default_factory=list)
 
     # -- HTTP ---------------------------------------------------------------------------
 
@@ -221,10 +220,6 @@ class Api:
     def storage(self, name: str) -> Path:
         return self.settings.storage_dir(name)
 
-    def close(self) -> None:
-        for c in reversed(self.closers):
-            c()
-
 
 def sqlite_url(path: Path) -> str:
     return f"sqlite:///{path}"
@@ -254,7 +249,6 @@ def make_api(
     try:
         yield api
     finally:
-        api.close()
         client.close()
         db.dispose()
 

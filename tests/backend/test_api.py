@@ -204,12 +204,6 @@ def test_deleting_tokens(api: Api) -> None:
     assert [t["name"] for t in api.get("tokens").json()] == ["admin"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: backend/api/deps.py get_session is a request-scoped yield dependency, so "
-    "the session commits after the response is sent: a client holding the 204 of "
-    "DELETE /tokens/{id} can still authenticate with the revoked token",
-)
 def test_a_write_is_committed_before_the_response_is_sent(api: Api) -> None:
     victim = api.post("tokens", json={"name": "victim", "role": "viewer"}).json()
     seen: dict[str, bool] = {}
@@ -278,12 +272,6 @@ def test_files_sink_path_outside_the_roots(api: Api) -> None:
     assert fields(body) == ["sinks.0.path"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: workers/spec.py LogSource._types is a model validator, so an unsupported "
-    "column type is reported on field 'source' (the path only in the message), not on "
-    "source.schema.<column>",
-)
 def test_log_source_unsupported_type_names_the_schema_field(api: Api) -> None:
     spec = log_spec()
     spec["source"]["schema"]["extra"] = "map<string,int>"

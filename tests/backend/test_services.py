@@ -298,6 +298,8 @@ def test_reap_restarts_lost_runs_with_doubling_backoff_then_gives_up(
         assert len(launched) == 1
         run, number, frm, count = launched[0]
         assert (number, frm, count) == (restarts + 1, "latest", restarts)
+        # Created "now" on the fake clock (the row's default is the real clock).
+        update_run(db, run, created_at=at(due))
         assert get_run(db, run).state == RunState.starting
         assert get_pipeline(db, pid).state == PipelineState.starting
         assert reap(db, policy, due) == []  # one replacement, not one per call
@@ -355,7 +357,7 @@ def test_reap_leaves_healthy_and_starting_runs_alone(sqlite_db: Database, policy
     # A starting run that never heartbeats is lost like any other.
     assert reap(db, policy, 120) == []
     with db.session() as s:
-        states = dict(s.execute(select(Run.pipeline_id, Run.state)).tuples().all())
+        states = {pid: state for pid, state in s.execute(select(Run.pipeline_id, Run.state))}
     assert states == {beating: RunState.running, starting: RunState.lost}
 
 
@@ -569,12 +571,6 @@ def test_downsample_folds_old_rows_per_minute(sqlite_db: Database, tmp_path: Pat
         assert [r.ts for r in s.scalars(select(MetricSample))] == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: backend/services/metrics.py downsample inserts each minute bucket as a new "
-    "row, with an id above every newer raw row, and history() (and the SSE stream) order "
-    "and page by id: after downsampling the history is no longer oldest first",
-)
 def test_history_stays_oldest_first_after_downsampling(sqlite_db: Database, tmp_path: Path) -> None:
     cfg = Settings(data_dir=tmp_path, metrics_raw_s=3600, metrics_keep_s=86400)
     pid = add_pipeline(sqlite_db)
@@ -621,43 +617,47 @@ def test_claim_takes_pending_operations_oldest_first(any_db: Database) -> None:
         assert ops.pending_ids(s, pid) == []
 
 
+def race_claims(db: Database, pid: int) -> list[list[str]]:
+    """Two threads claim the pipeline's operations at once; what each got. Both read the
+    same pending list before either updates (a barrier in front of each one's first
+    UPDATE): the race the conditional update exists for."""
+    barrier = threading.Barrier(2, timeout=20)
+    local = threading.local()
+    got: list[list[str]] = [[], []]
+    errors: list[BaseException] = []
+
+    def hold(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        first = not getattr(local, "waited", False)
+        if first and statement.lstrip().upper().startswith("UPDATE OPERATIONS"):
+            local.waited = True
+            barrier.wait()
+
+    def claimant(k: int) -> None:
+        try:
+            with db.session() as s:
+                got[k] = [o.id for o in ops.claim(s, pid)]
+        except BaseException as e:
+            errors.append(e)
+
+    event.listen(db.engine, "before_cursor_execute", hold)
+    try:
+        threads = [threading.Thread(target=claimant, args=(k,)) for k in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert not any(t.is_alive() for t in threads), "a claimant hung"
+    finally:
+        event.remove(db.engine, "before_cursor_execute", hold)
+    assert errors == [], errors
+    return got
+
+
 def test_claims_racing_never_share_an_operation(any_db: Database) -> None:
-    """Both claimants read the same pending list before either updates (a barrier in front
-    of the first UPDATE), the race the conditional update exists for."""
     pid = add_pipeline(any_db)
     for trial in range(3):
         ids = add_ops(any_db, pid, [OperationKind.gc] * 25)
-        barrier = threading.Barrier(2, timeout=20)
-        local = threading.local()
-
-        def hold(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
-            if statement.lstrip().upper().startswith("UPDATE OPERATIONS") and not getattr(
-                local, "waited", False
-            ):
-                local.waited = True
-                barrier.wait()
-
-        got: list[list[str]] = [[], []]
-        errors: list[BaseException] = []
-
-        def claimant(k: int) -> None:
-            try:
-                with any_db.session() as s:
-                    got[k] = [o.id for o in ops.claim(s, pid)]
-            except BaseException as e:
-                errors.append(e)
-
-        event.listen(any_db.engine, "before_cursor_execute", hold)
-        try:
-            threads = [threading.Thread(target=claimant, args=(k,)) for k in range(2)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join(timeout=60)
-            assert not any(t.is_alive() for t in threads), "a claimant hung"
-        finally:
-            event.remove(any_db.engine, "before_cursor_execute", hold)
-        assert errors == [], errors
+        got = race_claims(any_db, pid)
         assert not set(got[0]) & set(got[1]), trial
         assert sorted(got[0] + got[1]) == sorted(ids)
         for claimed in got:

@@ -33,12 +33,12 @@ def metrics_history(
 ) -> list[MetricOut]:
     """Per-step samples (older ones downsampled to one per minute), oldest first."""
     p = pipeline_by_name(s, name)
-    return [MetricOut.model_validate(r) for r in history.history(s, p.id, since, 0, limit)]
+    return [MetricOut.model_validate(r) for r in history.history(s, p.id, since, limit)]
 
 
 def _fetch(ctx: Context, pipeline_id: int, after: int) -> list[dict[str, Any]]:
     with ctx.db.session() as s:
-        rows = history.history(s, pipeline_id, None, after, 500)
+        rows = history.live(s, pipeline_id, after)
         return [MetricOut.model_validate(r).model_dump() for r in rows]
 
 
@@ -62,15 +62,7 @@ async def metrics_stream(
     Last-Event-ID to resume), `data:` the sample as JSON."""
     p = pipeline_by_name(s, name)
     pid = p.id
-    if last_event_id is not None:
-        after = last_event_id
-    else:
-        recent = history.history(s, pid, None, 0, max(backlog, 1))
-        after = (
-            (recent[-1].id if recent else 0)
-            if backlog == 0
-            else (recent[0].id - 1 if recent else 0)
-        )
+    after = last_event_id if last_event_id is not None else history.start_after(s, pid, backlog)
     s.close()
 
     async def events() -> AsyncIterator[dict[str, str]]:
