@@ -17,7 +17,16 @@ from .errors import (
 from .fileio import FileLayer, PosixFileLayer
 from .location import GcResult, SpineMeta, StorageLocation
 from .manifest import CheckpointInfo
-from .objstore import ObjectMissingError, ObjectStore, ObjectStoreSettings, RemoteUnavailableError
+from .objstore import (
+    DirectoryObjectStore,
+    ObjectMissingError,
+    ObjectStore,
+    ObjectStoreLike,
+    ObjectStoreSettings,
+    RemoteUnavailableError,
+    TierSettings,
+    open_object_store,
+)
 from .remote import CheckpointGoneError, DivergedError, FencedError, PullResult, pull
 from .schema import WEIGHT, ZSetSchema
 from .settings import EngineSettings
@@ -33,6 +42,7 @@ __all__ = [
     "CommitFailedError",
     "CommitHandle",
     "CorruptionError",
+    "DirectoryObjectStore",
     "DivergedError",
     "EngineSettings",
     "FencedError",
@@ -44,6 +54,7 @@ __all__ = [
     "ManifestMissingError",
     "ObjectMissingError",
     "ObjectStore",
+    "ObjectStoreLike",
     "ObjectStoreSettings",
     "PosixFileLayer",
     "PullResult",
@@ -54,7 +65,9 @@ __all__ = [
     "SpineStats",
     "StorageError",
     "StorageLocation",
+    "TierSettings",
     "WriteOptions",
     "ZSetSchema",
+    "open_object_store",
     "pull",
 ]

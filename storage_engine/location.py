@@ -52,7 +52,7 @@ from .errors import (
 )
 from .fileio import FileLayer, PosixFileLayer
 from .manifest import CHECKPOINT_META, MANIFEST, CheckpointInfo, Manifest, read_doc, write_doc
-from .objstore import ObjectStore
+from .objstore import ObjectStoreLike
 from .remote import RemoteTier, pull
 from .schema import ZSetSchema
 from .settings import EngineSettings
@@ -155,7 +155,7 @@ class StorageLocation:
         fs: FileLayer | None = None,
         clock: Callable[[], float] = time.time,
         read_only: bool = False,
-        remote: ObjectStore | None = None,
+        remote: ObjectStoreLike | None = None,
         from_remote: bool = False,
         remote_fallback: bool = False,
         eager: bool = False,

@@ -349,9 +349,11 @@ class DirectoryObjectStore:
         with self._lock:
             if path in self._dirs:
                 return
-        chain = [path]
+        chain = [path]  # path, its parents up to the root, and the root's missing parents
         while chain[-1] != self.root and os.path.dirname(chain[-1]) != chain[-1]:
             chain.append(os.path.dirname(chain[-1]))
+        while not os.path.isdir(up := os.path.dirname(chain[-1])) and up != chain[-1]:
+            chain.append(up)
         for d in reversed(chain):  # from the root down; existing ones may be another
             try:  # thread's, not yet synced: syncing their parents again is cheap
                 os.mkdir(d)

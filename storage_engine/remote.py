@@ -53,7 +53,7 @@ from .manifest import (
     read_doc,
     write_doc,
 )
-from .objstore import ObjectMissingError, ObjectStore, RemoteUnavailableError
+from .objstore import ObjectMissingError, ObjectStoreLike, RemoteUnavailableError
 from .remote_cache import RemoteFileCache
 
 OWNER = "OWNER"
@@ -87,7 +87,7 @@ def spine_names(meta: dict[str, Any]) -> list[str]:
 # -- reading the remote state --------------------------------------------------------------
 
 
-def read_remote_manifest(store: ObjectStore) -> tuple[str | None, Manifest]:
+def read_remote_manifest(store: ObjectStoreLike) -> tuple[str | None, Manifest]:
     """The newest remote manifest (greatest key) and its key; an empty one if none."""
     keys = sorted(o.key for o in store.list(MANIFESTS) if o.key.endswith(".manifest"))
     if not keys:
@@ -96,12 +96,12 @@ def read_remote_manifest(store: ObjectStore) -> tuple[str | None, Manifest]:
     return key, Manifest.from_json(decode(store.get_bytes(key), store.url(key)), store.url(key))
 
 
-def _remote_doc(store: ObjectStore, key: str) -> tuple[bytes, dict[str, Any]]:
+def _remote_doc(store: ObjectStoreLike, key: str) -> tuple[bytes, dict[str, Any]]:
     data = store.get_bytes(key)
     return data, decode(data, store.url(key))  # CorruptionError names the object
 
 
-def _remote_batch_refs(store: ObjectStore, uid: str) -> dict[str, int | None]:
+def _remote_batch_refs(store: ObjectStoreLike, uid: str) -> dict[str, int | None]:
     """{batch file name: size or None} of a remote checkpoint, from its metadata."""
     _, meta = _remote_doc(store, checkpoint_key(uid, CHECKPOINT_META))
     out: dict[str, int | None] = {}
@@ -162,7 +162,7 @@ class RemoteTier:
 
     def __init__(
         self,
-        store: ObjectStore,
+        store: ObjectStoreLike,
         path: str,
         fs: FileLayer,
         protected: Callable[[], set[str]],
@@ -527,7 +527,7 @@ class PullResult:
 
 
 def pull(
-    store: ObjectStore,
+    store: ObjectStoreLike,
     path: str,
     fs: FileLayer,
     checkpoint: str = "latest",
@@ -605,7 +605,7 @@ def pull(
 
 
 def _check_batches(
-    store: ObjectStore,
+    store: ObjectStoreLike,
     path: str,
     fs: FileLayer,
     docs: dict[str, bytes],

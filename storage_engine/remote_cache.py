@@ -20,7 +20,7 @@ from collections import OrderedDict
 import numpy as np
 import tenacity
 
-from .objstore import ObjectStore, RemoteUnavailableError
+from .objstore import ObjectStoreLike, RemoteUnavailableError
 
 CHUNK_BYTES = 1 << 20
 
@@ -28,7 +28,7 @@ CHUNK_BYTES = 1 << 20
 class RemoteFileCache:
     def __init__(
         self,
-        store: ObjectStore,
+        store: ObjectStoreLike,
         directory: str,
         budget_bytes: int,
         key_prefix: str,
