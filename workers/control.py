@@ -115,7 +115,7 @@ class JobControl:
     def _loop(self) -> None:
         last_beat = 0.0
         last_policy = 0.0
-        mirrored: tuple[str, ...] = ()
+        mirrored: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
         while not self._stop.wait(self.settings.operation_poll_s):
             try:
                 if os.getppid() != self._parent:  # the supervisor is gone: so are we
@@ -132,7 +132,7 @@ class JobControl:
                         last_policy = now
                     self._apply_desired(s)
                     assert self.runner is not None
-                    now_cps = tuple(c.uuid for c in self.runner.loc.list_checkpoints())
+                    now_cps = self._mirror_key()
                     if now_cps != mirrored:  # the job's own policy committed or gc'd
                         self._sync_checkpoints(s)
                         mirrored = now_cps
@@ -223,8 +223,8 @@ class JobControl:
         self, r: Runner, kind: OperationKind, params: dict[str, Any], pinned: set[str]
     ) -> dict[str, Any] | None:
         if kind == OperationKind.commit:
-            uid = r.checkpoint(params.get("identifier"), wait=True)
-            return {"checkpoint": uid, "step": r.step}
+            h, step = r.checkpoint_async(params.get("identifier"))
+            return {"checkpoint": h.wait_local(), "step": step}
         if kind in (OperationKind.gc, OperationKind.delete_checkpoint):
             with r.step_lock:
                 infos = r.loc.list_checkpoints()
@@ -252,17 +252,26 @@ class JobControl:
             r.request_exit(EXIT_RELAUNCH)
             return None
         if kind == OperationKind.stop:
+            r.drain()  # no step after this one: the checkpoint is the final state
+            r.request_exit(EXIT_STOPPED)
             out: dict[str, Any] = {"step": r.step}
             if params.get("checkpoint"):
-                out["checkpoint"] = r.checkpoint(None, wait=True)
-            r.request_exit(EXIT_STOPPED)
+                h, out["step"] = r.checkpoint_async()
+                out["checkpoint"] = h.wait_local()
             return out
         raise ValueError(f"unknown operation {kind}")
+
+    def _mirror_key(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        assert self.runner is not None
+        loc = self.runner.loc
+        remote = tuple(loc.remote.checkpoints()) if loc.remote is not None else ()
+        return tuple(c.uuid for c in loc.list_checkpoints()), remote
 
     def _sync_checkpoints(self, s: Any) -> None:
         assert self.runner is not None
         loc = self.runner.loc
-        cps.reconcile(s, self.pipeline_id, loc.list_checkpoints(), loc.checkpoint_metadata)
+        remote = set(loc.remote.checkpoints()) if loc.remote is not None else None
+        cps.reconcile(s, self.pipeline_id, loc.list_checkpoints(), loc.checkpoint_metadata, remote)
 
 
 __all__ = ["JobControl"]

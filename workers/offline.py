@@ -21,6 +21,7 @@ from backend.settings import Settings
 from storage_engine import StorageLocation
 from storage_engine.errors import LockedError
 from storage_engine.input_log import InputLog
+from storage_engine.objstore import open_object_store
 
 from .spec import LogSource, parse_spec
 
@@ -44,7 +45,7 @@ def execute(db: Database, settings: Settings, op_id: str) -> None:
     error: str | None = None
     requeue = False
     try:
-        result = _do(storage, spec, kind, params, pinned)
+        result = _do(storage, settings.pipeline_store_url(name), spec, kind, params, pinned)
     except LockedError:
         requeue = True  # a run has just opened the location: it takes the command
     except Exception as e:
@@ -69,6 +70,7 @@ def execute(db: Database, settings: Settings, op_id: str) -> None:
 
 def _do(
     storage: Path,
+    remote: str | None,
     spec: dict[str, Any],
     kind: OperationKind,
     params: dict[str, Any],
@@ -97,7 +99,9 @@ def _do(
         victims = retention.for_gc(cps.candidates(listing, pinned), params.get("keep"))
     if not victims:
         return {"deleted": [], "files_removed": 0, "bytes_freed": 0}
-    loc = StorageLocation.open(str(storage), checkpoint="none")
+    # With the pipeline's object store, so the mirror deletes the same checkpoints.
+    store = open_object_store(remote) if remote else None
+    loc = StorageLocation.open(str(storage), checkpoint="none", remote=store)
     try:
         res = loc.delete_checkpoints(victims)
         remaining = loc.list_checkpoints()

@@ -47,7 +47,10 @@ from storage_engine.circuit import (
     Operator,
     WindowAggregate,
 )
+from storage_engine.commit import CommitHandle
 from storage_engine.input_log import InputLog
+from storage_engine.manifest import MANIFEST
+from storage_engine.objstore import ObjectStoreLike, open_object_store
 
 from . import spec as S
 from .sinks import FilesSink, PostgresSink, Sink, ViewSink
@@ -253,6 +256,13 @@ class RunResult:
     checkpoints: int
 
 
+def restorable_from(remote: ObjectStoreLike, storage: str) -> bool:
+    """True if `storage` has no checkpoints of its own but the object store has some."""
+    if os.path.exists(os.path.join(storage, MANIFEST)):
+        return False
+    return bool(remote.list("manifests/"))
+
+
 class Runner:
     def __init__(
         self,
@@ -266,6 +276,7 @@ class Runner:
         spark: SparkSession | None = None,
         own_retention: bool = True,
         metrics_sinks: list[MetricsSink] | None = None,
+        remote: ObjectStoreLike | None = None,
     ) -> None:
         self.spec = spec
         self.spark = spark or spark_session(f"spindle:{spec.name}")
@@ -275,6 +286,9 @@ class Runner:
             fingerprint=self.plan.circuit.fingerprint,
             checkpoint=from_checkpoint,
             allow_state_drop=allow_state_drop,
+            remote=remote,
+            # On a machine without the local copy, restore from the object store.
+            from_remote=remote is not None and restorable_from(remote, storage),
         )
         try:
             self.plan.circuit.open(self.loc)
@@ -298,6 +312,8 @@ class Runner:
         self.step_lock = threading.RLock()
         self.paused = False
         self.exit_code: int | None = None
+        self._draining = False
+        self._gate = threading.Lock()  # makes "not draining, so busy" one step
         self.dead_letters = os.path.join(storage, "dead-letters")
         self._rollback_dead_letters()
         self._last_commit = time.monotonic()
@@ -323,7 +339,12 @@ class Runner:
     # -- one micro-batch = one step --
 
     def process(self, df: DataFrame, batch_id: int) -> None:
-        self._busy = True
+        with self._gate:
+            if self._draining:
+                # The query is being stopped (exit, pause): take no new step. Spark counts
+                # the batch as done, but the next query starts from this run's own offset.
+                return
+            self._busy = True
         try:
             with self.step_lock:
                 self._process(df)
@@ -502,7 +523,13 @@ class Runner:
 
     def checkpoint(self, identifier: str | None = None, wait: bool = True) -> str | None:
         """Take a checkpoint between steps; its uuid once locally durable if `wait`."""
+        h, _ = self.checkpoint_async(identifier)
+        return h.wait_local() if wait else None
+
+    def checkpoint_async(self, identifier: str | None = None) -> tuple[CommitHandle, int]:
+        """Request a checkpoint of the state between steps; its handle and step."""
         with self.step_lock:
+            step = self.step
             h = self.plan.circuit.commit_async(
                 self.step,
                 {"source_offset": self.offset, "pipeline": self.spec.name},
@@ -518,7 +545,7 @@ class Runner:
                     gone = True
                 if gone:
                     self.checkpoints_deleted()
-        return h.wait_local() if wait else None
+        return h, step
 
     def checkpoints_deleted(self) -> None:
         """After a gc: the input log is needed only from the oldest checkpoint a run may
@@ -584,6 +611,15 @@ class Runner:
         if self.exit_code is None:
             self.exit_code = code
 
+    def drain(self, timeout_s: float = 120.0) -> None:
+        """Let the step in flight finish before the query stops: stopping cancels its Spark
+        jobs, which would fail the step (and the run) instead of ending it cleanly."""
+        with self._gate:
+            self._draining = True
+        deadline = time.monotonic() + timeout_s
+        while self._busy and time.monotonic() < deadline:
+            time.sleep(0.02)
+
     def _query(self) -> Any:
         src = self.spec.source
         fmt = {"datagen": "spindle_datagen", "files": "spindle_files", "log": "spindle_log"}[
@@ -612,6 +648,7 @@ class Runner:
             if self.paused:
                 time.sleep(0.05)
                 continue
+            self._draining = False
             q = self._query()
             try:
                 while q.isActive and self.exit_code is None and not self.paused:
@@ -628,6 +665,7 @@ class Runner:
                             break
                     time.sleep(0.05)
             finally:
+                self.drain()
                 q.stop()
                 shutil.rmtree(self._spark_ck, ignore_errors=True)
             if self.error is not None:
@@ -669,6 +707,10 @@ def run_cmd(
         int | None,
         typer.Option(help="Run under the control plane as this run (database from SPINDLE_*)."),
     ] = None,
+    remote: Annotated[
+        str | None,
+        typer.Option(help="Mirror checkpoints to this object store: file:///dir or s3://b/p."),
+    ] = None,
 ) -> None:
     control = None
     if run_id is not None:
@@ -697,6 +739,7 @@ def run_cmd(
             base_dir=base_dir,
             own_retention=control is None,
             metrics_sinks=[control.metrics_sink] if control else None,
+            remote=open_object_store(remote) if remote else None,
         )
     except S.SpecError as e:
         typer.echo(str(e), err=True)

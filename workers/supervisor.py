@@ -63,6 +63,7 @@ def _prepare(db: Database, settings: Settings, run_id: int) -> list[str] | None:
         run.host = socket.gethostname()
         storage = settings.storage_dir(p.name)
         cps.reconcile_dir(s, p.id, storage)  # the manifest wins, before anything changes
+        remote = settings.pipeline_store_url(p.name)
         return [
             sys.executable,
             "-m",
@@ -77,6 +78,7 @@ def _prepare(db: Database, settings: Settings, run_id: int) -> list[str] | None:
             str(settings.roots[0]),
             "--run-id",
             str(run.id),
+            *(["--remote", remote] if remote else []),
         ]
 
 
@@ -126,6 +128,10 @@ def supervise(db: Database, settings: Settings, queue: TaskQueue, run_id: int) -
                 cwd=root,
                 env=_env(settings),
                 preexec_fn=_die_with_parent,
+                # Its own process group: signals meant for the worker's group (a terminal's
+                # Ctrl-C, a service manager's stop) must not reach Spark's processes; the
+                # supervisor stops the driver itself, cleanly.
+                start_new_session=True,
             )
         with db.session() as s:
             run = s.get(Run, run_id)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -45,7 +46,13 @@ class Platform:
     """One running Spindle: `start()`, `client`, `stop()`; fast failure detection settings
     (heartbeat timeout, reap interval, restart backoff) so crash tests take seconds."""
 
-    def __init__(self, data_dir: Path, database_url: str | None, broker_url: str | None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        database_url: str | None,
+        broker_url: str | None,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
         self.data_dir = data_dir
         self.port = free_port()
         self.token = "spd_test_" + secrets.token_urlsafe(16)
@@ -60,6 +67,7 @@ class Platform:
             "SPINDLE_REAP_INTERVAL_S": "1",
             "SPINDLE_RESTART_BACKOFF_S": "0.5",
         }
+        self.env.update(extra_env or {})
         if database_url:
             self.env["SPINDLE_DATABASE_URL"] = database_url
         if broker_url:
@@ -77,6 +85,7 @@ class Platform:
         return Settings(
             data_dir=self.data_dir,
             database_url=self.env.get("SPINDLE_DATABASE_URL"),
+            object_store_url=self.env.get("SPINDLE_OBJECT_STORE_URL"),
             broker_url=self.env.get("SPINDLE_BROKER_URL"),
             queue_prefix=self.prefix,
         )
@@ -150,15 +159,16 @@ class Platform:
                 p.send_signal(signal.SIGTERM)
         for p in procs:
             try:
-                p.wait(60)
+                p.wait(120)  # serve gives its worker 60 s to let pipelines checkpoint
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
         # Nothing may outlive the platform: drivers die with their worker.
-        for pid in subprocess.run(
-            ["pgrep", "-f", f"--storage {self.data_dir}"], capture_output=True, text=True
-        ).stdout.split():
-            os.kill(int(pid), signal.SIGKILL)
+        for pattern in (f"--storage {self.data_dir}", f"--schedule {self.data_dir}"):
+            found = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
+            for pid in found.stdout.split():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
 
     # -- HTTP helpers --
 
@@ -215,8 +225,13 @@ class Platform:
         return got
 
 
-def platform(tmp: Path, database_url: str | None, broker_url: str | None) -> Iterator[Platform]:
-    p = Platform(tmp, database_url, broker_url)
+def platform(
+    tmp: Path,
+    database_url: str | None,
+    broker_url: str | None,
+    extra_env: dict[str, str] | None = None,
+) -> Iterator[Platform]:
+    p = Platform(tmp, database_url, broker_url, extra_env)
     try:
         yield p.start()
     finally:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from bench.seaweedfs import SeaweedS3
 from storage_engine.schema import WEIGHT
 
 from .platform import REDIS, Platform, platform, wait_until
@@ -22,18 +23,33 @@ from .platform import REDIS, Platform, platform, wait_until
 FILES, ROWS = 16, 200
 
 
+def s3_env(server: SeaweedS3, bucket: str) -> dict[str, str]:
+    return {
+        "SPINDLE_OBJECT_STORE_URL": f"s3://{bucket}/spindle",
+        "SPINDLE_S3_ENDPOINT": server.endpoint,
+        "SPINDLE_S3_ACCESS_KEY": server.access_key,
+        "SPINDLE_S3_SECRET_KEY": server.secret_key,
+    }
+
+
 @pytest.fixture(params=["deployed", "embedded"])
 def any_mode(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Platform]:
+    """Deployed: PostgreSQL, Redis, S3 (SeaweedFS). Embedded: SQLite, SQLite broker, a
+    local object-store directory."""
     if request.param == "deployed":
         url = request.getfixturevalue("pg_url")
-        yield from platform(tmp_path, url, REDIS)
+        server = request.getfixturevalue("s3_server")
+        env = s3_env(server, request.getfixturevalue("s3_bucket"))
+        yield from platform(tmp_path, url, REDIS, env)
     else:
         yield from platform(tmp_path, None, None)
 
 
 @pytest.fixture
-def deployed(tmp_path: Path, pg_url: str) -> Iterator[Platform]:
-    yield from platform(tmp_path, pg_url, REDIS)
+def deployed(
+    tmp_path: Path, pg_url: str, s3_server: SeaweedS3, s3_bucket: str
+) -> Iterator[Platform]:
+    yield from platform(tmp_path, pg_url, REDIS, s3_env(s3_server, s3_bucket))
 
 
 def datagen_spec(name: str) -> dict[str, Any]:
@@ -118,6 +134,15 @@ def test_lifecycle_over_http(any_mode: Platform) -> None:
     run = p.runs(name)[0]
     assert run["restored_checkpoint"] == final
     assert run["first_step"] == stopped["result"]["step"]
+    # Checkpoints reach the object store (S3 or the directory) and the mirror says so.
+    wait_until(
+        lambda: any(
+            c["uuid"] == final and c["remote_durable"]
+            for c in p.ok("GET", f"/api/v1/pipelines/{name}/checkpoints")
+        ),
+        60,
+        "the final checkpoint to be remote-durable",
+    )
     view = p.ok("GET", f"/api/v1/pipelines/{name}/views/v?limit=5")
     assert view["checkpoint"] is not None and len(view["rows"]) == 5
     assert "spindle_pipeline_up" in p.client.get("/metrics").text

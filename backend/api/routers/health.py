@@ -9,6 +9,8 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
+from storage_engine.objstore import open_object_store
+
 from ..deps import Ctx
 
 router = APIRouter(tags=["health"])
@@ -30,6 +32,13 @@ def readyz(ctx: Ctx) -> JSONResponse:
     except Exception as e:
         checks["database"] = f"error: {type(e).__name__}"
     checks["broker"] = ctx.queue.ready()
+    url = ctx.settings.pipeline_store_url("_readyz")
+    if url is not None:
+        try:
+            open_object_store(url).size("probe")  # reachable, and the bucket exists
+            checks["object_store"] = "ok"
+        except Exception as e:  # any failure to reach it means not ready
+            checks["object_store"] = f"error: {type(e).__name__}"
     data = ctx.settings.data_path
     checks["storage"] = "ok" if data.is_dir() and _writable(data) else "error: not writable"
     ok = all(v == "ok" for v in checks.values())

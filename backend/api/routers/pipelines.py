@@ -9,6 +9,8 @@ from fastapi import APIRouter, Query, Response
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from storage_engine.objstore import open_object_store
+
 from ...errors import Conflict, InvalidSpec, NotFound
 from ...models import (
     Checkpoint,
@@ -118,6 +120,10 @@ def delete(name: Name, ctx: Ctx, s: DB, _: Admin) -> Response:
     s.delete(p)
     s.flush()
     shutil.rmtree(ctx.settings.pipeline_dir(name), ignore_errors=True)
+    url = ctx.settings.pipeline_store_url(name)
+    if url:  # its mirror too, so a new pipeline of that name starts clean
+        store = open_object_store(url)
+        store.remove([o.key for o in store.list("")])
     return Response(status_code=204)
 
 
