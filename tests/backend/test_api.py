@@ -1027,7 +1027,7 @@ def test_health(api: Api) -> None:
     assert r.status_code == 200
     assert r.json() == {
         "status": "ok",
-        "checks": {"database": "ok", "broker": "ok", "storage": "ok"},
+        "checks": {"database": "ok", "broker": "ok", "object_store": "ok", "storage": "ok"},
     }
 
 
@@ -1037,7 +1037,12 @@ def test_readyz_reports_a_broker_that_is_down(db_url: str, tmp_path: Path) -> No
         assert r.status_code == 503
         assert r.json() == {
             "status": "unavailable",
-            "checks": {"database": "ok", "broker": "error: down", "storage": "ok"},
+            "checks": {
+                "database": "ok",
+                "broker": "error: down",
+                "object_store": "ok",
+                "storage": "ok",
+            },
         }
         assert api.get("/healthz", token=None).status_code == 200
         api.queue.status = "ok"
