@@ -65,6 +65,10 @@ def worker_command(settings: Settings, concurrency: int = 32) -> list[str]:
     ]
 
 
+def _exit_on_signal(signum: int, _: object) -> None:
+    raise SystemExit(0)  # a requested stop is a clean one
+
+
 @cli.command()
 def serve(
     data_dir: Annotated[
@@ -113,6 +117,9 @@ def serve(
         f"data: {settings.data_path}   worker log: {settings.data_path / 'logs' / 'worker.log'}"
     )
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+    # uvicorn stops on SIGTERM, then restores the previous handler and raises the signal
+    # again: with this one, that becomes SystemExit, and the worker is stopped below.
+    signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
         server.run()
     finally:

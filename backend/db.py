@@ -28,11 +28,21 @@ class Base(DeclarativeBase):
     )
 
 
+# At least as many connections as the API's worker threads (anyio's default limiter: 40), so
+# threads never wait for a connection held by a request that waits for a thread.
+_POOL = {"pool_size": 10, "max_overflow": 40, "pool_timeout": 30}
+
+
 def make_engine(url: str, **kw: Any) -> Engine:
     if url.startswith("sqlite"):
         # The API, the worker and the Spark driver share the file: WAL lets readers go on
         # while one writes, and the busy timeout turns lock contention into waiting.
-        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False}, **kw)
+        engine = create_engine(
+            url,
+            connect_args={"timeout": 30, "check_same_thread": False},
+            **(_POOL if url not in ("sqlite://", "sqlite:///:memory:") else {}),
+            **kw,
+        )
 
         @event.listens_for(engine, "connect")
         def _pragmas(conn: Any, _: Any) -> None:
@@ -43,7 +53,7 @@ def make_engine(url: str, **kw: Any) -> Engine:
             cur.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True, **kw)
+    return create_engine(url, pool_pre_ping=True, **_POOL, **kw)
 
 
 class Database:

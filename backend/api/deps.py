@@ -40,11 +40,13 @@ _bearer = HTTPBearer(auto_error=False, description="an API token: `Authorization
 
 def require(role: Role) -> Callable[..., ApiToken]:
     def check(
-        s: DB, cred: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+        ctx: Ctx, cred: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
     ) -> ApiToken:
         if cred is None or cred.scheme.lower() != "bearer" or not cred.credentials:
             raise Unauthorized("an API token is required: Authorization: Bearer <token>")
-        tok = tokens.authenticate(s, cred.credentials)
+        # Its own short transaction: the request's session never carries the token's write.
+        with ctx.db.session() as s:
+            tok = tokens.authenticate(s, cred.credentials)
         if tok is None:
             raise Unauthorized("unknown or revoked API token")
         if tok.role.rank < role.rank:

@@ -4,7 +4,7 @@ import datetime as dt
 
 from pydantic import Field
 
-from .common import Body, Out
+from .common import INT32_MAX, Body, Out
 
 
 class CheckpointOut(Out):
@@ -32,15 +32,18 @@ class CheckpointPatch(Body):
 
 class GcRequest(Body):
     keep: int | None = Field(
-        None, ge=0, description="delete the oldest unpinned checkpoints until this many remain"
+        None,
+        ge=0,
+        le=INT32_MAX,
+        description="delete the oldest unpinned checkpoints until this many remain",
     )
 
 
 class RetentionIn(Body):
-    keep_last: int | None = Field(None, ge=1)
-    max_age_s: float | None = Field(None, gt=0)
-    min_keep: int = Field(1, ge=0)
-    auto_commit_interval_s: float | None = Field(None, gt=0)
+    keep_last: int | None = Field(None, ge=1, le=INT32_MAX)
+    max_age_s: float | None = Field(None, gt=0, allow_inf_nan=False)
+    min_keep: int = Field(1, ge=0, le=INT32_MAX)
+    auto_commit_interval_s: float | None = Field(None, gt=0, allow_inf_nan=False)
 
 
 class RetentionOut(Out):

@@ -4,6 +4,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+INT32_MAX = 2**31 - 1  # the largest value an Integer column holds on every database
+INT64_MAX = 2**63 - 1
+
 
 class Out(BaseModel):
     """A response: built from ORM objects by attribute."""

@@ -4,6 +4,7 @@ stay one indexed query per request."""
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import os
 import secrets
@@ -34,10 +35,17 @@ def create(s: Session, name: str, role: Role, secret: str | None = None) -> tupl
     return row, secret
 
 
+LAST_USED_RESOLUTION = dt.timedelta(minutes=1)
+
+
 def authenticate(s: Session, secret: str) -> ApiToken | None:
+    """The token with this secret, if any. `last_used_at` is refreshed at most once a
+    minute, so authenticating is a read (no write lock on SQLite) for nearly every request."""
     row = s.scalar(select(ApiToken).where(ApiToken.token_hash == digest(secret)))
     if row is not None:
-        row.last_used_at = utcnow()
+        now = utcnow()
+        if row.last_used_at is None or now - row.last_used_at >= LAST_USED_RESOLUTION:
+            row.last_used_at = now
     return row
 
 

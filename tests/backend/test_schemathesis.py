@@ -26,7 +26,7 @@ import schemathesis
 import yaml
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from hypothesis import HealthCheck, assume, settings
+from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.config import SchemathesisConfig
 from schemathesis.specs.openapi.checks import response_schema_conformance
@@ -155,32 +155,6 @@ def _ndjson(ctx: Any, value: Any) -> bytes:
     return json.dumps(value).encode()
 
 
-# Known bugs, excluded case by case so the rest stays covered (see each function's bug).
-INT64 = range(-(2**63), 2**63)
-
-
-def _known_bug(case: schemathesis.Case) -> str | None:
-    """BUG: integers bound to Integer columns have no range check in the API, so a value the
-    database cannot bind fails inside SQLAlchemy and answers 500 (SQLite: outside int64,
-    "OverflowError: Python int too large to convert to SQLite INTEGER"; PostgreSQL: already
-    above 2**31 - 1, "NumericValueOutOfRange: integer out of range"). Only the values SQLite
-    cannot bind are excluded here."""
-    path, method = case.operation.path, case.method.upper()
-    values: list[object] = []
-    if (method, path) == ("DELETE", f"{API}/tokens/{{token_id}}"):
-        values = [case.path_parameters.get("token_id")]
-    elif (method, path) == ("GET", f"{API}/pipelines/{{name}}/logs"):
-        values = [(case.query or {}).get("run")]
-    elif (method, path) == ("PUT", f"{API}/pipelines/{{name}}/retention") and isinstance(
-        case.body, dict
-    ):
-        values = [case.body.get("keep_last"), case.body.get("min_keep")]
-    for v in values:
-        if isinstance(v, int) and not isinstance(v, bool) and v not in INT64:
-            return "integer outside the database column's range -> 500"
-    return None
-
-
 # Bids as the `log` source of bids-from-log declares them (auction, bidder bigint; price
 # double; ts timestamp), mostly well-formed, sometimes not, so ingest's success path and its
 # parsing of edge values are both exercised.
@@ -241,7 +215,6 @@ def test_no_server_errors_and_responses_match_the_schema(
     case: schemathesis.Case, data: st.DataObject, platform: Platform
 ) -> None:
     _aim_at_real_pipelines(case, data)
-    assume(_known_bug(case) is None)
     response = case.call(app=platform.app, headers=platform.headers())
     case.validate_response(
         response,
@@ -252,11 +225,6 @@ def test_no_server_errors_and_responses_match_the_schema(
         platform.restore_fixtures()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: unbounded integer path/query/body values reach Integer columns and answer "
-    "500; when fixed, drop this mark and _known_bug's exclusion",
-)
 @pytest.mark.parametrize(
     ("method", "path", "body"),
     [
@@ -266,12 +234,12 @@ def test_no_server_errors_and_responses_match_the_schema(
         ("PUT", f"{API}/pipelines/bids-from-log/retention", {"min_keep": 2**63}),
     ],
 )
-def test_known_bug_out_of_range_integers(
+def test_out_of_range_integers_are_client_errors(
     platform: Platform, method: str, path: str, body: dict[str, int] | None
 ) -> None:
     with TestClient(platform.app, raise_server_exceptions=False) as c:
         r = c.request(method, path, json=body, headers=platform.headers())
-    assert r.status_code < 500, (method, path, r.status_code, r.text)
+    assert r.status_code == 422, (method, path, r.status_code, r.text)
 
 
 def test_every_operation_but_health_needs_a_token(platform: Platform) -> None:

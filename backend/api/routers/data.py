@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
+import anyio
 import pyarrow as pa
 from fastapi import APIRouter, Query, Request
 
@@ -14,6 +15,7 @@ from workers.spec import ViewSink, parse_spec
 from ...errors import InvalidInput, NotFound
 from ...schemas.metrics import IngestOut, ViewPage
 from ...services import ingest
+from ..context import Context
 from ..deps import DB, Ctx, Operator, Viewer, pipeline_by_name
 
 router = APIRouter(prefix="/api/v1/pipelines/{name}", tags=["data"])
@@ -37,7 +39,6 @@ async def ingest_records(
     stream: str,
     request: Request,
     ctx: Ctx,
-    s: DB,
     _: Operator,
     format: Annotated[
         Literal["ndjson", "csv"] | None, Query(description="default: from Content-Type")
@@ -45,13 +46,17 @@ async def ingest_records(
 ) -> IngestOut:
     """Append NDJSON or CSV (with a header) records; returns their offsets [first, end).
     Durable when this returns; processed by the pipeline's next steps."""
-    p = pipeline_by_name(s, name)
-    spec = parse_spec(p.spec)
-    src = ingest.log_source(spec, stream)
     fmt = format or ("csv" if "csv" in request.headers.get("content-type", "") else "ndjson")
-    body = await request.body()
+    body = await request.body()  # async: only reading the body happens on the event loop
+    return await anyio.to_thread.run_sync(_ingest, ctx, name, stream, fmt, body)
+
+
+def _ingest(ctx: Context, name: str, stream: str, fmt: str, body: bytes) -> IngestOut:
+    with ctx.db.session() as s:
+        p = pipeline_by_name(s, name)
+        spec, storage = parse_spec(p.spec), ctx.settings.storage_dir(p.name)
+    src = ingest.log_source(spec, stream)
     table = ingest.parse(body, fmt, src.arrow_schema())
-    storage = ctx.settings.storage_dir(p.name)
     first, end = ingest.append(storage, src, table)
     return IngestOut(stream=stream, records=end - first, first_offset=first, end_offset=end)
 

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from sse_starlette.sse import EventSourceResponse
 
+from ...schemas.common import INT64_MAX
 from ...schemas.metrics import MetricOut
 from ...services import metrics as history
 from ...services.prometheus import PipelineCollector
@@ -36,6 +37,16 @@ def metrics_history(
     return [MetricOut.model_validate(r) for r in history.history(s, p.id, since, limit)]
 
 
+def _stream_start(
+    ctx: Context, name: str, backlog: int, last_event_id: int | None
+) -> tuple[int, int]:
+    with ctx.db.session() as s:
+        pid = pipeline_by_name(s, name).id
+        if last_event_id is not None:
+            return pid, last_event_id
+        return pid, history.start_after(s, pid, backlog)
+
+
 def _fetch(ctx: Context, pipeline_id: int, after: int) -> list[dict[str, Any]]:
     with ctx.db.session() as s:
         rows = history.live(s, pipeline_id, after)
@@ -53,17 +64,14 @@ async def metrics_stream(
     name: str,
     request: Request,
     ctx: Ctx,
-    s: DB,
     _: Viewer,
-    last_event_id: Annotated[int | None, Header(ge=0)] = None,
+    last_event_id: Annotated[int | None, Header(ge=0, le=INT64_MAX)] = None,
     backlog: Annotated[int, Query(ge=0, le=1000, description="recent steps sent first")] = 0,
 ) -> EventSourceResponse:
     """Server-Sent Events: `event: step`, `id:` the sample id (reconnect with
     Last-Event-ID to resume), `data:` the sample as JSON."""
-    p = pipeline_by_name(s, name)
-    pid = p.id
-    after = last_event_id if last_event_id is not None else history.start_after(s, pid, backlog)
-    s.close()
+    # Database work runs in a thread: the event loop serves every other request.
+    pid, after = await anyio.to_thread.run_sync(_stream_start, ctx, name, backlog, last_event_id)
 
     async def events() -> AsyncIterator[dict[str, str]]:
         nonlocal after

@@ -20,6 +20,7 @@ from ...models import (
     RetentionPolicy,
     Run,
 )
+from ...schemas.common import INT32_MAX
 from ...schemas.operations import OperationOut
 from ...schemas.pipelines import (
     LogOut,
@@ -199,7 +200,9 @@ def logs(
     s: DB,
     _: Viewer,
     lines: Annotated[int, Query(ge=1, le=10_000)] = 200,
-    run: Annotated[int | None, Query(ge=1, description="run number; default the latest")] = None,
+    run: Annotated[
+        int | None, Query(ge=1, le=INT32_MAX, description="run number; default the latest")
+    ] = None,
     source: Literal["driver"] = "driver",
 ) -> LogOut:
     """The tail of a run's driver log."""

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Response
 from sqlalchemy import select
 
 from ...errors import Conflict, NotFound
 from ...models import ApiToken, Role
+from ...schemas.common import INT32_MAX
 from ...schemas.tokens import TokenCreate, TokenCreated, TokenOut
 from ...services import tokens
 from ..deps import DB, Admin
@@ -26,7 +29,7 @@ def list_tokens(s: DB, _: Admin) -> list[TokenOut]:
 
 
 @router.delete("/{token_id}", status_code=204)
-def delete(token_id: int, s: DB, me: Admin) -> Response:
+def delete(token_id: Annotated[int, Path(ge=1, le=INT32_MAX)], s: DB, me: Admin) -> Response:
     row = s.get(ApiToken, token_id)
     if row is None:
         raise NotFound(f"no token {token_id}")
