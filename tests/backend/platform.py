@@ -165,7 +165,7 @@ class Platform:
                 p.wait()
         # Nothing may outlive the platform: drivers die with their worker.
         for pattern in (f"--storage {self.data_dir}", f"--schedule {self.data_dir}"):
-            found = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
+            found = subprocess.run(["pgrep", "-f", "--", pattern], capture_output=True, text=True)
             for pid in found.stdout.split():
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(int(pid), signal.SIGKILL)
