@@ -9,7 +9,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from ..db import Database
 from ..services.queue import TaskQueue
 from ..settings import Settings
-from . import errors
+from . import errors, ui
 from .context import Context
 from .limits import BodyLimit
 from .routers import checkpoints, data, health, observe, operations, pipelines, tokens
@@ -30,6 +30,7 @@ def create_app(settings: Settings, db: Database, queue: TaskQueue) -> FastAPI:
     errors.install(app)
     for r in (health, pipelines, checkpoints, operations, observe, data, tokens):
         app.include_router(r.router)
+    ui.install(app)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,

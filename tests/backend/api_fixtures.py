@@ -255,7 +255,8 @@ def make_api(
 
 # -- routes -----------------------------------------------------------------------------------
 
-UNAUTHENTICATED = {"/healthz", "/readyz"}
+# Health, and the web console's static files (the data behind them needs a token).
+UNAUTHENTICATED = {"/healthz", "/readyz", "/", "/ui", "/ui/{path:path}"}
 PARAM = re.compile(r"\{(\w+)(?::\w+)?\}")
 DUMMY = {
     "name": "no-such-pipeline",
