@@ -2,7 +2,7 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: bootstrap services run test test-quick lint bench
+.PHONY: bootstrap services ui ui-check run test test-quick lint bench
 
 bootstrap:
 	@bash scripts/bootstrap.sh
@@ -10,17 +10,23 @@ bootstrap:
 services:
 	@bash scripts/services.sh
 
-run: bootstrap
+ui: bootstrap
+	@bash scripts/ui.sh
+
+ui-check: bootstrap
+	@bash scripts/ui.sh --check
+
+run: bootstrap ui
 	$(PY) -m backend serve --data-dir .spindle-data
 
 lint: bootstrap
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-test: lint services
+test: lint services ui-check
 	$(PY) -m pytest -q
 
-test-quick: lint services
+test-quick: lint services ui-check
 	SPINDLE_TEST_PROFILE=quick $(PY) -m pytest -q
 
 bench: bootstrap
