@@ -3,10 +3,13 @@ tests can run it against any database and broker."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from ..db import Database
+from ..schemas.common import ErrorOut
 from ..services.queue import TaskQueue
 from ..settings import Settings
 from . import errors, ui
@@ -15,6 +18,19 @@ from .limits import BodyLimit
 from .routers import checkpoints, data, health, observe, operations, pipelines, tokens
 
 API = "/api/v1"
+
+# Every error body is ErrorOut; documented so generated clients and schema checks know it.
+ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorOut, "description": what}
+    for status, what in (
+        (401, "no valid token"),
+        (403, "the token's role is not enough"),
+        (404, "no such pipeline, checkpoint, operation, token, stream or view"),
+        (409, "conflicts with the current state"),
+        (413, "request body too large"),
+        (422, "invalid spec, request or records; `errors` names the fields"),
+    )
+}
 
 
 def create_app(settings: Settings, db: Database, queue: TaskQueue) -> FastAPI:
@@ -28,8 +44,9 @@ def create_app(settings: Settings, db: Database, queue: TaskQueue) -> FastAPI:
     )
     app.state.ctx = Context(settings, db, queue)
     errors.install(app)
-    for r in (health, pipelines, checkpoints, operations, observe, data, tokens):
-        app.include_router(r.router)
+    app.include_router(health.router)
+    for r in (pipelines, checkpoints, operations, observe, data, tokens):
+        app.include_router(r.router, responses=ERRORS)
     ui.install(app)
     if settings.cors_origins:
         app.add_middleware(
