@@ -2,13 +2,16 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: bootstrap services ui ui-check run test test-quick lint bench
+.PHONY: bootstrap services browser ui ui-check run test test-quick lint bench
 
 bootstrap:
 	@bash scripts/bootstrap.sh
 
 services:
 	@bash scripts/services.sh
+
+browser:
+	@bash scripts/browser.sh
 
 ui: bootstrap
 	@bash scripts/ui.sh
@@ -23,10 +26,10 @@ lint: bootstrap
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-test: lint services ui-check
+test: lint services browser ui-check
 	$(PY) -m pytest -q
 
-test-quick: lint services ui-check
+test-quick: lint services browser ui-check
 	SPINDLE_TEST_PROFILE=quick $(PY) -m pytest -q
 
 bench: bootstrap

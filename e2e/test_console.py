@@ -1,0 +1,261 @@
+"""The web console end to end: a real platform (API, worker, Spark drivers), a real browser.
+
+The tests share one platform and run in file order: the first creates and starts the
+`e2e-clicks` pipeline through the UI; the later ones reuse it (or create and start it over
+the API when run alone). Actions go through the UI; the API (`plat.client`) only reads the
+exact values (checkpoint uuids and steps, run numbers) the assertions compare against."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from typing import Any
+
+from playwright.sync_api import Locator, Page, expect
+
+from tests.backend.platform import Platform, wait_until
+
+from .conftest import UI
+
+NAME = "e2e-clicks"
+SPEC = f"""\
+name: {NAME}
+source:
+  kind: datagen
+  generator: clicks
+  seed: 7
+  rows_per_second: 2000
+  max_rows_per_step: 2000
+  users: 100
+state:
+  - name: per_user
+    kind: aggregate
+    group_by: [user]
+    aggregates:
+      - {{name: clicks, func: count}}
+      - {{name: total, func: sum, column: amount}}
+sinks:
+  - {{name: latest, kind: view, from: per_user}}
+checkpoint: {{every_steps: 1000}}
+trigger: {{interval: 500ms}}
+"""
+BAD_NAME = "e2e-bad"
+BAD_SPEC = f"""\
+name: {BAD_NAME}
+source: {{kind: datagen, generator: clicks}}
+state: [{{name: x, kind: aggregate, group_by: 5, aggregates: []}}]
+sinks: [{{name: v, kind: view, from: x}}]
+"""
+SPARK_S = 90  # a driver's start (Spark) takes 10-30 s; leave room on a busy machine
+
+
+def rate(text: str) -> float:
+    """`formatRate`'s text ("—", "812 rows/s", "2.0k rows/s", "1.20M rows/s") as a number."""
+    m = re.match(r"\s*([\d.]+)\s*([kM]?)", text)
+    if not m:
+        return 0.0
+    return float(m.group(1)) * {"": 1, "k": 1e3, "M": 1e6}[m.group(2)]
+
+
+def number(loc: Locator) -> int | None:
+    text = loc.inner_text().strip()
+    return int(text) if text.isdigit() else None
+
+
+def header_step(page: Page) -> int | None:
+    return number(page.locator(".facts").get_by_test_id("current-step"))
+
+
+def checkpoints(plat: Platform) -> list[dict[str, Any]]:
+    return list(plat.ok("GET", f"/api/v1/pipelines/{NAME}/checkpoints"))
+
+
+def ensure_running(plat: Platform) -> None:
+    """The pipeline of the first test, running (created over the API if that test did not
+    run), and past its first step."""
+    names = [p["name"] for p in plat.ok("GET", "/api/v1/pipelines")]
+    if NAME not in names:
+        import yaml
+
+        plat.ok("POST", "/api/v1/pipelines", json={"spec": yaml.safe_load(SPEC)})
+    if plat.pipeline(NAME)["state"] in ("stopped", "failed"):
+        plat.ok("POST", f"/api/v1/pipelines/{NAME}/start")
+    plat.wait_state(NAME, "running", SPARK_S)
+    plat.wait_step(NAME, 1, SPARK_S)
+
+
+def test_sign_in_create_and_start(ui: UI) -> None:
+    page = ui.page
+    ui.sign_in("")
+    expect(page).to_have_url(re.compile(r"/ui/pipelines$"))
+
+    page.get_by_test_id("btn-new-pipeline").click()
+    editor = page.get_by_test_id("spec-editor")
+    editor.fill(SPEC)
+    page.get_by_test_id("btn-validate").click()
+    expect(page.get_by_test_id("spec-valid")).to_contain_text(NAME)
+    expect(page.get_by_test_id("spec-error")).to_have_count(0)
+    page.get_by_test_id("btn-create").click()
+
+    expect(page).to_have_url(re.compile(rf"/ui/pipelines/{NAME}$"))
+    badge = page.locator("#pipeline-title").get_by_test_id("state-badge")
+    expect(badge).to_have_text("stopped")
+    page.get_by_test_id("btn-start").click()
+    expect(badge).to_have_text(re.compile("starting|running"), timeout=10_000)
+
+    value = page.get_by_test_id("throughput-value")
+    expect(page.get_by_test_id("chart-throughput")).to_be_visible()
+    wait_until(lambda: rate(value.inner_text()) > 0, 60, "a throughput above 0", every=0.5)
+    expect(badge).to_have_text("running")
+    expect(page.get_by_test_id("stream-status")).to_have_attribute("data-status", "open")
+    ui.finish()
+
+
+def test_checkpoints_commit_gc_pin_restore(ui: UI, plat: Platform) -> None:
+    ensure_running(plat)
+    page = ui.page
+    ui.sign_in(f"pipelines/{NAME}/checkpoints")
+    ops = page.get_by_test_id("operations")
+    done = ops.locator("[data-status=succeeded]")
+
+    def commit(n_ops: int) -> dict[str, Any]:
+        before = {c["uuid"] for c in checkpoints(plat)}
+        page.get_by_test_id("btn-commit").click()
+        expect(done).to_have_count(n_ops, timeout=30_000)
+        new = [c for c in checkpoints(plat) if c["uuid"] not in before]
+        assert len(new) == 1, new
+        cp = new[0]
+        row = page.get_by_test_id(f"checkpoint-row-{cp['uuid']}")
+        expect(row).to_be_visible(timeout=10_000)
+        expect(row.locator("td[data-label=Size]")).to_contain_text(
+            re.compile(r"^\d+(\.\d+)? (B|KiB|MiB|GiB)")
+        )
+        expect(row.locator("td[data-label=Step]")).to_have_text(str(cp["step"]))
+        return cp
+
+    def gc(n_ops: int, keep: str = "") -> None:
+        page.get_by_test_id("gc-keep").fill(keep)
+        page.get_by_test_id("btn-gc").click()
+        expect(done).to_have_count(n_ops, timeout=30_000)
+
+    first = commit(1)
+    plat.wait_step(NAME, first["step"] + 4)
+    second = commit(2)
+    plat.wait_step(NAME, second["step"] + 4)
+    third = commit(3)
+    assert first["step"] < second["step"] < third["step"]
+
+    # gc without `keep` removes the oldest unpinned checkpoint.
+    gc(4)
+    expect(page.get_by_test_id(f"checkpoint-row-{first['uuid']}")).to_have_count(0)
+    expect(page.get_by_test_id(f"checkpoint-row-{second['uuid']}")).to_be_visible()
+    expect(page.get_by_test_id(f"checkpoint-row-{third['uuid']}")).to_be_visible()
+
+    # gc with keep=0 removes every unpinned checkpoint but the newest (the live lineage's
+    # head is never collected): a fourth commit makes the third collectable, and the
+    # pinned second survives.
+    second_row = page.get_by_test_id(f"checkpoint-row-{second['uuid']}")
+    page.get_by_test_id(f"btn-pin-{second['uuid']}").click()
+    expect(second_row.get_by_test_id("pinned")).to_be_visible()
+    expect(page.get_by_test_id(f"btn-pin-{second['uuid']}")).to_have_text("Unpin")
+    plat.wait_step(NAME, third["step"] + 4)
+    fourth = commit(5)
+    gc(6, keep="0")
+    expect(page.get_by_test_id(f"checkpoint-row-{third['uuid']}")).to_have_count(0)
+    expect(second_row).to_be_visible()
+    expect(page.get_by_test_id(f"checkpoint-row-{fourth['uuid']}")).to_be_visible()
+    left = [(c["uuid"], c["pinned"]) for c in checkpoints(plat)]
+    assert left == [(second["uuid"], True), (fourth["uuid"], False)], left
+    assert ops.locator("[data-status=failed]").count() == 0
+
+    # Restore the older checkpoint: the running pipeline restarts from its step.
+    ahead = wait_until(lambda: header_step(page), 10, "the header's current step")
+    assert ahead > second["step"] + 2, (ahead, second)
+    run_before = plat.pipeline(NAME)["current_run"]["number"]
+    page.get_by_test_id(f"btn-restore-{second['uuid']}").click()
+    dialog = page.get_by_test_id("confirm-dialog")
+    expect(dialog).to_contain_text(f"step {second['step']}")
+    page.get_by_test_id("confirm-ok").click()
+    expect(dialog).to_have_count(0)
+
+    back = wait_until(
+        lambda: (s := header_step(page)) is not None and s < ahead and s,
+        SPARK_S,
+        f"the current step to go back below {ahead}",
+        every=0.1,
+    )
+    assert back >= second["step"], (back, second)
+    run = plat.runs(NAME)[0]
+    assert run["number"] > run_before
+    assert run["restored_checkpoint"] == second["uuid"]
+    assert run["first_step"] in (second["step"], second["step"] + 1), run
+    wait_until(lambda: (header_step(page) or 0) > back + 2, 30, "the step to advance again")
+    expect(page.locator(".facts").get_by_test_id("current-run")).to_have_text(
+        f"#{run['number']} (running)"
+    )
+    ui.finish()
+
+
+def test_malformed_spec_shows_field_errors(ui: UI, plat: Platform) -> None:
+    page = ui.page
+    ui.sign_in("pipelines/new")
+    page.get_by_test_id("spec-editor").fill(BAD_SPEC)
+    page.get_by_test_id("btn-validate").click()
+    errors = page.get_by_test_id("spec-errors").get_by_test_id("spec-error")
+    expect(errors.first).to_be_visible()
+    fields = [errors.nth(i).get_attribute("data-field") or "" for i in range(errors.count())]
+    assert any(f.startswith("state.0") for f in fields), fields
+    expect(page.get_by_test_id("spec-valid")).to_have_count(0)
+
+    # Create validates first and creates nothing.
+    page.get_by_test_id("btn-create").click()
+    expect(errors.first).to_be_visible()
+    expect(page).to_have_url(re.compile(r"/ui/pipelines/new$"))
+    names = [p["name"] for p in plat.ok("GET", "/api/v1/pipelines")]
+    assert BAD_NAME not in names
+    assert plat.client.get(f"/api/v1/pipelines/{BAD_NAME}").status_code == 404
+    ui.finish()
+
+
+def test_killed_driver_is_restarted(ui: UI, plat: Platform) -> None:
+    ensure_running(plat)
+    page = ui.page
+    ui.sign_in(f"pipelines/{NAME}/runs")
+    killed = plat.pipeline(NAME)["current_run"]["number"]
+    expect(page.get_by_test_id(f"run-row-{killed}").get_by_test_id("run-state")).to_have_text(
+        "running"
+    )
+    pids = wait_until(lambda: plat.driver_pids(NAME), 30, "the driver's pid")
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+
+    failed = page.get_by_test_id(f"run-row-{killed}")
+    expect(failed.get_by_test_id("run-state")).to_have_text("failed", timeout=30_000)
+    expect(failed.locator("td[data-label=Exit]")).to_contain_text("SIGKILL")
+    newer = page.get_by_test_id(f"run-row-{killed + 1}")
+    expect(newer.get_by_test_id("run-state")).to_have_text("running", timeout=SPARK_S * 1000)
+    expect(page.locator("#pipeline-title").get_by_test_id("state-badge")).to_have_text("running")
+    run = plat.runs(NAME)[0]
+    assert run["number"] == killed + 1 and run["restart_count"] >= 1, run
+
+    # Running again: the list shows it and its step advances.
+    page.goto(ui.url("pipelines"))  # a reload: sessionStorage keeps the token
+    row = page.get_by_test_id(f"pipeline-row-{NAME}")
+    expect(row.get_by_test_id("state-badge")).to_have_text("running")
+    step = wait_until(lambda: number(row.get_by_test_id("current-step")), 30, "a step")
+    wait_until(
+        lambda: (number(row.get_by_test_id("current-step")) or 0) > step,
+        30,
+        "the step to advance",
+    )
+    ui.finish()
+
+
+def test_signed_out_goes_to_sign_in(ui: UI) -> None:
+    page = ui.page
+    page.goto(ui.url("pipelines"))
+    expect(page.get_by_test_id("signin-token")).to_be_visible()
+    expect(page).to_have_url(re.compile(r"/ui/signin$"))
+    expect(page.get_by_test_id("btn-new-pipeline")).to_have_count(0)
+    ui.finish()
