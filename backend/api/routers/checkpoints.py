@@ -43,6 +43,18 @@ def _submit(
     return out
 
 
+def _maybe_wait(
+    ctx: Ctx, op: OperationOut, wait: bool, timeout_s: float, response: Response
+) -> OperationOut:
+    """With `wait`, the operation once finished (200), or as it is after `timeout_s` (202)."""
+    if not wait:
+        return op
+    done = wait_for(ctx, op.id, timeout_s)
+    if done.status in (OperationStatus.succeeded, OperationStatus.failed):
+        response.status_code = 200
+    return done
+
+
 def _mirror(ctx: Ctx, s: Session, p: Pipeline) -> list[Checkpoint]:
     """The checkpoint rows; for a pipeline without a live run, first re-read its manifest
     (a live run keeps the rows current itself)."""
@@ -85,12 +97,7 @@ def commit(
     out = _submit(
         ctx, s, p, OperationKind.commit, {"identifier": body.identifier if body else None}
     )
-    if not wait:
-        return out
-    done = wait_for(ctx, out.id, timeout_s)
-    if done.status in (OperationStatus.succeeded, OperationStatus.failed):
-        response.status_code = 200
-    return done
+    return _maybe_wait(ctx, out, wait, timeout_s, response)
 
 
 @router.post("/checkpoints/gc", response_model=OperationOut, status_code=202)
@@ -101,19 +108,14 @@ def gc(
     _: Operator,
     response: Response,
     body: GcRequest | None = None,
-    wait: bool = False,
+    wait: Annotated[bool, Query(description="wait until the gc is done")] = False,
     timeout_s: Annotated[float, Query(gt=0, le=300)] = 60.0,
 ) -> OperationOut:
     """Delete the oldest unpinned checkpoint, or down to `keep`; the operation's result
     lists what was deleted and the bytes freed."""
     p = pipeline_by_name(s, name)
     out = _submit(ctx, s, p, OperationKind.gc, {"keep": body.keep if body else None})
-    if not wait:
-        return out
-    done = wait_for(ctx, out.id, timeout_s)
-    if done.status in (OperationStatus.succeeded, OperationStatus.failed):
-        response.status_code = 200
-    return done
+    return _maybe_wait(ctx, out, wait, timeout_s, response)
 
 
 @router.delete("/checkpoints/{uuid}", response_model=OperationOut, status_code=202)

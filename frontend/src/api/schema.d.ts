@@ -1581,6 +1581,7 @@ export interface operations {
     gc_api_v1_pipelines__name__checkpoints_gc_post: {
         parameters: {
             query?: {
+                /** @description wait until the gc is done */
                 wait?: boolean;
                 timeout_s?: number;
             };
