@@ -37,7 +37,7 @@ from backend.models import (
     utcnow,
 )
 from backend.services import checkpoints as cps
-from backend.services import lifecycle, retention
+from backend.services import lifecycle
 from backend.services import operations as ops
 from backend.settings import Settings
 
@@ -227,24 +227,10 @@ class JobControl:
             return {"checkpoint": h.wait_local(), "step": step}
         if kind in (OperationKind.gc, OperationKind.delete_checkpoint):
             with r.step_lock:
-                infos = r.loc.list_checkpoints()
-                if kind == OperationKind.delete_checkpoint:
-                    uid = str(params["checkpoint"])
-                    if uid in pinned:
-                        raise ValueError(f"checkpoint {uid} is pinned; unpin it first")
-                    victims = [uid]
-                elif "uuids" in params:  # the retention policy's choice, re-checked here
-                    known = {c.uuid for c in cps.candidates(infos, pinned)[:-1] if not c.pinned}
-                    victims = [u for u in params["uuids"] if u in known]
-                else:
-                    victims = retention.for_gc(cps.candidates(infos, pinned), params.get("keep"))
+                victims = cps.victims(kind, params, r.loc.list_checkpoints(), pinned)
                 res = r.loc.delete_checkpoints(victims)
                 r.checkpoints_deleted()
-            return {
-                "deleted": res.deleted,
-                "files_removed": res.files_removed,
-                "bytes_freed": res.bytes_freed,
-            }
+            return cps.gc_result(res)
         if kind == OperationKind.restore:
             uid = str(params["checkpoint"])
             if uid not in {c.uuid for c in r.loc.list_checkpoints()}:

@@ -21,6 +21,7 @@ from backend.settings import Settings
 from storage_engine import StorageLocation
 from storage_engine.errors import LockedError
 from storage_engine.input_log import InputLog
+from storage_engine.location import GcResult
 from storage_engine.objstore import open_object_store
 
 from .spec import LogSource, parse_spec
@@ -87,18 +88,9 @@ def _do(
         if found is None:
             raise LookupError(f"no checkpoint {uid}")
         return {"checkpoint": uid, "step": found.step, "applies": "at the next start"}
-    if kind == OperationKind.delete_checkpoint:
-        uid = str(params["checkpoint"])
-        if uid in pinned:
-            raise ValueError(f"checkpoint {uid} is pinned; unpin it first")
-        victims = [uid]
-    elif "uuids" in params:
-        known = {c.uuid for c in cps.candidates(listing, pinned)[:-1] if not c.pinned}
-        victims = [u for u in params["uuids"] if u in known]
-    else:
-        victims = retention.for_gc(cps.candidates(listing, pinned), params.get("keep"))
+    victims = cps.victims(kind, params, listing, pinned)
     if not victims:
-        return {"deleted": [], "files_removed": 0, "bytes_freed": 0}
+        return cps.gc_result(GcResult([], 0, 0))
     # With the pipeline's object store, so the mirror deletes the same checkpoints.
     store = open_object_store(remote) if remote else None
     loc = StorageLocation.open(str(storage), checkpoint="none", remote=store)
@@ -113,11 +105,7 @@ def _do(
                 InputLog(str(log_dir), source.arrow_schema()).truncate_below(offset)
     finally:
         loc.close()
-    return {
-        "deleted": res.deleted,
-        "files_removed": res.files_removed,
-        "bytes_freed": res.bytes_freed,
-    }
+    return cps.gc_result(res)
 
 
 def enforce_retention(db: Database, settings: Settings, queue: TaskQueue) -> list[str]:

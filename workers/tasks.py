@@ -13,7 +13,7 @@ from celery.signals import worker_shutting_down
 from sqlalchemy import select
 
 from backend.db import Database
-from backend.models import Pipeline
+from backend.models import Pipeline, PipelineState
 from backend.services import checkpoints, lifecycle
 from backend.services import metrics as metric_history
 from backend.settings import Settings
@@ -85,8 +85,10 @@ def reap() -> None:
         runs = lifecycle.reap(s, settings)
         ids = [r.id for r in runs]
         # After a crash the manifest may hold checkpoints the dead run never mirrored (or
-        # have lost some it did): the manifest wins.
-        for p in s.scalars(select(Pipeline)):
+        # have lost some it did): the manifest wins. (Stopped pipelines are reconciled when
+        # read, and every run reconciles as it starts.)
+        after_crash = (PipelineState.restarting, PipelineState.failed)
+        for p in s.scalars(select(Pipeline).where(Pipeline.state.in_(after_crash))):
             if lifecycle.live_run(s, p) is None:
                 checkpoints.reconcile_dir(s, p.id, settings.storage_dir(p.name))
     for run_id in ids:

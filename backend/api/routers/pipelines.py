@@ -54,23 +54,18 @@ def pipeline_out(s: Session, p: Pipeline) -> PipelineOut:
     return out
 
 
-def _check(ctx: Ctx, body: PipelineCreate) -> str:
-    spec = specs.validate(body.spec, ctx.settings.roots)
-    return spec.name
-
-
 @router.post("/validate", response_model=SpecValidation)
 def validate(body: PipelineCreate, ctx: Ctx, _: Viewer) -> SpecValidation:
     """Validate a spec without registering it; errors name the offending fields."""
-    return SpecValidation(valid=True, name=_check(ctx, body))
+    return SpecValidation(valid=True, name=specs.validate(body.spec, ctx.settings.roots).name)
 
 
 @router.post("", response_model=PipelineOut, status_code=201)
 def create(body: PipelineCreate, ctx: Ctx, s: DB, _: Operator) -> PipelineOut:
-    name = _check(ctx, body)
+    spec = specs.validate(body.spec, ctx.settings.roots)
+    name = spec.name
     if s.scalar(select(Pipeline.id).where(Pipeline.name == name)) is not None:
         raise Conflict(f"a pipeline named {name!r} exists", errors=[("spec.name", "already used")])
-    spec = specs.validate(body.spec, ctx.settings.roots)
     p = Pipeline(name=name, spec=body.spec, description=body.description)
     s.add(p)
     s.flush()
@@ -101,7 +96,7 @@ def get(name: Name, s: DB, _: Viewer) -> PipelineOut:
 @router.put("/{name}", response_model=PipelineOut)
 def replace(name: Name, body: PipelineUpdate, ctx: Ctx, s: DB, _: Operator) -> PipelineOut:
     p = pipeline_by_name(s, name)
-    new_name = _check(ctx, body)
+    new_name = specs.validate(body.spec, ctx.settings.roots).name
     if new_name != name:
         raise InvalidSpec("the name cannot change", errors=[("spec.name", f"must stay {name!r}")])
     if p.state not in (PipelineState.stopped, PipelineState.failed):
