@@ -1,0 +1,46 @@
+# syntax=docker/dockerfile:1
+# The control plane's image: the API (`python -m backend serve --no-worker`), the one-shot
+# `python -m backend migrate`, and Celery beat. No Java: Spark runs in the worker image.
+# Build context: the repository root (docker compose does this; by hand:
+#   docker build -f deploy/api.Dockerfile -t spindle-api .).
+FROM python:3.11-slim-bookworm
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:$PATH
+
+RUN python -m venv /opt/venv
+WORKDIR /app
+
+# Dependencies first, straight from pyproject.toml's [project] dependencies, so that code
+# changes do not reinstall them.
+COPY pyproject.toml README.md ./
+RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > /tmp/requirements.txt \
+    && pip install -r /tmp/requirements.txt \
+    && rm /tmp/requirements.txt
+
+COPY alembic.ini ./
+COPY migrations/ migrations/
+COPY storage_engine/ storage_engine/
+COPY workers/ workers/
+COPY backend/ backend/
+COPY cli/ cli/
+# Editable ("compat": a .pth naming /app), as scripts/bootstrap.sh does: the code stays in
+# /app, where backend/migrate.py finds alembic.ini and migrations/ next to it, and the
+# `spindle` command is installed.
+RUN pip install --no-deps --config-settings editable_mode=compat -e . \
+    && python -c "import backend.api.app, workers.celery_app, cli.main"
+
+RUN useradd --system --uid 10001 --user-group --create-home --home-dir /home/spindle \
+        --shell /usr/sbin/nologin spindle \
+    && mkdir -p /var/lib/spindle \
+    && chown spindle:spindle /var/lib/spindle
+# (An empty named volume mounted here starts out with this ownership.)
+ENV SPINDLE_DATA_DIR=/var/lib/spindle
+
+USER spindle
+EXPOSE 8000
+CMD ["python", "-m", "backend", "serve", "--no-worker", "--host", "0.0.0.0", "--port", "8000"]
