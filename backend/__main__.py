@@ -15,6 +15,7 @@ from typing import Annotated
 
 import typer
 import uvicorn
+from uvicorn.supervisors import Multiprocess
 
 from .settings import Settings
 
@@ -69,6 +70,24 @@ def _exit_on_signal(signum: int, _: object) -> None:
     raise SystemExit(0)  # a requested stop is a clean one
 
 
+def _serve_api(settings: Settings, host: str, port: int) -> None:
+    """Serve the API until SIGTERM/SIGINT. Every API process builds its app from the
+    environment (`create_app_from_env`); with several, uvicorn's supervisor runs them on
+    one shared listening socket, stops them on a signal and returns."""
+    config = uvicorn.Config(
+        "backend.api.app:create_app_from_env",
+        factory=True,
+        host=host,
+        port=port,
+        workers=settings.api_workers,
+        log_level="warning",
+    )
+    if settings.api_workers == 1:
+        uvicorn.Server(config).run()
+    else:
+        Multiprocess(config, sockets=[config.bind_socket()]).run()
+
+
 @cli.command()
 def serve(
     data_dir: Annotated[
@@ -77,6 +96,9 @@ def serve(
     host: Annotated[str, typer.Option()] = "127.0.0.1",
     port: Annotated[int, typer.Option()] = 8080,
     worker: Annotated[bool, typer.Option(help="also run a Celery worker with beat")] = True,
+    api_workers: Annotated[
+        int | None, typer.Option(min=1, max=64, help="API processes; default SPINDLE_API_WORKERS")
+    ] = None,
 ) -> None:
     """Run the API, a worker and beat until Ctrl-C."""
     from .db import Database
@@ -84,18 +106,16 @@ def serve(
     from .services import tokens
 
     settings = _settings(data_dir)
+    if api_workers is not None:
+        os.environ["SPINDLE_API_WORKERS"] = str(api_workers)
+        settings = Settings()
     upgrade(settings.db_url)
     db = Database(settings.db_url)
     configured = settings.admin_token.get_secret_value() if settings.admin_token else None
     with db.session() as s:
         new = tokens.bootstrap_admin(s, settings.data_path, configured)
+    db.dispose()
     token_file = settings.data_path / "admin-token"
-    from workers.celery_app import make_celery
-    from workers.tasks import CeleryQueue
-
-    from .api.app import create_app
-
-    app = create_app(settings, db, CeleryQueue(make_celery(settings)))
     proc = None
     if worker:
         logs = settings.data_path / "logs"
@@ -116,12 +136,11 @@ def serve(
     typer.echo(
         f"data: {settings.data_path}   worker log: {settings.data_path / 'logs' / 'worker.log'}"
     )
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
     # uvicorn stops on SIGTERM, then restores the previous handler and raises the signal
     # again: with this one, that becomes SystemExit, and the worker is stopped below.
     signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
-        server.run()
+        _serve_api(settings, host, port)
     finally:
         if proc is not None:
             typer.echo("stopping the worker (running pipelines checkpoint first)...")
@@ -131,7 +150,6 @@ def serve(
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        db.dispose()
         typer.echo("stopped")
 
 

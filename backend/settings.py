@@ -39,6 +39,10 @@ class Settings(BaseSettings):
     admin_token: SecretStr | None = Field(
         None, description="bootstrap admin token; default: generated into <data_dir>/admin-token"
     )
+    api_workers: int = Field(1, ge=1, le=64, description="API server processes started by `serve`")
+    token_cache_s: float = Field(
+        5.0, ge=0, description="how long an API process trusts a token lookup (0: off)"
+    )
     cors_origins: list[str] = Field(default_factory=list)
     max_body_bytes: int = Field(1 << 20, gt=0, description="request bodies, except ingest")
     max_ingest_bytes: int = Field(16 << 20, gt=0, description="one ingest request")

@@ -37,8 +37,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 import numpy as np
+import uvloop
 import yaml
 
 from backend.services import ingest as ingest_service
@@ -72,11 +74,12 @@ class Profile:
     trigger: str  # the pipeline's trigger interval
     connections: int  # the load generator's connections (requests beyond wait in the client)
     pipeline_timeout_s: float  # from the start request until a step was completed
+    api_workers: int  # API server processes (SPINDLE_API_WORKERS)
 
 
 PROFILES = {
-    "full": Profile("full", 8.0, 200.0, 100, 4.0, "500ms", 32, 90.0),
-    "quick": Profile("quick", 2.0, 200.0, 100, 4.0, "500ms", 32, 90.0),
+    "full": Profile("full", 8.0, 200.0, 100, 4.0, "500ms", 32, 90.0, 2),
+    "quick": Profile("quick", 2.0, 200.0, 100, 4.0, "500ms", 32, 90.0, 2),
 }
 
 TARGETS = {"read_p99_ms": 50.0, "sse_delay_p99_s": 1.0}
@@ -87,24 +90,25 @@ DRAIN_LIMIT_S = 10.0  # after a phase's last scheduled request, send what is que
 
 NOTES = [
     "The platform is `python -m backend serve` in embedded mode (SQLite database and Celery "
-    "broker in a temporary data directory), on loopback; the load generator, the API "
-    "server, the Celery worker and the pipeline's Spark driver share the machine's cores.",
+    "broker in a temporary data directory) with sizes.api_workers API processes, on "
+    "loopback; the load generator, the API server, the Celery worker and the pipeline's "
+    "Spark driver share the machine's cores.",
     "The pipeline is docs/examples/ingest-log.yaml (a `log` source: max bid per auction) "
     "renamed, with a shorter trigger interval (sizes.trigger). Measuring starts once its run "
     "is `running` and has completed a step (GET /api/v1/pipelines/{name}); Spark's start-up "
     "is not measured (pipeline_ready_s says how long it took).",
-    "Open-loop load: request i of a phase is scheduled at t0 + i / rate whether or not "
-    "earlier ones have been answered, and its latency runs from that scheduled time to the "
-    "end of its response, so a server that falls behind is charged for the queueing it "
-    "causes (no coordinated omission). sizes.connections senders (one httpx.AsyncClient, "
-    "HTTP/1.1 keep-alive) take the scheduled requests in order, as a proxy in front of the "
-    "API would: a request finding them all busy waits in the client's queue, and that wait "
-    "counts in its latency. Latency percentiles are over successful requests; failures are "
-    "in `outcomes`: a status code, an httpx error (no answer within 10 s: ReadTimeout), or "
-    "`abandoned` (still queued 10 s after the phase's last scheduled time: not sent). "
-    "achieved_rps = successful responses / (time from t0 until the last request was "
-    "answered or failed). sent_late: requests the generator itself queued more than 5 ms "
-    "late (a CPU-starved client; client_cpu_share is its CPU time / wall time).",
+    "Open-loop load: request i of a phase is scheduled at t0 + i / rate whether or not earlier ones"
+    " have been answered, and its latency runs from that scheduled time to the end of its response,"
+    " so a server that falls behind is charged for the queueing it causes (no coordinated "
+    "omission). sizes.connections senders (one aiohttp ClientSession on uvloop, HTTP/1.1 keep-"
+    "alive) take the scheduled requests in order, as a proxy in front of the API would: a request "
+    "finding them all busy waits in the client's queue, and that wait counts in its latency. "
+    "Latency percentiles are over successful requests; failures are in `outcomes`: a status code, "
+    "an aiohttp error or TimeoutError (no answer within 10 s), or `abandoned` (still queued 10 s "
+    "after the phase's last scheduled time: not sent). achieved_rps = successful responses / (time "
+    "from t0 until the last request was answered or failed). sent_late: requests the generator "
+    "itself queued more than 5 ms late (a CPU-starved client; client_cpu_share is its CPU time / "
+    "wall time).",
     "Phases, one after the other, each phase_s long at `rate`: list_pipelines (GET "
     "/api/v1/pipelines), list_checkpoints (GET /api/v1/pipelines/{name}/checkpoints, a "
     "running pipeline: answered from the database), ingest (POST .../ingest/{stream}, "
@@ -138,8 +142,9 @@ class Platform:
     """`python -m backend serve` in its own session (process group), so the worker and
     drivers it starts can be found and stopped even if the server does not stop them."""
 
-    def __init__(self, root: Path, log: Log) -> None:
+    def __init__(self, root: Path, log: Log, api_workers: int = 1) -> None:
         self.root = root
+        self.api_workers = api_workers
         self.data = root / "data"
         self.port = free_port()
         self.token = "spd_" + secrets.token_urlsafe(32)
@@ -154,6 +159,7 @@ class Platform:
         # URL there would point the platform at servers).
         env = {k: v for k, v in os.environ.items() if not k.startswith("SPINDLE_")}
         env["SPINDLE_ADMIN_TOKEN"] = self.token
+        env["SPINDLE_API_WORKERS"] = str(self.api_workers)
         env["PYTHONPATH"] = str(ROOT)
         cmd = [sys.executable, "-m", "backend", "serve", "--data-dir", str(self.data)]
         cmd += ["--port", str(self.port)]
@@ -394,11 +400,14 @@ def _pct(xs: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(xs), q))
 
 
-Request = Callable[[httpx.AsyncClient, int], Awaitable[httpx.Response]]
+# The load generator is aiohttp on uvloop: it costs the shared cores several times less per
+# request than httpx's async client, so more of the machine is left to the server measured.
+Request = Callable[[aiohttp.ClientSession, int], Awaitable[int]]  # -> the response status
+LOAD_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)
 
 
 async def open_loop(
-    client: httpx.AsyncClient,
+    client: aiohttp.ClientSession,
     request: Request,
     rate: float,
     duration: float,
@@ -427,9 +436,9 @@ async def open_loop(
                 outcomes["abandoned"] += 1
                 continue
             try:
-                r = await request(client, i)
-                outcome, ok = str(r.status_code), 200 <= r.status_code < 300
-            except httpx.HTTPError as e:
+                status = await request(client, i)
+                outcome, ok = str(status), 200 <= status < 300
+            except LOAD_ERRORS as e:
                 outcome, ok = type(e).__name__, False
             outcomes[outcome] += 1
             if ok:
@@ -466,15 +475,17 @@ async def open_loop(
     }
 
 
-async def settle(c: httpx.AsyncClient, limit_s: float) -> float:
+async def settle(c: aiohttp.ClientSession, limit_s: float) -> float:
     """Wait (at most `limit_s`) until a read is answered promptly again, so a phase does not
     start with what the previous one left queued in the server; returns the seconds waited."""
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < limit_s:
         sent = time.perf_counter()
-        with contextlib.suppress(httpx.HTTPError):
-            r = await c.get(f"{API}/pipelines", timeout=limit_s)
-            if r.status_code == 200 and time.perf_counter() - sent < 0.1:
+        with contextlib.suppress(*LOAD_ERRORS):
+            timeout = aiohttp.ClientTimeout(total=limit_s)
+            async with c.get(f"{API}/pipelines", timeout=timeout) as r:
+                await r.read()
+            if r.status == 200 and time.perf_counter() - sent < 0.1:
                 break
         await asyncio.sleep(0.1)
     return time.perf_counter() - t0
@@ -526,28 +537,37 @@ async def load(
     feeder: LogFeeder,
     log: Log,
 ) -> dict[str, dict[str, Any]]:
-    limits = httpx.Limits(
-        max_connections=prof.connections, max_keepalive_connections=prof.connections
-    )
+    connector = aiohttp.TCPConnector(limit=prof.connections)
     headers = {"Authorization": f"Bearer {token}"}
     ndjson = {"Content-Type": "application/x-ndjson"}
 
-    async def list_pipelines(c: httpx.AsyncClient, i: int) -> httpx.Response:
-        return await c.get(f"{API}/pipelines")
+    async def get(c: aiohttp.ClientSession, path: str) -> int:
+        async with c.get(path) as r:
+            await r.read()
+            return r.status
 
-    async def list_checkpoints(c: httpx.AsyncClient, i: int) -> httpx.Response:
-        return await c.get(f"{API}/pipelines/{PIPELINE}/checkpoints")
+    async def list_pipelines(c: aiohttp.ClientSession, i: int) -> int:
+        return await get(c, f"{API}/pipelines")
 
-    async def ingest(c: httpx.AsyncClient, i: int) -> httpx.Response:
+    async def list_checkpoints(c: aiohttp.ClientSession, i: int) -> int:
+        return await get(c, f"{API}/pipelines/{PIPELINE}/checkpoints")
+
+    async def ingest(c: aiohttp.ClientSession, i: int) -> int:
         url = f"{API}/pipelines/{PIPELINE}/ingest/{stream}"
-        return await c.post(url, content=bodies[i % len(bodies)], headers=ndjson)
+        async with c.post(url, data=bodies[i % len(bodies)], headers=ndjson) as r:
+            await r.read()
+            return r.status
 
     results: dict[str, dict[str, Any]] = {}
-    async with httpx.AsyncClient(
-        base_url=base_url, headers=headers, limits=limits, timeout=REQUEST_TIMEOUT_S
+    async with aiohttp.ClientSession(
+        base_url=base_url,
+        headers=headers,
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S),
     ) as c:
         for req in (list_pipelines, list_checkpoints, ingest):  # warm the connections
-            (await req(c, 0)).raise_for_status()
+            if (status := await req(c, 0)) != 200:
+                raise RuntimeError(f"{req.__name__} answered {status}")
         feeder.start()
         for name, req in (
             ("list_pipelines", list_pipelines),
@@ -570,11 +590,17 @@ async def load(
 
 
 def run_benchmark(
-    mode: str = "full", base_dir: str | None = None, rate: float | None = None, log: Log = quiet
+    mode: str = "full",
+    base_dir: str | None = None,
+    rate: float | None = None,
+    log: Log = quiet,
+    api_workers: int | None = None,
 ) -> dict[str, Any]:
     prof = PROFILES[mode]
     if rate is not None:
         prof = Profile(**{**asdict(prof), "rate": rate})
+    if api_workers is not None:
+        prof = Profile(**{**asdict(prof), "api_workers": api_workers})
     started = time.perf_counter()
     root = Path(tempfile.mkdtemp(prefix="spindle-bench-api-", dir=base_dir))
     report: dict[str, Any] = {
@@ -586,6 +612,7 @@ def run_benchmark(
             fastapi=package_version("fastapi"),
             uvicorn=package_version("uvicorn"),
             httpx=package_version("httpx"),
+            aiohttp=package_version("aiohttp"),
             sqlalchemy=package_version("sqlalchemy"),
             celery=package_version("celery"),
             pyspark=package_version("pyspark"),
@@ -593,7 +620,7 @@ def run_benchmark(
         "revision": engine_revision(),
         "notes": NOTES,
     }
-    platform = Platform(root, log)
+    platform = Platform(root, log, prof.api_workers)
     probe = SseProbe(platform.base_url, platform.token)
     try:
         log(f"starting the platform on port {platform.port} (data: {platform.data})")
@@ -614,7 +641,7 @@ def run_benchmark(
         probe.recording = True
         storage = Settings(data_dir=platform.data).storage_dir(PIPELINE)
         feeder = LogFeeder(storage, spec, bodies[1], prof.feeder_rate)
-        results = asyncio.run(
+        results = uvloop.run(
             load(platform.base_url, platform.token, prof, stream, bodies, feeder, log)
         )
         results["feeder"] = {"appends": feeder.appends, "records": feeder.table.num_rows}
@@ -687,9 +714,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--dir", default=None, help="where to put temporary state (default: tmp)")
     p.add_argument("--rate", type=float, default=None, help="target requests/s of each phase")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--api-workers", type=int, default=None, help="API processes (default 2)")
     args = p.parse_args(argv)
     mode = "quick" if args.quick else "full"
-    report = run_benchmark(mode, args.dir, args.rate, quiet if args.quiet else log_to_stderr)
+    log = quiet if args.quiet else log_to_stderr
+    report = run_benchmark(mode, args.dir, args.rate, log, args.api_workers)
     if args.json:
         print(json.dumps(report, indent=2))
     else:

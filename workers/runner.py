@@ -104,6 +104,8 @@ class Plan:
     input_schemas: dict[str, pa.Schema]
     circuit: Circuit
     spark_options: dict[str, str] = field(default_factory=dict)
+    # The stream column holding event times for the end-to-end latency metric, if any.
+    event_time: str | None = None
 
 
 def source_schema(
@@ -172,6 +174,7 @@ def plan(spark: SparkSession, spec: S.PipelineSpec) -> Plan:
     if any(SOURCE in o.inputs for o in ops):
         inputs[SOURCE] = (None, ["*"])
         schemas[SOURCE] = stream_arrow
+    event_time = _event_time(spec, stream_arrow)
     opts: dict[str, str] = {}
     s = spec.source
     if isinstance(s, S.DatagenSource):
@@ -194,7 +197,40 @@ def plan(spark: SparkSession, spec: S.PipelineSpec) -> Plan:
             "arrow_schema": arrow_schema_option(_arrow(src)),
             "max_records_per_step": str(s.max_records_per_step),
         }
-    return Plan(spec, src, stream_arrow, inputs, schemas, Circuit(ops), opts)
+    return Plan(spec, src, stream_arrow, inputs, schemas, Circuit(ops), opts, event_time)
+
+
+def _event_time(spec: S.PipelineSpec, stream: pa.Schema) -> str | None:
+    """The transformed stream's event-time column: `transform.event_time` (checked: a column
+    of the stream, a timestamp), else the first window aggregate's time column — except for
+    datagen, whose `ts` is synthetic (2024-01-01 + i / rows_per_second, so that row i is a
+    pure function of seed and i), not wall clock: no latency unless the spec names a column."""
+    col = spec.transform.event_time
+    if col is None:
+        if isinstance(spec.source, S.DatagenSource):
+            return None
+        windows = [op for op in spec.state if isinstance(op, S.WindowAggregateOp)]
+        if not windows:
+            return None
+        col = windows[0].time_column  # the window operator checked it is a timestamp
+    path = "transform.event_time"
+    if col not in stream.names:
+        raise S.SpecError(
+            [(path, f"{col!r} is not a column of the transformed stream {stream.names}")]
+        )
+    t = stream.field(col).type
+    if not pa.types.is_timestamp(t):
+        raise S.SpecError([(path, f"{col!r} is {t}, not a timestamp")])
+    return col
+
+
+def _min_event_us(column: pa.ChunkedArray | pa.Array) -> int | None:
+    """The oldest event time in a timestamp column, as UTC microseconds (None if no value)."""
+    t = column.type
+    assert isinstance(t, pa.TimestampType)
+    us = pc.cast(column, pa.timestamp("us", tz=t.tz)).cast(pa.int64())
+    v = pc.min(us).as_py()
+    return None if v is None else int(v)
 
 
 def _aggs(specs: list[S.AggregateSpec]) -> list[Aggregate]:
@@ -359,10 +395,14 @@ class Runner:
         t0 = time.perf_counter()
         if set(self.plan.inputs) == {SOURCE}:
             end, tables, bad = self._one_job(df)
+            oldest = None
         else:
-            end, tables, bad = self._per_input_jobs(df)
+            end, tables, bad, oldest = self._per_input_jobs(df)
         if end is None:
             return
+        et = self.plan.event_time
+        if et is not None and SOURCE in tables:
+            oldest = _min_event_us(tables[SOURCE].column(et))
         rows_in = sum(t.num_rows for t in tables.values())
         bad_rows = self._dead_letters(bad)
         spark_ms = (time.perf_counter() - t0) * 1000
@@ -371,6 +411,10 @@ class Runner:
         out = self.plan.circuit.step(tables)
         for s in self.spec.sinks:
             self.sinks[s.name].write(step, out[s.from_])
+        # End-to-end latency: the step's output is in every sink now; its oldest input
+        # event happened at `oldest`. (Wall clock against event time: both UTC.)
+        written_us = time.time_ns() // 1000
+        latency_ms = None if oldest is None else (written_us - oldest) / 1000
         engine_ms = (time.perf_counter() - t1) * 1000
         self.step, self.offset = step, int(end)
         commit_ms = self._maybe_commit()
@@ -383,6 +427,7 @@ class Runner:
             engine_ms,
             commit_ms,
             (time.perf_counter() - t0) * 1000,
+            latency_ms,
         )
 
     def _one_job(self, df: DataFrame) -> tuple[int | None, dict[str, pa.Table], pa.Table]:
@@ -407,13 +452,15 @@ class Runner:
 
     def _per_input_jobs(
         self, df: DataFrame
-    ) -> tuple[int | None, dict[str, pa.Table], pa.Table | None]:
-        """Joins read several inputs: the batch is cached and each input is one job."""
+    ) -> tuple[int | None, dict[str, pa.Table], pa.Table | None, int | None]:
+        """Joins read several inputs: the batch is cached and each input is one job; with an
+        event-time column and no `source` input, one more job finds the oldest event time
+        of the rows that passed the transform's filter (the last element; else None)."""
         df = df.persist()
         try:
             end = df.agg(F.max(END).alias("e")).toArrow().column("e")[0].as_py()
             if end is None:
-                return None, {}, None
+                return None, {}, None, None
             flagged = self._flagged(df)
             cols = [f"`{f.name}`" for f in self.plan.source_schema.fields]
             stream = flagged.where(~F.col("__bad")).selectExpr(*cols)
@@ -428,7 +475,12 @@ class Runner:
                     d = d.selectExpr(*select)
                 tables[name] = d.toArrow().cast(self.plan.input_schemas[name])
             bad = flagged.where(F.col("__bad")).select("__file", "__lineno", "__line").toArrow()
-            return end, tables, bad
+            oldest = None
+            et = self.plan.event_time
+            if et is not None and SOURCE not in tables:
+                m = stream.agg(F.min(F.col(f"`{et}`")).alias("m")).toArrow()
+                oldest = _min_event_us(m.column("m"))
+            return end, tables, bad, oldest
         finally:
             df.unpersist()
 
@@ -579,6 +631,7 @@ class Runner:
         engine_ms: float,
         commit_ms: float,
         step_ms: float,
+        latency_ms: float | None = None,
     ) -> None:
         stats = [sp.stats() for sp in self.loc.spines()]
         rec = {
@@ -592,6 +645,9 @@ class Runner:
             "engine_ms": round(engine_ms, 3),
             "commit_ms": round(commit_ms, 3),
             "step_ms": round(step_ms, 3),
+            # max over the step's input rows that passed the filter of (sink writes done -
+            # event time); None without an event-time column or an event time in the step
+            "latency_ms": None if latency_ms is None else round(latency_ms, 3),
             "state_rows": sum(s.rows for s in stats),
             "state_bytes": sum(s.mem_bytes + s.file_bytes for s in stats),
             "spine_batches": sum(s.batches for s in stats),

@@ -143,6 +143,15 @@ class Transform(_Model):
 
     where: str | None = None
     select: list[str] = Field(default_factory=lambda: ["*"], min_length=1)
+    event_time: str | None = Field(
+        None,
+        min_length=1,
+        description="a timestamp column of the transformed stream holding each row's event "
+        "time (wall clock, UTC), for the end-to-end latency metric (latency_ms: the step's "
+        "sink writes done minus the oldest event time among its rows that passed the "
+        "filter); default: the first window_aggregate's time_column, except for datagen "
+        "sources, whose timestamps are synthetic (none)",
+    )
 
 
 # -- stateful operators --------------------------------------------------------------------

@@ -11,6 +11,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from ..db import Database
 from ..schemas.common import ErrorOut
 from ..services.queue import TaskQueue
+from ..services.tokens import TokenCache
 from ..settings import Settings
 from . import errors, ui
 from .context import Context
@@ -42,7 +43,7 @@ def create_app(settings: Settings, db: Database, queue: TaskQueue) -> FastAPI:
         docs_url=f"{API}/docs",
         redoc_url=None,
     )
-    app.state.ctx = Context(settings, db, queue)
+    app.state.ctx = Context(settings, db, queue, TokenCache(settings.token_cache_s))
     errors.install(app)
     app.include_router(health.router)
     for r in (pipelines, checkpoints, operations, observe, data, tokens):
@@ -59,4 +60,15 @@ def create_app(settings: Settings, db: Database, queue: TaskQueue) -> FastAPI:
     return app
 
 
-__all__ = ["API", "create_app"]
+def create_app_from_env() -> FastAPI:
+    """The app with every component built from `Settings()` (the environment): the factory
+    each API process imports when `serve` runs several of them, and the one to give
+    `uvicorn --factory backend.api.app:create_app_from_env` in a deployment."""
+    from workers.celery_app import make_celery
+    from workers.tasks import CeleryQueue
+
+    settings = Settings()
+    return create_app(settings, Database(settings.db_url), CeleryQueue(make_celery(settings)))
+
+
+__all__ = ["API", "create_app", "create_app_from_env"]

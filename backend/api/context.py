@@ -1,9 +1,10 @@
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..db import Database
 from ..services.queue import TaskQueue
+from ..services.tokens import TokenCache
 from ..settings import Settings
 
 
@@ -14,3 +15,4 @@ class Context:
     settings: Settings
     db: Database
     queue: TaskQueue
+    tokens: TokenCache = field(default_factory=lambda: TokenCache(0))

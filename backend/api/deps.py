@@ -3,21 +3,25 @@ token with a minimum role, and the addressed pipeline."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated
 
 from fastapi import Depends, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ..errors import Forbidden, NotFound, Unauthorized
-from ..models import ApiToken, Pipeline, Role
+from ..models import Pipeline, Role
 from ..services import tokens
+from ..services.tokens import Caller
 from .context import Context
 
 
-def get_context(request: Request) -> Context:
+# Dependencies that do not block are `async def`: FastAPI runs sync ones in a thread pool,
+# a hop that costs more than they do.
+async def get_context(request: Request) -> Context:
     ctx = request.app.state.ctx
     assert isinstance(ctx, Context)
     return ctx
@@ -26,9 +30,25 @@ def get_context(request: Request) -> Context:
 Ctx = Annotated[Context, Depends(get_context)]
 
 
-def get_session(ctx: Ctx) -> Iterator[Session]:
-    with ctx.db.session() as s:
+async def get_session(ctx: Ctx) -> AsyncIterator[Session]:
+    # Opening a session does no I/O; only ending it (commit or rollback) may block.
+    s = ctx.db.sessions()
+    try:
         yield s
+    except BaseException:
+        await run_in_threadpool(_end, s, False)
+        raise
+    await run_in_threadpool(_end, s, True)
+
+
+def _end(s: Session, commit: bool) -> None:
+    try:
+        if commit:
+            s.commit()
+        else:
+            s.rollback()
+    finally:
+        s.close()
 
 
 # Function scope: the session commits when the endpoint returns, before the response is
@@ -38,27 +58,35 @@ DB = Annotated[Session, Depends(get_session, scope="function")]
 _bearer = HTTPBearer(auto_error=False, description="an API token: `Authorization: Bearer spd_...`")
 
 
-def require(role: Role) -> Callable[..., ApiToken]:
-    def check(
+def _authenticate(ctx: Context, secret: str) -> Caller | None:
+    # Its own short transaction: the request's session never carries the token's write.
+    with ctx.db.session() as s:
+        tok = tokens.authenticate(s, secret)
+        return None if tok is None else Caller(tok.id, tok.name, tok.role)
+
+
+def require(role: Role) -> Callable[..., Awaitable[Caller]]:
+    async def check(
         ctx: Ctx, cred: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
-    ) -> ApiToken:
+    ) -> Caller:
         if cred is None or cred.scheme.lower() != "bearer" or not cred.credentials:
             raise Unauthorized("an API token is required: Authorization: Bearer <token>")
-        # Its own short transaction: the request's session never carries the token's write.
-        with ctx.db.session() as s:
-            tok = tokens.authenticate(s, cred.credentials)
-        if tok is None:
-            raise Unauthorized("unknown or revoked API token")
-        if tok.role.rank < role.rank:
-            raise Forbidden(f"this needs the {role.value} role; the token has {tok.role.value}")
-        return tok
+        caller = ctx.tokens.get(cred.credentials)
+        if caller is None:
+            caller = await run_in_threadpool(_authenticate, ctx, cred.credentials)
+            if caller is None:
+                raise Unauthorized("unknown or revoked API token")
+            ctx.tokens.put(cred.credentials, caller)
+        if caller.role.rank < role.rank:
+            raise Forbidden(f"this needs the {role.value} role; the token has {caller.role.value}")
+        return caller
 
     return check
 
 
-Viewer = Annotated[ApiToken, Depends(require(Role.viewer))]
-Operator = Annotated[ApiToken, Depends(require(Role.operator))]
-Admin = Annotated[ApiToken, Depends(require(Role.admin))]
+Viewer = Annotated[Caller, Depends(require(Role.viewer))]
+Operator = Annotated[Caller, Depends(require(Role.operator))]
+Admin = Annotated[Caller, Depends(require(Role.admin))]
 
 
 def pipeline_by_name(s: Session, name: str) -> Pipeline:

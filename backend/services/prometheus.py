@@ -55,6 +55,12 @@ class PipelineCollector(Collector):
             f"step latency quantiles over the last {WINDOW_S:g}s",
             labels=["pipeline", "quantile"],
         )
+        e2e = GaugeMetricFamily(
+            "spindle_pipeline_e2e_latency_seconds",
+            "end-to-end latency (a step's sink writes done minus the oldest event time of its "
+            f"input rows) quantiles over the steps of the last {WINDOW_S:g}s that have one",
+            labels=["pipeline", "quantile"],
+        )
         sbytes = GaugeMetricFamily(
             "spindle_pipeline_state_bytes", "state size", labels=["pipeline"]
         )
@@ -95,6 +101,7 @@ class PipelineCollector(Collector):
                         MetricSample.step_ms,
                         MetricSample.state_bytes,
                         MetricSample.state_rows,
+                        MetricSample.latency_ms,
                     )
                     .where(
                         MetricSample.pipeline_id == p.id,
@@ -108,6 +115,10 @@ class PipelineCollector(Collector):
                     lat = sorted(r[1] / 1000 for r in recent)
                     for q in QUANTILES:
                         latency.add_metric([p.name, str(q)], _quantile(lat, q))
+                ends = sorted(r[4] / 1000 for r in recent if r[4] is not None)
+                if ends:
+                    for q in QUANTILES:
+                        e2e.add_metric([p.name, str(q)], _quantile(ends, q))
                 last = s.scalar(
                     select(MetricSample)
                     .where(MetricSample.pipeline_id == p.id)
@@ -146,6 +157,7 @@ class PipelineCollector(Collector):
             rows_out,
             tput,
             latency,
+            e2e,
             sbytes,
             srows,
             cp_count,

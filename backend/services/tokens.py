@@ -1,6 +1,7 @@
 """API tokens: random secrets stored as SHA-256 digests. The secrets carry 256 bits of
-entropy, so a fast digest is enough (no password-style key stretching needed) and lookups
-stay one indexed query per request."""
+entropy, so a fast digest is enough (no password-style key stretching needed) and a lookup
+is one indexed query. `TokenCache` keeps recent lookups for a few seconds so most requests
+make none."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ import datetime as dt
 import hashlib
 import os
 import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import select
@@ -49,6 +54,55 @@ def authenticate(s: Session, secret: str) -> ApiToken | None:
     return row
 
 
+@dataclass(frozen=True)
+class Caller:
+    """Who made a request: a snapshot of their token, detached from any session."""
+
+    id: int
+    name: str
+    role: Role
+
+
+class TokenCache:
+    """Recent `authenticate` answers per secret digest, for `ttl_s` seconds (0: off).
+
+    A revoked token keeps working until its entry expires in each API process; revoking
+    through this process forgets it at once. Unknown secrets are not cached, so a token
+    created anywhere works immediately. The clock is injectable for tests."""
+
+    MAX_ENTRIES = 10_000  # bounds memory against many distinct valid tokens
+
+    def __init__(self, ttl_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self._entries: dict[str, tuple[float, Caller]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, secret: str) -> Caller | None:
+        key = digest(secret)
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is None:
+                return None
+            if self._clock() >= hit[0]:
+                del self._entries[key]
+                return None
+            return hit[1]
+
+    def put(self, secret: str, caller: Caller) -> None:
+        if self.ttl_s <= 0:
+            return
+        with self._lock:
+            if len(self._entries) >= self.MAX_ENTRIES:
+                self._entries.clear()
+            self._entries[digest(secret)] = (self._clock() + self.ttl_s, caller)
+
+    def forget(self, token_id: int) -> None:
+        with self._lock:
+            for key in [k for k, (_, c) in self._entries.items() if c.id == token_id]:
+                del self._entries[key]
+
+
 def bootstrap_admin(s: Session, data_dir: Path, configured: str | None) -> str | None:
     """Make sure an admin can log in (DESIGN.md §6). A configured token is registered (its
     hash) if new. Otherwise, when no admin token exists, one is generated and written to
@@ -69,4 +123,12 @@ def bootstrap_admin(s: Session, data_dir: Path, configured: str | None) -> str |
     return secret
 
 
-__all__ = ["authenticate", "bootstrap_admin", "create", "digest", "new_secret"]
+__all__ = [
+    "Caller",
+    "TokenCache",
+    "authenticate",
+    "bootstrap_admin",
+    "create",
+    "digest",
+    "new_secret",
+]

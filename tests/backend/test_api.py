@@ -204,6 +204,30 @@ def test_deleting_tokens(api: Api) -> None:
     assert [t["name"] for t in api.get("tokens").json()] == ["admin"]
 
 
+def test_a_token_revoked_by_another_api_process_works_until_its_cache_entry_expires(
+    api: Api,
+) -> None:
+    now = [1000.0]
+    api.app.state.ctx.tokens = tokens.TokenCache(5.0, clock=lambda: now[0])
+    viewer = api.post("tokens", json={"name": "viewer", "role": "viewer"}).json()
+    assert api.get("pipelines", token=viewer["token"]).status_code == 200
+    # Another API process revokes it: this one's cache does not know yet.
+    with api.db.session() as s:
+        s.delete(s.get(ApiToken, viewer["id"]))
+    now[0] += 4.9
+    assert api.get("pipelines", token=viewer["token"]).status_code == 200
+    now[0] += 0.2
+    error(api.get("pipelines", token=viewer["token"]), 401, "unauthorized")
+    # A cached answer keeps its role: a viewer is still refused a write.
+    other = api.post("tokens", json={"name": "viewer-2", "role": "viewer"}).json()
+    assert api.get("pipelines", token=other["token"]).status_code == 200
+    error(
+        api.post("tokens", token=other["token"], json={"name": "x", "role": "admin"}),
+        403,
+        "forbidden",
+    )
+
+
 def test_a_write_is_committed_before_the_response_is_sent(api: Api) -> None:
     victim = api.post("tokens", json={"name": "victim", "role": "viewer"}).json()
     seen: dict[str, bool] = {}

@@ -585,6 +585,41 @@ def test_history_stays_oldest_first_after_downsampling(sqlite_db: Database, tmp_
     assert ts == sorted(ts)
 
 
+def prometheus_samples(db: Database, name: str) -> dict[tuple[str, ...], float]:
+    from backend.services.prometheus import PipelineCollector
+
+    out: dict[tuple[str, ...], float] = {}
+    for fam in PipelineCollector(db).collect():
+        if fam.name == name:
+            for smp in fam.samples:
+                out[tuple(smp.labels[k] for k in sorted(smp.labels))] = smp.value
+    return out
+
+
+def test_prometheus_e2e_latency_quantiles_skip_steps_without_one(sqlite_db: Database) -> None:
+    """spindle_pipeline_e2e_latency_seconds: quantiles of the recent steps' latency_ms (in
+    seconds) over the steps that have one; no series for a pipeline without event times."""
+    import time
+
+    a, b = add_pipeline(sqlite_db, "a"), add_pipeline(sqlite_db, "b")
+    now = time.time()
+    lat = [None, 1000.0, 2000.0, 3000.0, None, 9000.0]
+    with sqlite_db.session() as s:
+        s.add_all(
+            [
+                sample(a, now - 30 + i, step=i + 1, step_ms=5, latency_ms=v)
+                for i, v in enumerate(lat)
+            ]
+        )
+        s.add(sample(a, now - 3600, step=0, latency_ms=99_000.0))  # outside the window
+        s.add_all([sample(b, now - 5 + i, step=i + 1, step_ms=5) for i in range(3)])
+    got = prometheus_samples(sqlite_db, "spindle_pipeline_e2e_latency_seconds")
+    assert got == {("a", "0.5"): 3.0, ("a", "0.99"): 9.0}
+    # The step latency series is unchanged by it: every recent step counts.
+    steps = prometheus_samples(sqlite_db, "spindle_pipeline_step_latency_seconds")
+    assert steps[("a", "0.5")] == 0.005 and steps[("b", "0.99")] == 0.005
+
+
 # -- operations --------------------------------------------------------------------------------
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Sequence
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Response
@@ -42,16 +43,34 @@ router = APIRouter(prefix="/api/v1/pipelines", tags=["pipelines"])
 Name = Annotated[str, "pipeline name"]
 
 
-def pipeline_out(s: Session, p: Pipeline) -> PipelineOut:
-    run = lifecycle.latest_run(s, p)
-    count = s.scalar(
-        select(func.count()).select_from(Checkpoint).where(Checkpoint.pipeline_id == p.id)
+def pipeline_outs(s: Session, pipelines: Sequence[Pipeline]) -> list[PipelineOut]:
+    """The response for each pipeline in three queries however many there are: listing is
+    the hottest read (every console page polls it)."""
+    ids = [p.id for p in pipelines]
+    latest = select(func.max(Run.id)).where(Run.pipeline_id.in_(ids)).group_by(Run.pipeline_id)
+    runs = {r.pipeline_id: r for r in s.scalars(select(Run).where(Run.id.in_(latest)))}
+    counts = dict(
+        s.execute(
+            select(Checkpoint.pipeline_id, func.count())
+            .where(Checkpoint.pipeline_id.in_(ids))
+            .group_by(Checkpoint.pipeline_id)
+        )
+        .tuples()
+        .all()
     )
-    out = PipelineOut.model_validate(p)
-    out.current_run = RunBrief.model_validate(run) if run is not None else None
-    out.last_step = run.last_step if run is not None else None
-    out.checkpoints = int(count or 0)
-    return out
+    outs = []
+    for p in pipelines:
+        run = runs.get(p.id)
+        out = PipelineOut.model_validate(p)
+        out.current_run = RunBrief.model_validate(run) if run is not None else None
+        out.last_step = run.last_step if run is not None else None
+        out.checkpoints = counts.get(p.id, 0)
+        outs.append(out)
+    return outs
+
+
+def pipeline_out(s: Session, p: Pipeline) -> PipelineOut:
+    return pipeline_outs(s, [p])[0]
 
 
 @router.post("/validate", response_model=SpecValidation)
@@ -85,7 +104,7 @@ def create(body: PipelineCreate, ctx: Ctx, s: DB, _: Operator) -> PipelineOut:
 
 @router.get("", response_model=list[PipelineOut])
 def list_pipelines(s: DB, _: Viewer) -> list[PipelineOut]:
-    return [pipeline_out(s, p) for p in s.scalars(select(Pipeline).order_by(Pipeline.name))]
+    return pipeline_outs(s, s.scalars(select(Pipeline).order_by(Pipeline.name)).all())
 
 
 @router.get("/{name}", response_model=PipelineOut)

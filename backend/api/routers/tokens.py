@@ -12,7 +12,7 @@ from ...models import ApiToken, Role
 from ...schemas.common import INT32_MAX
 from ...schemas.tokens import TokenCreate, TokenCreated, TokenOut
 from ...services import tokens
-from ..deps import DB, Admin
+from ..deps import DB, Admin, Ctx
 
 router = APIRouter(prefix="/api/v1/tokens", tags=["tokens"])
 
@@ -29,7 +29,9 @@ def list_tokens(s: DB, _: Admin) -> list[TokenOut]:
 
 
 @router.delete("/{token_id}", status_code=204)
-def delete(token_id: Annotated[int, Path(ge=1, le=INT32_MAX)], s: DB, me: Admin) -> Response:
+def delete(
+    token_id: Annotated[int, Path(ge=1, le=INT32_MAX)], ctx: Ctx, s: DB, _: Admin
+) -> Response:
     row = s.get(ApiToken, token_id)
     if row is None:
         raise NotFound(f"no token {token_id}")
@@ -38,4 +40,6 @@ def delete(token_id: Annotated[int, Path(ge=1, le=INT32_MAX)], s: DB, me: Admin)
         if len(admins) <= 1:
             raise Conflict("this is the last admin token; create another admin first")
     s.delete(row)
+    s.commit()  # before forgetting it, so no request can cache it again
+    ctx.tokens.forget(token_id)
     return Response(status_code=204)
