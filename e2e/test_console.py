@@ -10,13 +10,14 @@ from __future__ import annotations
 import os
 import re
 import signal
+import time
 from typing import Any
 
 from playwright.sync_api import Locator, Page, expect
 
 from tests.backend.platform import Platform, wait_until
 
-from .conftest import UI
+from .conftest import ARTIFACTS, UI
 
 NAME = "e2e-clicks"
 SPEC = f"""\
@@ -46,6 +47,22 @@ name: {BAD_NAME}
 source: {{kind: datagen, generator: clicks}}
 state: [{{name: x, kind: aggregate, group_by: 5, aggregates: []}}]
 sinks: [{{name: v, kind: view, from: x}}]
+"""
+# Wrong by the spec's JSON Schema (a negative rate, a string for a list): the editor says so
+# as it is typed, before anything is sent.
+SCHEMA_BAD_NAME = "e2e-schema-bad"
+SCHEMA_BAD_SPEC = f"""\
+name: {SCHEMA_BAD_NAME}
+source:
+  kind: datagen
+  generator: clicks
+  rows_per_second: -5
+state:
+  - name: per_user
+    kind: aggregate
+    group_by: user
+    aggregates: [{{name: n, func: count}}]
+sinks: [{{name: v, kind: view, from: per_user}}]
 """
 SPARK_S = 90  # a driver's start (Spark) takes 10-30 s; leave room on a busy machine
 
@@ -106,7 +123,7 @@ def test_sign_in_create_and_start(ui: UI) -> None:
 
     value = page.get_by_test_id("throughput-value")
     expect(page.get_by_test_id("chart-throughput")).to_be_visible()
-    wait_until(lambda: rate(value.inner_text()) > 0, 60, "a throughput above 0", every=0.5)
+    wait_until(lambda: rate(value.inner_text()) > 0, SPARK_S, "a throughput above 0", every=0.5)
     expect(badge).to_have_text("running")
     expect(page.get_by_test_id("stream-status")).to_have_attribute("data-status", "open")
     ui.finish()
@@ -190,7 +207,7 @@ def test_checkpoints_commit_gc_pin_restore(ui: UI, plat: Platform) -> None:
     assert run["number"] > run_before
     assert run["restored_checkpoint"] == second["uuid"]
     assert run["first_step"] in (second["step"], second["step"] + 1), run
-    wait_until(lambda: (header_step(page) or 0) > back + 2, 30, "the step to advance again")
+    wait_until(lambda: (header_step(page) or 0) > back + 2, SPARK_S, "the step to advance again")
     expect(page.locator(".facts").get_by_test_id("current-run")).to_have_text(
         f"#{run['number']} (running)"
     )
@@ -215,6 +232,50 @@ def test_malformed_spec_shows_field_errors(ui: UI, plat: Platform) -> None:
     names = [p["name"] for p in plat.ok("GET", "/api/v1/pipelines")]
     assert BAD_NAME not in names
     assert plat.client.get(f"/api/v1/pipelines/{BAD_NAME}").status_code == 404
+    ui.finish()
+
+
+def test_schema_errors_as_you_type(ui: UI, plat: Platform) -> None:
+    page = ui.page
+    ui.sign_in("pipelines/new")
+    page.get_by_test_id("spec-editor").fill(SCHEMA_BAD_SPEC)
+    errors = page.get_by_test_id("spec-errors").get_by_test_id("spec-error")
+    # Nothing clicked: the browser's schema check, at the field and its line.
+    group_by = errors.and_(page.locator('[data-field="state.0.group_by"]'))
+    expect(group_by).to_have_attribute("data-source", "schema")
+    expect(group_by).to_contain_text("line 9")
+    expect(group_by).to_contain_text("must be a list")
+    rate_error = errors.and_(page.locator('[data-field="source.rows_per_second"]'))
+    expect(rate_error).to_contain_text("line 5")
+    expect(page.get_by_test_id("spec-valid")).to_have_count(0)
+    assert plat.client.get(f"/api/v1/pipelines/{SCHEMA_BAD_NAME}").status_code == 404
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{ui.name}-errors.png"), full_page=True)
+
+    # Keyboard: the error's button selects its line in the editor.
+    group_by.get_by_role("button").focus()
+    page.keyboard.press("Enter")
+    editor = page.get_by_test_id("spec-editor")
+    expect(editor).to_be_focused()
+    selected = editor.evaluate("t => t.value.slice(t.selectionStart, t.selectionEnd)")
+    assert selected.strip() == "group_by: user", selected
+
+    # The server agrees when asked, and nothing is created.
+    page.get_by_test_id("btn-create").click()
+    expect(errors.and_(page.locator('[data-source="server"]')).first).to_be_visible()
+    fields = [errors.nth(i).get_attribute("data-field") or "" for i in range(errors.count())]
+    assert "state.0.group_by" in fields, fields
+    expect(page).to_have_url(re.compile(r"/ui/pipelines/new$"))
+    assert plat.client.get(f"/api/v1/pipelines/{SCHEMA_BAD_NAME}").status_code == 404
+
+    # Fixed as the user types: the schema errors go away (the server's stay, marked stale,
+    # until validated again).
+    editor.fill(SCHEMA_BAD_SPEC.replace("-5", "50").replace("group_by: user", "group_by: [user]"))
+    expect(errors.and_(page.locator('[data-source="schema"]'))).to_have_count(0)
+    page.get_by_test_id("btn-validate").click()
+    expect(page.get_by_test_id("spec-valid")).to_contain_text(SCHEMA_BAD_NAME)
+    expect(errors).to_have_count(0)
+    assert plat.client.get(f"/api/v1/pipelines/{SCHEMA_BAD_NAME}").status_code == 404
     ui.finish()
 
 
@@ -249,6 +310,95 @@ def test_killed_driver_is_restarted(ui: UI, plat: Platform) -> None:
         30,
         "the step to advance",
     )
+    ui.finish()
+
+
+def api_step(plat: Platform) -> int | None:
+    last = plat.pipeline(NAME)["last_step"]
+    return int(last) if last is not None else None
+
+
+def test_pause_resume_stop_and_start_from_older_checkpoint(ui: UI, plat: Platform) -> None:
+    ensure_running(plat)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    # Two checkpoints at least (the earlier tests leave two; alone, commit them here).
+    while len(checkpoints(plat)) < 2:
+        op = plat.ok("POST", f"/api/v1/pipelines/{NAME}/checkpoints", params={"wait": "true"})
+        assert op["status"] == "succeeded", op
+        plat.wait_step(NAME, int(op["result"]["step"]) + 4, 30)
+    older = checkpoints(plat)[0]
+    page = ui.page
+    ui.sign_in(f"pipelines/{NAME}")
+    badge = page.locator("#pipeline-title").get_by_test_id("state-badge")
+    expect(badge).to_have_text("running")
+
+    # Pause: the state shows it and the steps stop.
+    page.get_by_test_id("btn-pause").click()
+    expect(badge).to_have_text("paused", timeout=20_000)
+    expect(page.get_by_test_id("btn-resume")).to_be_enabled()
+    expect(page.get_by_test_id("btn-pause")).to_have_count(0)
+
+    def still() -> int | None:
+        a = api_step(plat)
+        time.sleep(1.5)
+        b = api_step(plat)
+        return b if a == b and b is not None else None
+
+    paused_at = wait_until(still, 20, "the steps to stop while paused", every=0)
+    wait_until(lambda: header_step(page) == paused_at, 5, "the header to show the paused step")
+    page.screenshot(path=str(ARTIFACTS / f"{ui.name}-paused.png"), full_page=True)
+
+    # Resume: running again and the steps advance.
+    page.get_by_test_id("btn-resume").click()
+    expect(badge).to_have_text("running", timeout=20_000)
+    expect(page.get_by_test_id("btn-pause")).to_be_enabled()
+    wait_until(
+        lambda: (header_step(page) or 0) > paused_at + 2, 30, "the steps to advance after resume"
+    )
+
+    # Stop; the fresh start ("none") needs its own confirmation (not taken here).
+    ahead = int(api_step(plat) or 0)
+    assert ahead > older["step"] + 2, (ahead, older)
+    page.get_by_test_id("btn-stop").click()
+    expect(badge).to_have_text("stopped", timeout=60_000)
+    page.get_by_test_id("btn-start-from").click()
+    dialog = page.get_by_test_id("start-dialog")
+    expect(dialog.get_by_test_id("start-from-latest")).to_be_checked()
+    dialog.get_by_test_id("start-from-none").check()
+    expect(dialog.get_by_test_id("start-confirm")).to_be_disabled()
+    dialog.get_by_test_id("start-drop-ack").check()
+    expect(dialog.get_by_test_id("start-confirm")).to_be_enabled()
+    page.screenshot(path=str(ARTIFACTS / f"{ui.name}-start-none.png"))
+    page.keyboard.press("Escape")
+    expect(dialog).to_have_count(0)
+
+    # Start from the older checkpoint, from its row: the current step goes back to it.
+    ahead = int(api_step(plat) or ahead)
+    run_before = plat.pipeline(NAME)["current_run"]
+    page.get_by_test_id("tab-checkpoints").click()
+    page.get_by_test_id(f"btn-start-from-{older['uuid']}").click()
+    expect(dialog.get_by_test_id("start-from-checkpoint")).to_be_checked()
+    expect(dialog.get_by_test_id("start-checkpoint-select")).to_have_value(older["uuid"])
+    page.screenshot(path=str(ARTIFACTS / f"{ui.name}-start-from.png"))
+    dialog.get_by_test_id("start-confirm").click()
+    expect(dialog).to_have_count(0)
+    expect(badge).to_have_text(re.compile("starting|running"), timeout=10_000)
+    expect(page.get_by_test_id(f"btn-start-from-{older['uuid']}")).to_have_count(0)
+
+    back = wait_until(
+        lambda: (s := header_step(page)) is not None and s < ahead and s,
+        SPARK_S,
+        f"the current step to go back below {ahead}",
+        every=0.1,
+    )
+    assert back >= older["step"], (back, older)
+    run = plat.runs(NAME)[0]
+    assert run_before is None or run["number"] > run_before["number"], (run, run_before)
+    assert run["from_checkpoint"] == older["uuid"], run
+    assert run["restored_checkpoint"] == older["uuid"], run
+    assert run["first_step"] in (older["step"], older["step"] + 1), run
+    expect(badge).to_have_text("running", timeout=SPARK_S * 1000)
+    wait_until(lambda: (header_step(page) or 0) > back + 2, SPARK_S, "the step to advance again")
     ui.finish()
 
 

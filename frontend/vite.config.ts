@@ -24,6 +24,8 @@ export default defineConfig({
         // Libraries change less often than the console: separate files cache longer.
         manualChunks(id) {
           if (!id.includes("node_modules")) return undefined;
+          // The spec editor's schema check loads ajv on demand (a dynamic import).
+          if (/[\\/](ajv|fast-uri|fast-deep-equal|json-schema-traverse|require-from-string)[\\/]/.test(id)) return "schema-check";
           if (/[\\/](recharts|d3-[^\\/]+|victory-vendor|@reduxjs|redux|immer|reselect|decimal\.js-light|es-toolkit)[\\/]/.test(id)) return "charts";
           return "vendor";
         },

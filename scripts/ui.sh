@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the web console (frontend/dist), on a fresh machine: installs Node.js and npm from
 # Debian if missing, `npm ci` when package-lock.json changed since the last install, then
-# `npm run build`. With --check, also runs the console's checks (stale API client, types,
-# unit tests) — part of `make test`.
+# `npm run build`. With --check, also runs the console's checks (stale API client, stale
+# copy of the spec schema, types, unit tests) — part of `make test`.
 set -euo pipefail
 cd "$(dirname "$0")/../frontend"
 
@@ -19,6 +19,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
 fi
 if [ "${1:-}" = "--check" ]; then
     npm run --silent check:api
+    npm run --silent check:schema
     npm run --silent lint
     npm test --silent
 fi

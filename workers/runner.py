@@ -706,6 +706,9 @@ class Runner:
                 continue
             self._draining = False
             q = self._query()
+            # Why the query ends, read when it does: a resume may come while it is stopping
+            # (seconds), and must not turn a pause into the end of the run.
+            pausing = False
             try:
                 while q.isActive and self.exit_code is None and not self.paused:
                     if self.error is not None:
@@ -720,6 +723,7 @@ class Runner:
                         if idle > limit:
                             break
                     time.sleep(0.05)
+                pausing = self.paused and self.exit_code is None and self.error is None
             finally:
                 self.drain()
                 q.stop()
@@ -728,7 +732,7 @@ class Runner:
                 raise self.error
             if q.exception() is not None:
                 raise RuntimeError(f"the Spark query failed: {q.exception()}")
-            if not self.paused:
+            if not pausing:
                 break
         return RunResult(self.first_step, self.step, self.offset, self._commits)
 

@@ -31,6 +31,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -51,8 +52,24 @@ def _seconds(v: Any) -> Any:
     return v
 
 
-Seconds = Annotated[float, BeforeValidator(_seconds), Field(ge=0)]
-PositiveSeconds = Annotated[float, BeforeValidator(_seconds), Field(gt=0)]
+def _duration_schema(bound: str) -> WithJsonSchema:
+    # Published as what a user may write: seconds, or a duration string.
+    return WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "number", bound: 0},
+                {"type": "string", "pattern": _DURATION.pattern},
+            ]
+        }
+    )
+
+
+Seconds = Annotated[
+    float, BeforeValidator(_seconds), Field(ge=0), _duration_schema("minimum")
+]
+PositiveSeconds = Annotated[
+    float, BeforeValidator(_seconds), Field(gt=0), _duration_schema("exclusiveMinimum")
+]
 
 
 class _Model(BaseModel):

@@ -4,6 +4,8 @@ restore of an older checkpoint continues exactly as a run that never went past i
 from __future__ import annotations
 
 import os
+import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -155,3 +157,34 @@ def test_log_example_runs_on_appended_records(tmp_path: Path, spark: SparkSessio
     # Segments below the oldest retained checkpoint's offset are gone (retention runs
     # as commits land, so it may trail the newest request by one checkpoint).
     assert r.input_log().start() in (6, 9)
+
+
+def test_a_resume_while_the_paused_query_stops_continues_the_run(
+    tmp_path: Path, spark: SparkSession
+) -> None:
+    """Pause stops the Spark query (seconds); a resume arriving meanwhile must restart it,
+    not end the run as if the stream had ended."""
+    spec = parse_spec(_fast(yaml.safe_load((EXAMPLES / "clicks-per-user.yaml").read_text())))
+    r = Runner(spec, str(tmp_path / "state"), base_dir=str(tmp_path), spark=spark)
+    result: list[Any] = []
+    t = threading.Thread(target=lambda: result.append(r.run(max_steps=6)))
+    try:
+        t.start()
+        _until(lambda: r.step >= 2, "two steps")
+        r.paused = True
+        _until(lambda: r._draining, "the query to start stopping")
+        r.paused = False
+        t.join(180)
+        assert not t.is_alive(), "the run did not finish"
+    finally:
+        r.request_exit(0)
+        t.join(60)
+        r.close()
+    assert result and result[0].last_step - result[0].first_step >= 6
+
+
+def _until(cond: Any, what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)

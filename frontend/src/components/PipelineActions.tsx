@@ -3,28 +3,31 @@ import { useState } from "react";
 import { Link } from "react-router";
 import { api, ok } from "../api/client";
 import { invalidatePipeline, keys } from "../api/queries";
-import type { Pipeline, PipelineState } from "../api/types";
+import type { Pipeline } from "../api/types";
+import { pauseAction, STARTABLE, STOPPABLE } from "../lib/lifecycle";
 import { showToast } from "../lib/toast";
 import { ConfirmDialog } from "./ConfirmDialog";
+import { StartDialog } from "./StartDialog";
 
-const STARTABLE: readonly PipelineState[] = ["stopped", "failed"];
-const STOPPABLE: readonly PipelineState[] = ["running", "starting", "paused", "restarting"];
-
-/** Start, stop, edit and delete (with a confirmation) of one pipeline. */
+/** Start (from the latest checkpoint; `startOptions` adds "Start from…"), stop, pause or
+ * resume, edit and delete (with a confirmation) of one pipeline. */
 export function PipelineActions({
   pipeline,
   onDeleted,
   showEdit = false,
+  startOptions = false,
   compact = false,
 }: {
   pipeline: Pipeline;
   onDeleted?: () => void;
   showEdit?: boolean;
+  startOptions?: boolean;
   compact?: boolean;
 }) {
   const qc = useQueryClient();
   const name = pipeline.name;
   const [confirmDelete, setConfirmDelete] = useState(false);
+  const [startDialog, setStartDialog] = useState(false);
   const params = { params: { path: { name } } };
 
   const start = useMutation({
@@ -35,6 +38,17 @@ export function PipelineActions({
   const stop = useMutation({
     mutationFn: () => ok(api.POST("/api/v1/pipelines/{name}/stop", params)),
     onSuccess: () => showToast("info", `Stopping ${name}…`),
+    onSettled: () => invalidatePipeline(qc, name),
+  });
+  const pauseResume = useMutation({
+    mutationFn: (action: "pause" | "resume") =>
+      action === "pause"
+        ? ok(api.POST("/api/v1/pipelines/{name}/pause", params))
+        : ok(api.POST("/api/v1/pipelines/{name}/resume", params)),
+    onSuccess: (p, action) => {
+      qc.setQueryData(keys.pipeline(name), p);
+      showToast("info", action === "pause" ? `Pausing ${name}…` : `Resuming ${name}…`);
+    },
     onSettled: () => invalidatePipeline(qc, name),
   });
   const remove = useMutation({
@@ -51,6 +65,9 @@ export function PipelineActions({
 
   const state = pipeline.state;
   const size = compact ? " btn-small" : "";
+  const canPause = pauseAction(pipeline);
+  // One button that toggles (it keeps focus): Resume once a pause was asked for.
+  const showResume = canPause === "resume";
   return (
     <div className="actions">
       <button
@@ -62,6 +79,37 @@ export function PipelineActions({
         data-testid="btn-start"
       >
         Start
+      </button>
+      {startOptions && (
+        <button
+          type="button"
+          className={`btn${size}`}
+          onClick={() => setStartDialog(true)}
+          disabled={!STARTABLE.includes(state)}
+          aria-haspopup="dialog"
+          data-testid="btn-start-from"
+        >
+          Start from…
+        </button>
+      )}
+      <button
+        type="button"
+        className={`btn${size}`}
+        // Not disabled while the request is out: a disabled button would drop the focus.
+        onClick={() => canPause && !pauseResume.isPending && pauseResume.mutate(canPause)}
+        disabled={canPause === null}
+        aria-busy={pauseResume.isPending || undefined}
+        title={
+          showResume && state !== "paused"
+            ? "Pausing: the job stops processing at its next poll"
+            : !showResume && state === "paused"
+              ? "Resuming: the job restarts processing at its next poll"
+              : undefined
+        }
+        aria-label={compact ? `${showResume ? "Resume" : "Pause"} ${name}` : undefined}
+        data-testid={showResume ? "btn-resume" : "btn-pause"}
+      >
+        {showResume ? "Resume" : "Pause"}
       </button>
       <button
         type="button"
@@ -89,6 +137,7 @@ export function PipelineActions({
       >
         Delete
       </button>
+      {startDialog && <StartDialog pipeline={pipeline} onClose={() => setStartDialog(false)} />}
       <ConfirmDialog
         open={confirmDelete}
         title={`Delete pipeline “${name}”?`}

@@ -18,6 +18,7 @@ function sample(id: number, ts: number, rowsIn: number, stepMs = 10, rowsOut = r
     spine_batches: 0,
     merge_backlog: 0,
     dead_letters: 0,
+    latency_ms: null,
   };
 }
 
@@ -67,6 +68,11 @@ describe("latency", () => {
     expect(l[38]?.p99).toBeCloseTo(10 + (1000 - 10) * 0.71, 6);
     // At index 39 the window (10..39) holds only fast steps.
     expect(l[39]?.p99).toBe(10);
+  });
+
+  it("carries each step's end-to-end latency, null when the pipeline has no event time", () => {
+    const s = [sample(1, 1, 1), { ...sample(2, 2, 1), latency_ms: 5200 }];
+    expect(latency(s).map((p) => p.e2e)).toEqual([null, 5200]);
   });
 });
 

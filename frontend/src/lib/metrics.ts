@@ -18,6 +18,7 @@ export type Sample = Pick<
   | "spine_batches"
   | "merge_backlog"
   | "dead_letters"
+  | "latency_ms"
 >;
 
 /** The q-quantile (0..1) of `values`, interpolating linearly between the closest ranks
@@ -67,9 +68,13 @@ export interface LatencyPoint {
   step: number;
   p50: number;
   p99: number;
+  /** The step's end-to-end latency (sink write done - its oldest event time), when the
+   * pipeline has an event-time column. */
+  e2e: number | null;
 }
 
-/** Step latency p50/p99 over a sliding window of the last `window` steps (inclusive). */
+/** Step latency p50/p99 over a sliding window of the last `window` steps (inclusive), with
+ * each step's end-to-end latency. */
 export function latency(samples: readonly Sample[], window = 30): LatencyPoint[] {
   const out: LatencyPoint[] = [];
   for (let i = 0; i < samples.length; i++) {
@@ -80,6 +85,7 @@ export function latency(samples: readonly Sample[], window = 30): LatencyPoint[]
       step: cur.step,
       p50: quantile(w, 0.5) ?? 0,
       p99: quantile(w, 0.99) ?? 0,
+      e2e: cur.latency_ms ?? null,
     });
   }
   return out;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { lineRange, mapFieldErrors, parseSpec } from "./spec";
+import { composeProblems, lineRange, mapFieldErrors, parseSpec, type SpecProblem } from "./spec";
 
 const SPEC = `name: clicks
 source:
@@ -71,5 +71,24 @@ describe("lineRange", () => {
     expect(lineRange(t, 2)).toEqual([3, 5]);
     expect(lineRange(t, 3)).toEqual([6, 8]);
     expect(lineRange(t, 9)).toEqual([8, 8]);
+  });
+});
+
+describe("composeProblems", () => {
+  const syn: SpecProblem = { field: "(syntax)", message: "bad", line: 2, source: "syntax" };
+  const sch: SpecProblem = { field: "state.0.group_by", message: "must be a list", line: 8, source: "schema" };
+  const srv: SpecProblem = { field: "state.0.group_by", message: "Input should be a valid list", line: 8, source: "server" };
+  const ref: SpecProblem = { field: "sinks.0.from", message: "not an operator", line: 10, source: "server" };
+
+  it("lets the server's answer about this text win", () => {
+    expect(composeProblems("t", [], [sch], { problems: [srv, ref], text: "t" })).toEqual([srv, ref]);
+    expect(composeProblems("t", [], [sch], { problems: [], text: "t" })).toEqual([]);
+  });
+
+  it("shows syntax errors, else schema errors, then the stale server errors on other fields", () => {
+    expect(composeProblems("t2", [syn], [sch], null)).toEqual([syn]);
+    expect(composeProblems("t2", [], [sch], null)).toEqual([sch]);
+    expect(composeProblems("t2", [], [sch], { problems: [srv, ref], text: "t" })).toEqual([sch, ref]);
+    expect(composeProblems("t2", [], [], { problems: [srv], text: "t" })).toEqual([srv]);
   });
 });

@@ -10,6 +10,8 @@ export interface SpecProblem {
   /** 1-based line of the text the problem is on (or nearest to), when known. */
   line?: number;
   col?: number;
+  /** Who found it: the YAML parser, the browser's schema check, or the server. */
+  source?: "syntax" | "schema" | "server";
 }
 
 export type Parsed =
@@ -95,6 +97,22 @@ function locate(root: Node, path: (string | number)[]): number | undefined {
     }
   }
   return found;
+}
+
+/** What the editor lists. What the server said about this very text wins (it is
+ * authoritative, and may accept what the browser's check would not); otherwise the
+ * syntax errors, else the schema check's, then what the server said about an earlier text
+ * (stale) unless the schema check has a problem on that field now. */
+export function composeProblems(
+  text: string,
+  syntax: readonly SpecProblem[],
+  schema: readonly SpecProblem[],
+  server: { problems: readonly SpecProblem[]; text: string } | null,
+): SpecProblem[] {
+  if (server && server.text === text) return [...server.problems];
+  const local = syntax.length ? syntax : schema;
+  const fields = new Set(local.map((p) => p.field));
+  return [...local, ...(server?.problems ?? []).filter((p) => !fields.has(p.field))];
 }
 
 /** The [start, end) character offsets of 1-based `line` in `text`, to select it. */

@@ -50,7 +50,7 @@ export function PipelineDetail() {
           </h1>
           {pipeline.description && <p className="muted">{pipeline.description}</p>}
         </div>
-        <PipelineActions pipeline={pipeline} showEdit onDeleted={() => navigate("/pipelines")} />
+        <PipelineActions pipeline={pipeline} showEdit startOptions onDeleted={() => navigate("/pipelines")} />
       </div>
       <dl className="facts">
         <div>

@@ -9,11 +9,34 @@ import type { PipelineState } from "../api/types";
 import { ConfirmDialog } from "../components/ConfirmDialog";
 import { ErrorNote } from "../components/ErrorNote";
 import { StateBadge } from "../components/StateBadge";
-import { lineRange, mapFieldErrors, parseSpec, type SpecProblem } from "../lib/spec";
+import { useDebounced } from "../lib/hooks";
+import { composeProblems, lineRange, mapFieldErrors, parseSpec, type SpecProblem } from "../lib/spec";
 import { showToast } from "../lib/toast";
 import { TEMPLATES } from "../templates";
 
 type Mode = "create" | "edit";
+
+/** How long typing must pause before the schema check runs. */
+const CHECK_DELAY_MS = 300;
+
+type SchemaCheck = (text: string) => SpecProblem[];
+
+/** The browser-side schema check (ajv and the schema: a chunk of its own, loaded with the
+ * editor); null until loaded, or if loading failed (the server still validates). */
+function useSchemaCheck(): SchemaCheck | null {
+  const [check, setCheck] = useState<SchemaCheck | null>(null);
+  useEffect(() => {
+    let live = true;
+    import("../lib/specSchema").then(
+      (m) => live && setCheck(() => m.schemaProblems),
+      () => undefined,
+    );
+    return () => {
+      live = false;
+    };
+  }, []);
+  return check;
+}
 
 /** Create (`/pipelines/new`) or replace (`/pipelines/:name/edit`) a pipeline's spec. */
 export function PipelineEditor({ mode }: { mode: Mode }) {
@@ -65,14 +88,18 @@ function Editor({ mode, name, state, initialText, initialDescription }: EditorPr
   const [server, setServer] = useState<{ problems: SpecProblem[]; valid: string | null; text: string } | null>(null);
 
   const parsed = useMemo(() => parseSpec(text), [text]);
-  const syntax = parsed.ok ? [] : parsed.problems;
+  const syntax = useMemo(() => (parsed.ok ? [] : parsed.problems.map((p) => ({ ...p, source: "syntax" as const }))), [parsed]);
+  // The schema check runs on the text once typing pauses; the server stays authoritative.
+  const schemaCheck = useSchemaCheck();
+  const settledText = useDebounced(text, CHECK_DELAY_MS);
+  const schema = useMemo(() => (schemaCheck ? schemaCheck(settledText) : []), [schemaCheck, settledText]);
   const lines = useMemo(() => text.split("\n").length, [text]);
 
   function serverProblems(err: unknown, sent: string): SpecProblem[] | null {
     if (!(err instanceof ApiError)) return null;
     if (err.status !== 422 && err.status !== 409) return null;
-    if (err.errors.length === 0) return [{ field: "(spec)", message: err.message }];
-    return mapFieldErrors(err.errors, sent);
+    if (err.errors.length === 0) return [{ field: "(spec)", message: err.message, source: "server" }];
+    return mapFieldErrors(err.errors, sent).map((p) => ({ ...p, source: "server" as const }));
   }
 
   const validate = useMutation({
@@ -137,8 +164,8 @@ function Editor({ mode, name, state, initialText, initialDescription }: EditorPr
     ta.scrollTop = Math.max(0, (line - 3) * lineHeight);
   }
 
-  const problems: SpecProblem[] = [...syntax, ...(server?.problems ?? [])];
   const stale = server !== null && server.text !== text;
+  const problems = composeProblems(text, syntax, schema, server);
   const otherError =
     (validate.error && !serverProblems(validate.error, text) ? validate.error : null) ??
     (save.error && !serverProblems(save.error, text) ? save.error : null);
@@ -270,14 +297,24 @@ function Editor({ mode, name, state, initialText, initialDescription }: EditorPr
             </p>
           )}
           {problems.length === 0 && !server?.valid && (
-            <p className="muted small">Syntax is checked as you type; “Validate” asks the server about the spec's fields.</p>
+            <p className="muted small">
+              Syntax and the spec's schema are checked as you type; “Validate” asks the server, which also checks
+              how the fields refer to each other.
+            </p>
           )}
-          {stale && problems.length > 0 && (
+          {stale && problems.some((p) => p.source === "server") && (
             <p className="muted small">The text changed since the last validation; validate again to refresh.</p>
           )}
           <ul className="problems" data-testid="spec-errors" aria-live="polite">
             {problems.map((p, i) => (
-              <li key={`${p.field}-${i}`} className="problem" data-testid="spec-error" data-field={p.field}>
+              <li
+                key={`${p.field}-${i}`}
+                className="problem"
+                data-testid="spec-error"
+                data-field={p.field}
+                data-source={p.source}
+                title={p.source === "schema" ? "Found by the schema check in the browser" : undefined}
+              >
                 <button type="button" className="problem-link" onClick={() => goToLine(p.line)} disabled={p.line === undefined}>
                   <code className="problem-field">{p.field}</code>
                   {p.line !== undefined && <span className="problem-line">line {p.line}</span>}

@@ -8,6 +8,8 @@ import { axisProps, ChartCard, tooltipProps } from "../../components/charts";
 import { ConfirmDialog } from "../../components/ConfirmDialog";
 import { ErrorNote } from "../../components/ErrorNote";
 import { OperationList, type PendingRequest } from "../../components/Operations";
+import { StartDialog } from "../../components/StartDialog";
+import { STARTABLE } from "../../lib/lifecycle";
 import { formatBytes, formatDateTime, formatMs, parseTime, shortId } from "../../lib/format";
 import { usePipelineContext } from "../PipelineDetail";
 import { RetentionEditor } from "./RetentionEditor";
@@ -22,6 +24,8 @@ export function Checkpoints() {
   const [ops, setOps] = useState<Operation[]>([]);
   const [pending, setPending] = useState<PendingRequest[]>([]);
   const [confirm, setConfirm] = useState<Confirm>(null);
+  const [startFrom, setStartFrom] = useState<string | null>(null);
+  const startable = STARTABLE.includes(pipeline.state);
   const [identifier, setIdentifier] = useState("");
   const [keep, setKeep] = useState("");
   const ids = { ident: useId(), keep: useId() };
@@ -250,6 +254,18 @@ export function Checkpoints() {
                         >
                           {c.pinned ? "Unpin" : "Pin"}
                         </button>
+                        {startable && (
+                          <button
+                            type="button"
+                            className="btn btn-small btn-primary"
+                            aria-label={`Start from checkpoint ${shortId(c.uuid)}`}
+                            aria-haspopup="dialog"
+                            onClick={() => setStartFrom(c.uuid)}
+                            data-testid={`btn-start-from-${c.uuid}`}
+                          >
+                            Start from here
+                          </button>
+                        )}
                         <button
                           type="button"
                           className="btn btn-small"
@@ -314,6 +330,7 @@ export function Checkpoints() {
 
       <RetentionEditor name={name} />
 
+      {startFrom !== null && <StartDialog pipeline={pipeline} initial={startFrom} onClose={() => setStartFrom(null)} />}
       <ConfirmDialog
         open={confirm !== null}
         title={

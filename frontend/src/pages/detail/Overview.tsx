@@ -44,6 +44,7 @@ export function Overview() {
   const last = samples.length ? samples[samples.length - 1] : undefined;
   const lastRate = rates.length ? rates[rates.length - 1] : undefined;
   const lastLat = lat.length ? lat[lat.length - 1] : undefined;
+  const lastE2e = useMemo(() => [...lat].reverse().find((p) => p.e2e !== null)?.e2e ?? undefined, [lat]);
 
   return (
     <div className="overview">
@@ -86,6 +87,10 @@ export function Overview() {
           </dd>
         </div>
         <div>
+          <dt title="sink write done minus the oldest event time of the step's rows">End-to-end</dt>
+          <dd data-testid="e2e-latency-value">{formatMs(lastE2e)}</dd>
+        </div>
+        <div>
           <dt>State size</dt>
           <dd>
             {formatBytes(last?.state_bytes)} · {formatCount(last?.state_rows)} rows
@@ -122,7 +127,7 @@ export function Overview() {
         </ChartCard>
 
         <ChartCard
-          title={`Step latency, ms (last ${LATENCY_WINDOW} steps)`}
+          title={`Latency, ms (step p50/p99 over the last ${LATENCY_WINDOW} steps; end-to-end per step)`}
           value={`p50 ${formatMs(lastLat?.p50)} · p99 ${formatMs(lastLat?.p99)}`}
           testId="chart-latency"
           valueTestId="latency-value"
@@ -135,6 +140,9 @@ export function Overview() {
             <Legend wrapperStyle={{ fontSize: 12 }} />
             <Line name="p50" dataKey="p50" stroke={COLORS.p50} dot={false} strokeWidth={2} isAnimationActive={false} />
             <Line name="p99" dataKey="p99" stroke={COLORS.p99} dot={false} strokeWidth={2} isAnimationActive={false} />
+            {lastE2e !== undefined && (
+              <Line name="end-to-end" dataKey="e2e" stroke={COLORS.commit} dot={false} strokeWidth={2} connectNulls isAnimationActive={false} />
+            )}
           </LineChart>
         </ChartCard>
 
