@@ -1,0 +1,1 @@
+"""The command groups of `spindle`, one module per resource; `cli.main` mounts them."""

@@ -1,0 +1,125 @@
+"""The CLI's pure parts: SSE parsing, following a log tail, ingest chunking, durations,
+profile resolution and the config file's permissions."""
+
+from __future__ import annotations
+
+import io
+import stat
+from pathlib import Path
+
+import pytest
+import typer
+
+from cli import config, sse
+from cli.commands.checkpoints import parse_duration
+from cli.commands.data import Chunks, records
+from cli.commands.observe import appended
+
+
+def test_sse_events_comments_multiline_and_ids() -> None:
+    wire = [
+        ": ping",
+        "event: step",
+        "id: 7",
+        'data: {"step": 1}',
+        "",
+        "",
+        "data: a",
+        "data: b",
+        "",
+        "event: step",  # no data: dropped
+        "",
+        "event: step",
+        "id: 9",
+        "data:x",
+    ]
+    got = list(sse.parse(wire))
+    assert got == [
+        sse.Event("step", '{"step": 1}', "7"),
+        sse.Event("message", "a\nb", "7"),
+        sse.Event("step", "x", "9"),
+    ]
+
+
+def test_appended_lines_of_a_growing_tail() -> None:
+    assert appended([], ["a", "b"]) == ["a", "b"]
+    assert appended(["a", "b", "c"], ["a", "b", "c"]) == []
+    assert appended(["a", "b", "c"], ["b", "c", "d", "e"]) == ["d", "e"]
+    # The newest tail starts mid-line (tailing by bytes): still aligned.
+    assert appended(["x 1", "x 2", "x 3"], [" 2", "x 3", "x 4"]) == ["x 4"]
+    # Repeated lines: the longest overlap wins.
+    assert appended(["a", "a"], ["a", "a", "a"]) == ["a"]
+    # Nothing in common (rotated far past): everything is new.
+    assert appended(["a", "b"], ["c", "d"]) == ["c", "d"]
+
+
+def test_records_and_chunks_respect_the_limit_and_csv_quotes() -> None:
+    body = b'h1,h2\n1,"two\nlines"\n\n3,4'
+    recs = list(records(io.BytesIO(body), "csv"))
+    assert [(r.line, r.data) for r in recs] == [
+        (1, b"h1,h2\n"),
+        (2, b'1,"two\nlines"\n'),
+        (5, b"3,4\n"),
+    ]
+    nd = b"".join(b'{"i": %d}\n' % i for i in range(100))
+    chunks = Chunks(records(io.BytesIO(nd), "ndjson"), b"", 100)
+    sizes, seen = [], []
+    while batch := chunks.take():
+        sizes.append(sum(len(r.data) for r in batch))
+        seen += [r.line for r in batch]
+    assert max(sizes) <= 100 and seen == list(range(1, 101))
+    # Put back after a rejected request: the same records come again, in order.
+    chunks = Chunks(records(io.BytesIO(nd), "ndjson"), b"", 1000)
+    first = chunks.take()
+    chunks.limit = 50
+    chunks.put_back(first)
+    again = chunks.take()
+    assert [r.line for r in again] == [1, 2, 3, 4, 5]
+    with pytest.raises(ValueError, match="line 1"):
+        Chunks(records(io.BytesIO(b"x" * 200 + b"\n"), "ndjson"), b"", 100).take()
+
+
+def test_durations() -> None:
+    assert parse_duration("90", "-") == 90
+    assert parse_duration("500ms", "-") == 0.5
+    assert parse_duration("10m", "-") == 600
+    assert parse_duration("1.5h", "-") == 5400
+    assert parse_duration("7d", "-") == 604800
+    assert parse_duration("none", "-") is None
+    for bad in ("", "-1s", "0", "5 weeks", "1y"):
+        with pytest.raises(typer.BadParameter):
+            parse_duration(bad, "-")
+
+
+def test_resolution_order_and_file_mode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for k in ("SPINDLE_URL", "SPINDLE_TOKEN", "SPINDLE_PROFILE"):
+        monkeypatch.delenv(k, raising=False)
+    path = tmp_path / "sub" / "config.yaml"
+    monkeypatch.setenv("SPINDLE_CONFIG", str(path))
+    assert config.resolve(None) == config.Target(config.DEFAULT_URL, None, None, "default", "none")
+    cfg = config.load()
+    cfg.profiles = {
+        "a": config.Profile("http://a:1", "spd_aaaaaaaaaaaaaaaa"),
+        "b": config.Profile("http://b:2/", "spd_bbbbbbbbbbbbbbbb"),
+    }
+    cfg.current = "a"
+    cfg.save()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert config.resolve(None).url == "http://a:1"
+    assert config.resolve("b").url == "http://b:2"
+    monkeypatch.setenv("SPINDLE_PROFILE", "b")
+    assert config.resolve(None).token == "spd_bbbbbbbbbbbbbbbb"
+    assert config.resolve("a").token == "spd_aaaaaaaaaaaaaaaa"  # --profile beats the env
+    monkeypatch.setenv("SPINDLE_TOKEN", "spd_env")
+    monkeypatch.setenv("SPINDLE_URL", "http://env:3")
+    t = config.resolve("a")
+    assert (t.url, t.token, t.url_from, t.token_from) == (
+        "http://env:3",
+        "spd_env",
+        "SPINDLE_URL",
+        "SPINDLE_TOKEN",
+    )
+    with pytest.raises(config.ConfigError, match="no profile 'c'"):
+        config.resolve("c")
+    assert config.mask("spd_aaaaaaaaaaaaaaaa") == "spd_aaaa…"
+    assert "aaaaaaaaaa" not in config.mask("spd_aaaaaaaaaaaaaaaa")
