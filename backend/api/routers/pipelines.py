@@ -176,7 +176,9 @@ def stop(
     _: Operator,
     checkpoint: Annotated[bool, Query(description="checkpoint before stopping")] = False,
 ) -> OperationOut:
-    """Stop; returns an operation that succeeds once the run has ended."""
+    """Stop; returns an operation that succeeds once the run has taken its last step (and,
+    with `checkpoint=true`, its last checkpoint). The pipeline's state becomes `stopped`
+    when the driver has exited, a few seconds later."""
     p = pipeline_by_name(s, name)
     run = lifecycle.request_stop(s, p)
     op = ops.create(s, p, OperationKind.stop, {"checkpoint": checkpoint})

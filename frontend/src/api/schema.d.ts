@@ -347,7 +347,9 @@ export interface paths {
         put?: never;
         /**
          * Stop
-         * @description Stop; returns an operation that succeeds once the run has ended.
+         * @description Stop; returns an operation that succeeds once the run has taken its last step (and,
+         *     with `checkpoint=true`, its last checkpoint). The pipeline's state becomes `stopped`
+         *     when the driver has exited, a few seconds later.
          */
         post: operations["stop_api_v1_pipelines__name__stop_post"];
         delete?: never;
