@@ -58,6 +58,14 @@ class Forbidden(ApiError):
     code = "forbidden"
 
 
+class StateUnavailable(ApiError):
+    """Stored state the request needs cannot be read (a corrupt or missing file): not the
+    client's mistake, and never answered with a wrong (say, empty) result instead."""
+
+    status = 503
+    code = "state_unavailable"
+
+
 __all__ = [
     "ApiError",
     "Conflict",
@@ -65,6 +73,7 @@ __all__ = [
     "InvalidInput",
     "InvalidSpec",
     "NotFound",
+    "StateUnavailable",
     "TooLarge",
     "Unauthorized",
 ]

@@ -78,8 +78,8 @@ class Profile:
 
 
 PROFILES = {
-    "full": Profile("full", 8.0, 200.0, 100, 4.0, "500ms", 32, 90.0, 2),
-    "quick": Profile("quick", 2.0, 200.0, 100, 4.0, "500ms", 32, 90.0, 2),
+    "full": Profile("full", 8.0, 200.0, 100, 4.0, "500ms", 32, 90.0, 1),
+    "quick": Profile("quick", 2.0, 200.0, 100, 4.0, "500ms", 32, 90.0, 1),
 }
 
 TARGETS = {"read_p99_ms": 50.0, "sse_delay_p99_s": 1.0}
@@ -714,7 +714,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--dir", default=None, help="where to put temporary state (default: tmp)")
     p.add_argument("--rate", type=float, default=None, help="target requests/s of each phase")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    p.add_argument("--api-workers", type=int, default=None, help="API processes (default 2)")
+    p.add_argument("--api-workers", type=int, default=None, help="API processes (default 1)")
     args = p.parse_args(argv)
     mode = "quick" if args.quick else "full"
     log = quiet if args.quiet else log_to_stderr

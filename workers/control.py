@@ -152,7 +152,9 @@ class JobControl:
     def _policy(self, s: Any) -> None:
         assert self.runner is not None
         p = s.get(Pipeline, self.pipeline_id)
-        if p is not None and p.retention is not None and p.retention.auto_commit_interval_s:
+        # The policy row starts as the spec's `checkpoint.every` and is what the API edits:
+        # null there turns time-based commits off.
+        if p is not None and p.retention is not None:
             self.runner.auto_commit_s = p.retention.auto_commit_interval_s
 
     def _apply_desired(self, s: Any) -> None:

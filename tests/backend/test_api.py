@@ -925,6 +925,18 @@ def test_view_reads(api: Api) -> None:
     assert (got["step"], got["checkpoint"]) == (9, uid2)
     assert got["rows"] == [everything[0], everything[2], everything[3], {"user": 6, "clicks": 3}]
 
+    # A corrupt file is an error naming it, never an empty or partial answer.
+    storage = api.storage(CLICKS)
+    batch = max(storage.glob("*.batch"), key=lambda f: f.stat().st_mtime)
+    raw = bytearray(batch.read_bytes())
+    raw[len(raw) // 3] ^= 0xFF
+    batch.write_bytes(bytes(raw))
+    body = error(api.get(url), 503, "state_unavailable")
+    assert batch.name in body["message"]
+    batch.unlink()
+    body = error(api.get(url), 503, "state_unavailable")
+    assert batch.name in body["message"]
+
 
 # -- metrics --------------------------------------------------------------------------------
 

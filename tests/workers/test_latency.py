@@ -152,37 +152,3 @@ def test_an_empty_event_time_is_a_spec_error(tmp_path: Path) -> None:
     with pytest.raises(SpecError) as e:
         parse_spec(_doc(tmp_path, [AGG], event_time=""))
     assert [p for p, _ in e.value.errors] == ["transform.event_time"]
-
-
-def test_the_control_plane_stores_latency_ms(tmp_path: Path) -> None:
-    """The job's metrics sink (workers.control) keeps `latency_ms` in its MetricSample row,
-    null included (the API and the SSE stream return those rows)."""
-    import queue
-
-    from backend.db import Database
-    from backend.migrate import upgrade
-    from backend.models import MetricSample, Pipeline, PipelineState
-    from workers.control import JobControl
-
-    url = f"sqlite:///{tmp_path / 'spindle.db'}"
-    upgrade(url)
-    db = Database(url)
-    try:
-        with db.session() as s:
-            p = Pipeline(name="p", spec={"name": "p"}, state=PipelineState.running)
-            s.add(p)
-            s.flush()
-            pid = p.id
-        ctl = JobControl.__new__(JobControl)  # only its metrics path: no run, no thread
-        ctl.pipeline_id, ctl.run_id = pid, None  # type: ignore[assignment]
-        ctl._metrics = queue.SimpleQueue()
-        base = {"ts": 1.0, "rows_in": 3, "source_offset": 9, "spark_ms": 1.0}
-        ctl.metrics_sink({**base, "step": 1, "latency_ms": 5123.25})
-        ctl.metrics_sink({**base, "step": 2, "latency_ms": None})
-        with db.session() as s:
-            ctl._flush_metrics(s)
-        with db.session() as s:
-            rows = s.query(MetricSample.step, MetricSample.latency_ms).order_by(MetricSample.id)
-            assert [tuple(r) for r in rows] == [(1, 5123.25), (2, None)]
-    finally:
-        db.dispose()

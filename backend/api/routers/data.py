@@ -8,11 +8,11 @@ import anyio
 import pyarrow as pa
 from fastapi import APIRouter, Query, Request
 
-from storage_engine.errors import StorageError
+from storage_engine.errors import CorruptionError, StorageError
 from storage_engine.tools import read_spine, to_jsonable
 from workers.spec import ViewSink, parse_spec
 
-from ...errors import InvalidInput, NotFound
+from ...errors import InvalidInput, NotFound, StateUnavailable
 from ...schemas.metrics import IngestOut, ViewPage
 from ...services import ingest
 from ..context import Context
@@ -81,7 +81,9 @@ def read_view(
         raise NotFound(f"pipeline {name!r} has no view {view!r}")
     try:
         got = read_spine(ctx.settings.storage_dir(p.name), f"view.{view}")
-    except (StorageError, KeyError):
+    except (CorruptionError, OSError) as e:
+        raise StateUnavailable(f"the view's state cannot be read: {e}") from None
+    except (StorageError, KeyError):  # no checkpoint yet, or none with this view
         return ViewPage(view=view, step=None, checkpoint=None, rows=[])
     t = got.rows
     if t is None:

@@ -49,15 +49,14 @@ def pipeline_outs(s: Session, pipelines: Sequence[Pipeline]) -> list[PipelineOut
     ids = [p.id for p in pipelines]
     latest = select(func.max(Run.id)).where(Run.pipeline_id.in_(ids)).group_by(Run.pipeline_id)
     runs = {r.pipeline_id: r for r in s.scalars(select(Run).where(Run.id.in_(latest)))}
-    counts = dict(
-        s.execute(
+    counts: dict[int, int] = {
+        pid: n
+        for pid, n in s.execute(
             select(Checkpoint.pipeline_id, func.count())
             .where(Checkpoint.pipeline_id.in_(ids))
             .group_by(Checkpoint.pipeline_id)
         )
-        .tuples()
-        .all()
-    )
+    }
     outs = []
     for p in pipelines:
         run = runs.get(p.id)

@@ -958,6 +958,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description stored state cannot be read (a corrupt or missing file, named in `message`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
         };
     };
     list_pipelines_api_v1_pipelines_get: {
@@ -1025,6 +1034,15 @@ export interface operations {
             };
             /** @description invalid spec, request or records; `errors` names the fields */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description stored state cannot be read (a corrupt or missing file, named in `message`) */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1110,6 +1128,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description stored state cannot be read (a corrupt or missing file, named in `message`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
         };
     };
     validate_api_v1_pipelines_validate_post: {
@@ -1188,6 +1215,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description stored state cannot be read (a corrupt or missing file, named in `message`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
         };
     };
     get_api_v1_pipelines__name__get: {
@@ -1257,6 +1293,15 @@ export interface operations {
             };
             /** @description invalid spec, request or records; `errors` names the fields */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description stored state cannot be read (a corrupt or missing file, named in `message`) */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1344,6 +1389,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description stored state cannot be read (a corrupt or missing file, named in `message`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
         };
     };
     delete_api_v1_pipelines__name__delete: {
@@ -1411,6 +1465,15 @@ export interface operations {
             };
             /** @description invalid spec, request or records; `errors` names the fields */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description stored state cannot be read (a corrupt or missing file, named in `message`) */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1487,6 +1550,15 @@ export interface operations {
             };
             /** @description invalid spec, request or records; `errors` names the fields */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description stored state cannot be read (a corrupt or missing file, named in `message`) */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1578,6 +1650,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description stored state cannot be read (a corrupt or missing file, named in `message`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
         };
     };
     gc_api_v1_pipelines__name__checkpoints_gc_post: {
@@ -1662,6 +1743,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description stored state cannot be read (a corrupt or missing file, named in `message`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
         };
     };
     delete_api_v1_pipelines__name__checkpoints__uuid__delete: {
@@ -1732,6 +1822,15 @@ export interface operations {
             };
             /** @description invalid spec, request or records; `errors` names the fields */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description stored state cannot be read (a corrupt or missing file, named in `message`) */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1820,6 +1919,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description stored state cannot be read (a corrupt or missing file, named in `message`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
         };
     };
     restore_api_v1_pipelines__name__checkpoints__uuid__restore_post: {
@@ -1890,6 +1998,15 @@ export interface operations {
             };
             /** @description invalid spec, request or records; `errors` names the fields */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description stored state cannot be read (a corrupt or missing file, named in `message`) */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1982,6 +2099,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description stored state cannot be read (a corrupt or missing file, named in `message`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
         };
     };
     logs_api_v1_pipelines__name__logs_get: {
@@ -2063,6 +2189,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description stored state cannot be read (a corrupt or missing file, named in `message`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
         };
     };
     metrics_history_api_v1_pipelines__name__metrics_get: {
@@ -2136,6 +2271,15 @@ export interface operations {
             };
             /** @description invalid spec, request or records; `errors` names the fields */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description stored state cannot be read (a corrupt or missing file, named in `message`) */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2224,6 +2368,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description stored state cannot be read (a corrupt or missing file, named in `message`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
         };
     };
     pause_api_v1_pipelines__name__pause_post: {
@@ -2293,6 +2446,15 @@ export interface operations {
             };
             /** @description invalid spec, request or records; `errors` names the fields */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description stored state cannot be read (a corrupt or missing file, named in `message`) */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2376,6 +2538,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description stored state cannot be read (a corrupt or missing file, named in `message`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
         };
     };
     get_retention_api_v1_pipelines__name__retention_get: {
@@ -2445,6 +2616,15 @@ export interface operations {
             };
             /** @description invalid spec, request or records; `errors` names the fields */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description stored state cannot be read (a corrupt or missing file, named in `message`) */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2532,6 +2712,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description stored state cannot be read (a corrupt or missing file, named in `message`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
         };
     };
     runs_api_v1_pipelines__name__runs_get: {
@@ -2603,6 +2792,15 @@ export interface operations {
             };
             /** @description invalid spec, request or records; `errors` names the fields */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description stored state cannot be read (a corrupt or missing file, named in `message`) */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2689,6 +2887,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description stored state cannot be read (a corrupt or missing file, named in `message`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
         };
     };
     stop_api_v1_pipelines__name__stop_post: {
@@ -2761,6 +2968,15 @@ export interface operations {
             };
             /** @description invalid spec, request or records; `errors` names the fields */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description stored state cannot be read (a corrupt or missing file, named in `message`) */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2850,6 +3066,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description stored state cannot be read (a corrupt or missing file, named in `message`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
         };
     };
     list_tokens_api_v1_tokens_get: {
@@ -2917,6 +3142,15 @@ export interface operations {
             };
             /** @description invalid spec, request or records; `errors` names the fields */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description stored state cannot be read (a corrupt or missing file, named in `message`) */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3002,6 +3236,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description stored state cannot be read (a corrupt or missing file, named in `message`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
         };
     };
     delete_api_v1_tokens__token_id__delete: {
@@ -3069,6 +3312,15 @@ export interface operations {
             };
             /** @description invalid spec, request or records; `errors` names the fields */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description stored state cannot be read (a corrupt or missing file, named in `message`) */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3165,6 +3417,15 @@ export interface operations {
             };
             /** @description invalid spec, request or records; `errors` names the fields */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description stored state cannot be read (a corrupt or missing file, named in `message`) */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };

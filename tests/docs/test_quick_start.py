@@ -1,0 +1,140 @@
+"""The README's quick start, `make run`: what it wraps, `python -m backend serve --data-dir DIR`
+without `SPINDLE_ADMIN_TOKEN`, on a fresh data directory. It prints where it serves and where
+the generated admin token is, writes `<data dir>/admin-token` with mode 0600, serves
+`/healthz` and the console at `/ui/`, accepts the token, prints the token only the first time,
+and stops cleanly (worker included) on SIGTERM.
+
+(`make run` also bootstraps .venv/ and builds the console; `make test` runs this suite. The
+rest of the platform's behaviour over HTTP is tests/backend/test_platform.py's, which starts
+it with a configured admin token.)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import httpx
+
+from tests.backend.platform import ROOT, free_port, wait_until
+
+DIST_INDEX = ROOT / "frontend" / "dist" / "index.html"
+
+
+class Serve:
+    """`python -m backend serve` as `make run` starts it, its output collected."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.port = free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SPINDLE_")}
+        env["PYTHONPATH"] = str(ROOT)
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "backend",
+                "serve",
+                "--data-dir",
+                str(data_dir),
+                "--port",
+                str(self.port),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def ready(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"serve exited {self.proc.returncode}:\n{self.output}")
+        try:
+            return httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def stop(self, timeout: float = 120) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"serve did not stop on SIGTERM:\n{self.output}") from None
+        self._reader.join(10)
+        return code
+
+
+def _worker_pids(data_dir: Path) -> list[int]:
+    found = subprocess.run(
+        ["pgrep", "-f", "--", f"--schedule {data_dir}/celerybeat-schedule"],
+        capture_output=True,
+        text=True,
+    )
+    return [int(p) for p in found.stdout.split()]
+
+
+def test_make_run_serves_with_a_generated_admin_token(tmp_path: Path) -> None:
+    data = tmp_path / "spindle-data"
+    serve = Serve(data)
+    try:
+        wait_until(serve.ready, 90, "serve to be ready")
+        wait_until(lambda: any("data:" in line for line in serve.lines), 10, "the banner")
+        out = serve.output
+        assert f"Spindle is serving on {serve.url}" in out, out
+        token_file = data / "admin-token"
+        m = re.search(r"admin token \(shown once; also in (\S+)\): (spd_\S+)", out)
+        assert m is not None, out
+        assert Path(m.group(1)) == token_file.resolve()
+        token = m.group(2)
+        assert token_file.read_text().strip() == token
+        assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+
+        health = httpx.get(f"{serve.url}/healthz", timeout=10)
+        assert health.status_code == 200 and health.json() == {"status": "ok"}
+        ui = httpx.get(f"{serve.url}/ui/", timeout=10)
+        assert ui.headers["content-type"].startswith("text/html")
+        if DIST_INDEX.exists():  # built by `make run` / `make test`
+            assert ui.status_code == 200, ui.text
+        else:  # says how to build it rather than failing
+            assert ui.status_code == 503 and "make ui" in ui.text
+        auth = {"Authorization": f"Bearer {token}"}
+        assert httpx.get(f"{serve.url}/api/v1/pipelines", headers=auth, timeout=10).json() == []
+        assert httpx.get(f"{serve.url}/api/v1/pipelines", timeout=10).status_code == 401
+        assert _worker_pids(data), "serve started no worker"
+    finally:
+        code = serve.stop()
+    assert code == 0, serve.output
+    assert serve.lines[-1] == "stopped", serve.output
+    assert not _worker_pids(data), "the worker outlived serve"
+
+    # Started again on the same data directory: the token is not printed a second time.
+    again = Serve(data)
+    try:
+        wait_until(again.ready, 90, "serve to be ready again")
+        wait_until(lambda: any("data:" in line for line in again.lines), 10, "the banner")
+        assert f"admin token: in {token_file.resolve()}" in again.output, again.output
+        assert token not in again.output
+    finally:
+        assert again.stop() == 0, again.output
