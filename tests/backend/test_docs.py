@@ -32,3 +32,17 @@ def test_every_route_is_documented(tmp_path: Path) -> None:
     assert "/api/v1/pipelines" in paths
     missing = [p for p in sorted(paths) if p not in text]
     assert missing == []
+
+
+def test_the_api_reference_is_rendered_from_the_committed_openapi_document() -> None:
+    """docs/api-reference.md is what scripts/api_reference.py renders from
+    frontend/openapi.json (itself checked against the app by `npm run check:api`)."""
+    import json
+    import runpy
+
+    root = DOCS.parent
+    render = runpy.run_path(str(root / "scripts" / "api_reference.py"))["render"]
+    doc = json.loads((root / "frontend" / "openapi.json").read_text(encoding="utf-8"))
+    assert render(doc) == (DOCS / "api-reference.md").read_text(encoding="utf-8"), (
+        "docs/api-reference.md is stale: run `npm run gen:api` in frontend/"
+    )

@@ -120,6 +120,7 @@ def gc(
 
 @router.delete("/checkpoints/{uuid}", response_model=OperationOut, status_code=202)
 def delete(name: str, uuid: Uuid, ctx: Ctx, s: DB, _: Operator) -> OperationOut:
+    """Delete one checkpoint (not a pinned one); returns an operation."""
     p = pipeline_by_name(s, name)
     _mirror(ctx, s, p)
     row = _row(s, p, uuid)
@@ -153,6 +154,7 @@ def restore(name: str, uuid: Uuid, ctx: Ctx, s: DB, _: Operator) -> OperationOut
 
 @router.get("/retention", response_model=RetentionOut)
 def get_retention(name: str, s: DB, _: Viewer) -> RetentionOut:
+    """The retention policy and auto-commit interval."""
     p = pipeline_by_name(s, name)
     pol = p.retention or RetentionPolicy(pipeline_id=p.id, min_keep=1)
     return RetentionOut.model_validate(pol)
@@ -160,6 +162,8 @@ def get_retention(name: str, s: DB, _: Viewer) -> RetentionOut:
 
 @router.put("/retention", response_model=RetentionOut)
 def put_retention(name: str, body: RetentionIn, s: DB, _: Operator) -> RetentionOut:
+    """Replace the retention policy and auto-commit interval; a running job applies it within a
+    poll."""
     p = pipeline_by_name(s, name)
     pol = p.retention
     if pol is None:

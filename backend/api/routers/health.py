@@ -18,6 +18,7 @@ router = APIRouter(tags=["health"])
 
 @router.get("/healthz")
 def healthz() -> dict[str, str]:
+    """Liveness: the API process answers."""
     return {"status": "ok"}
 
 

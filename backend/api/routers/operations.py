@@ -49,6 +49,8 @@ def wait_for(ctx: Context, op_id: str, timeout_s: float) -> OperationOut:
 
 @router.get("/{op_id}", response_model=OperationOut)
 def get(op_id: str, s: DB, _: Viewer) -> OperationOut:
+    """The status of an asynchronous command: pending, running, succeeded or failed, with its result
+    or error."""
     op = s.get(Operation, op_id)
     if op is None:
         raise NotFound(f"no operation {op_id}")

@@ -80,6 +80,8 @@ def validate(body: PipelineCreate, ctx: Ctx, _: Viewer) -> SpecValidation:
 
 @router.post("", response_model=PipelineOut, status_code=201)
 def create(body: PipelineCreate, ctx: Ctx, s: DB, _: Operator) -> PipelineOut:
+    """Register a pipeline from its spec (stopped; `start` runs it). The spec's errors name their
+    fields."""
     spec = specs.validate(body.spec, ctx.settings.roots)
     name = spec.name
     if s.scalar(select(Pipeline.id).where(Pipeline.name == name)) is not None:
@@ -103,16 +105,19 @@ def create(body: PipelineCreate, ctx: Ctx, s: DB, _: Operator) -> PipelineOut:
 
 @router.get("", response_model=list[PipelineOut])
 def list_pipelines(s: DB, _: Viewer) -> list[PipelineOut]:
+    """Every pipeline, by name, with its state, current run, last step and checkpoint count."""
     return pipeline_outs(s, s.scalars(select(Pipeline).order_by(Pipeline.name)).all())
 
 
 @router.get("/{name}", response_model=PipelineOut)
 def get(name: Name, s: DB, _: Viewer) -> PipelineOut:
+    """One pipeline with its state, current run, last step and checkpoint count."""
     return pipeline_out(s, pipeline_by_name(s, name))
 
 
 @router.put("/{name}", response_model=PipelineOut)
 def replace(name: Name, body: PipelineUpdate, ctx: Ctx, s: DB, _: Operator) -> PipelineOut:
+    """Replace the spec of a stopped pipeline (the name stays)."""
     p = pipeline_by_name(s, name)
     new_name = specs.validate(body.spec, ctx.settings.roots).name
     if new_name != name:
@@ -151,6 +156,7 @@ def start(
         str, Query(pattern=r"^(latest|none|[0-9a-f-]{36})$", description="latest, none or a uuid")
     ] = "latest",
 ) -> PipelineOut:
+    """Start a new run from the latest checkpoint, none (fresh state) or a retained one."""
     p = pipeline_by_name(s, name)
     if from_checkpoint not in ("latest", "none"):
         known = s.scalar(
@@ -188,6 +194,7 @@ def stop(
 
 @router.post("/{name}/pause", response_model=PipelineOut, status_code=202)
 def pause(name: Name, s: DB, _: Operator) -> PipelineOut:
+    """Pause a running pipeline: its Spark query stops, its run and state stay open."""
     p = pipeline_by_name(s, name)
     lifecycle.pause(s, p)
     return pipeline_out(s, p)
@@ -195,6 +202,7 @@ def pause(name: Name, s: DB, _: Operator) -> PipelineOut:
 
 @router.post("/{name}/resume", response_model=PipelineOut, status_code=202)
 def resume(name: Name, s: DB, _: Operator) -> PipelineOut:
+    """Resume a paused pipeline from where it paused."""
     p = pipeline_by_name(s, name)
     lifecycle.resume(s, p)
     return pipeline_out(s, p)
@@ -204,6 +212,7 @@ def resume(name: Name, s: DB, _: Operator) -> PipelineOut:
 def runs(
     name: Name, s: DB, _: Viewer, limit: Annotated[int, Query(ge=1, le=1000)] = 100
 ) -> list[RunOut]:
+    """Run history, newest first: state, exit reason, restart count, steps."""
     p = pipeline_by_name(s, name)
     q = select(Run).where(Run.pipeline_id == p.id).order_by(Run.id.desc()).limit(limit)
     return [RunOut.model_validate(r) for r in s.scalars(q)]

@@ -19,12 +19,14 @@ router = APIRouter(prefix="/api/v1/tokens", tags=["tokens"])
 
 @router.post("", response_model=TokenCreated, status_code=201)
 def create(body: TokenCreate, s: DB, _: Admin) -> TokenCreated:
+    """Create a token with a role; the secret is in this response only."""
     row, secret = tokens.create(s, body.name, body.role)
     return TokenCreated(**TokenOut.model_validate(row).model_dump(), token=secret)
 
 
 @router.get("", response_model=list[TokenOut])
 def list_tokens(s: DB, _: Admin) -> list[TokenOut]:
+    """Every token: name, role, prefix, created and last used (never the secret)."""
     return [TokenOut.model_validate(t) for t in s.scalars(select(ApiToken).order_by(ApiToken.id))]
 
 
@@ -32,6 +34,7 @@ def list_tokens(s: DB, _: Admin) -> list[TokenOut]:
 def delete(
     token_id: Annotated[int, Path(ge=1, le=INT32_MAX)], ctx: Ctx, s: DB, _: Admin
 ) -> Response:
+    """Revoke a token (not the last admin token)."""
     row = s.get(ApiToken, token_id)
     if row is None:
         raise NotFound(f"no token {token_id}")

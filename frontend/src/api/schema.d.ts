@@ -11,7 +11,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Get */
+        /**
+         * Get
+         * @description The status of an asynchronous command: pending, running, succeeded or failed, with its result
+         *     or error.
+         */
         get: operations["get_api_v1_operations__op_id__get"];
         put?: never;
         post?: never;
@@ -28,10 +32,17 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List Pipelines */
+        /**
+         * List Pipelines
+         * @description Every pipeline, by name, with its state, current run, last step and checkpoint count.
+         */
         get: operations["list_pipelines_api_v1_pipelines_get"];
         put?: never;
-        /** Create */
+        /**
+         * Create
+         * @description Register a pipeline from its spec (stopped; `start` runs it). The spec's errors name their
+         *     fields.
+         */
         post: operations["create_api_v1_pipelines_post"];
         delete?: never;
         options?: never;
@@ -66,9 +77,15 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Get */
+        /**
+         * Get
+         * @description One pipeline with its state, current run, last step and checkpoint count.
+         */
         get: operations["get_api_v1_pipelines__name__get"];
-        /** Replace */
+        /**
+         * Replace
+         * @description Replace the spec of a stopped pipeline (the name stays).
+         */
         put: operations["replace_api_v1_pipelines__name__put"];
         post?: never;
         /**
@@ -136,7 +153,10 @@ export interface paths {
         get?: never;
         put?: never;
         post?: never;
-        /** Delete */
+        /**
+         * Delete
+         * @description Delete one checkpoint (not a pinned one); returns an operation.
+         */
         delete: operations["delete_api_v1_pipelines__name__checkpoints__uuid__delete"];
         options?: never;
         head?: never;
@@ -259,7 +279,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Pause */
+        /**
+         * Pause
+         * @description Pause a running pipeline: its Spark query stops, its run and state stay open.
+         */
         post: operations["pause_api_v1_pipelines__name__pause_post"];
         delete?: never;
         options?: never;
@@ -276,7 +299,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Resume */
+        /**
+         * Resume
+         * @description Resume a paused pipeline from where it paused.
+         */
         post: operations["resume_api_v1_pipelines__name__resume_post"];
         delete?: never;
         options?: never;
@@ -291,9 +317,16 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Get Retention */
+        /**
+         * Get Retention
+         * @description The retention policy and auto-commit interval.
+         */
         get: operations["get_retention_api_v1_pipelines__name__retention_get"];
-        /** Put Retention */
+        /**
+         * Put Retention
+         * @description Replace the retention policy and auto-commit interval; a running job applies it within a
+         *     poll.
+         */
         put: operations["put_retention_api_v1_pipelines__name__retention_put"];
         post?: never;
         delete?: never;
@@ -309,7 +342,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Runs */
+        /**
+         * Runs
+         * @description Run history, newest first: state, exit reason, restart count, steps.
+         */
         get: operations["runs_api_v1_pipelines__name__runs_get"];
         put?: never;
         post?: never;
@@ -328,7 +364,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Start */
+        /**
+         * Start
+         * @description Start a new run from the latest checkpoint, none (fresh state) or a retained one.
+         */
         post: operations["start_api_v1_pipelines__name__start_post"];
         delete?: never;
         options?: never;
@@ -385,10 +424,16 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List Tokens */
+        /**
+         * List Tokens
+         * @description Every token: name, role, prefix, created and last used (never the secret).
+         */
         get: operations["list_tokens_api_v1_tokens_get"];
         put?: never;
-        /** Create */
+        /**
+         * Create
+         * @description Create a token with a role; the secret is in this response only.
+         */
         post: operations["create_api_v1_tokens_post"];
         delete?: never;
         options?: never;
@@ -406,7 +451,10 @@ export interface paths {
         get?: never;
         put?: never;
         post?: never;
-        /** Delete */
+        /**
+         * Delete
+         * @description Revoke a token (not the last admin token).
+         */
         delete: operations["delete_api_v1_tokens__token_id__delete"];
         options?: never;
         head?: never;
@@ -420,7 +468,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Healthz */
+        /**
+         * Healthz
+         * @description Liveness: the API process answers.
+         */
         get: operations["healthz_healthz_get"];
         put?: never;
         post?: never;
