@@ -183,13 +183,23 @@ def run_exited(s: Session, run: Run, code: int, log_tail: str = "") -> Exit:
     if code == EXIT_SPEC:
         p.state = PipelineState.failed
         p.desired_state = DesiredState.stopped
-        p.error = tail[-2000:] or run.exit_reason
+        p.error = _spec_error(tail) or run.exit_reason
         return Exit()
     if p.desired_state == DesiredState.stopped:
         p.state = PipelineState.stopped
         return Exit()
     p.state = PipelineState.restarting
     return Exit(restart_due=True)
+
+
+SPEC_ERROR_HEADING = "invalid pipeline spec:"  # how workers.spec.SpecError prints itself
+
+
+def _spec_error(tail: str) -> str:
+    """The driver's spec error (its heading and one line per field) from the end of its log,
+    without the Spark output before it; the log's end if the heading is not there."""
+    at = tail.rfind(SPEC_ERROR_HEADING)
+    return (tail[at:] if at >= 0 else tail[-2000:]).strip()[:2000]
 
 
 def backoff_s(settings: Settings, restarts: int) -> float:

@@ -417,9 +417,22 @@ def test_exit_2_is_a_spec_error_without_restart(sqlite_db: Database, policy: Set
     )
     p = get_pipeline(sqlite_db, pid)
     assert (p.state, p.desired_state) == (PipelineState.failed, DesiredState.stopped)
-    assert p.error == tail.strip()
+    assert p.error == tail.strip()  # no spec error heading: the log's end
     with sqlite_db.session() as s:
         assert lifecycle.reap(s, policy, utcnow() + dt.timedelta(hours=1)) == []
+
+
+def test_a_spec_error_is_reported_without_the_spark_output_before_it(
+    sqlite_db: Database,
+) -> None:
+    pid, run = started_pipeline(sqlite_db)
+    spec_error = (
+        "invalid pipeline spec:\n  transform.select: `nope` cannot be resolved\n"
+        "  state.0.group_by: `user_id` is not a column"
+    )
+    tail = "WARN SparkSession: ...\norg.apache.spark.sql.AnalysisException: ...\n" * 50
+    exited(sqlite_db, run, lifecycle.EXIT_SPEC, tail + spec_error + "\n")
+    assert get_pipeline(sqlite_db, pid).error == spec_error
 
 
 def test_exit_3_relaunches_from_the_restored_checkpoint(sqlite_db: Database) -> None:
