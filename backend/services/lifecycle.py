@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from ..errors import Conflict
 from ..models import (
     ENDED_RUN,
+    Checkpoint,
     DesiredState,
     Operation,
     OperationKind,
@@ -251,8 +252,30 @@ def reap(s: Session, settings: Settings, now: dt.datetime | None = None) -> list
         if count and (now - ended).total_seconds() < backoff_s(settings, count):
             continue
         p.state = PipelineState.starting
-        launches.append(_new_run(s, p, "latest", count))
+        launches.append(_new_run(s, p, _resume_point(s, p, last), count))
     return launches
+
+
+def _resume_point(s: Session, p: Pipeline, ended: Run) -> str:
+    """Where the replacement of run `ended` starts: the newest checkpoint, unless `ended`
+    was started elsewhere (`none`, or an older checkpoint) and ended before committing one.
+    Then the newest checkpoint is state that start was meant to leave behind, so the
+    replacement starts where `ended` did. (If the mirror has not seen a commit the manifest
+    has, the replacement redoes that run's steps: slower, not wrong, as sinks roll back.)"""
+    if ended.from_checkpoint == "latest":
+        return "latest"
+    since = ended.started_at or ended.created_at
+    newer = select(Checkpoint.id).where(
+        Checkpoint.pipeline_id == p.id, Checkpoint.created_at >= since
+    )
+    if s.scalar(newer.limit(1)) is not None:
+        return "latest"
+    if ended.from_checkpoint == "none":
+        return "none"
+    kept = select(Checkpoint.id).where(
+        Checkpoint.pipeline_id == p.id, Checkpoint.uuid == ended.from_checkpoint
+    )
+    return ended.from_checkpoint if s.scalar(kept) is not None else "latest"
 
 
 __all__ = [

@@ -19,6 +19,7 @@ from sqlalchemy import event, select
 from backend.db import Database
 from backend.migrate import upgrade
 from backend.models import (
+    Checkpoint,
     DesiredState,
     MetricSample,
     Operation,
@@ -315,6 +316,40 @@ def test_reap_restarts_lost_runs_with_doubling_backoff_then_gives_up(
     )
     assert reap(db, policy, t + 100_000) == []
     assert get_pipeline(db, pid).state == PipelineState.failed
+
+
+@pytest.mark.parametrize("started_from", ["none", "older"])
+def test_a_run_started_elsewhere_that_crashed_before_committing_restarts_there(
+    sqlite_db: Database, policy: Settings, started_from: str
+) -> None:
+    """Starting from `none` (or an older checkpoint) leaves the newest checkpoint behind; a
+    crash before the run's first commit must not bring that state back."""
+    db = sqlite_db
+    pid = add_pipeline(db)
+    older, newest = "0" * 8 + "-0000-0000-0000-" + "0" * 12, "1" * 8 + "-1111-1111-1111-" + "1" * 12
+    with db.session() as s:
+        for i, uid in enumerate((older, newest)):
+            s.add(Checkpoint(pipeline_id=pid, uuid=uid, step=i + 1, created_at=at(-100 + i)))
+    frm = "none" if started_from == "none" else older
+    run = add_run(db, pid, from_checkpoint=frm, created_at=at(0))
+    lost = crash_by_silence(db, policy, run, started=0)
+    launched = reap(db, policy, lost + lifecycle.backoff_s(policy, 1))
+    assert [(f, n) for _, n, f, _ in launched] == [(frm, 2)]
+    # Once the run has committed, the newest checkpoint is its own: restart from it.
+    run = launched[0][0]
+    update_run(db, run, created_at=at(lost + 10))
+    with db.session() as s:
+        s.add(
+            Checkpoint(
+                pipeline_id=pid,
+                uuid="2" * 8 + "-2222-2222-2222-" + "2" * 12,
+                step=3,
+                created_at=at(lost + 20),
+            )
+        )
+    lost = crash_by_silence(db, policy, run, started=lost + 15)
+    launched = reap(db, policy, lost + lifecycle.backoff_s(policy, 2))
+    assert [(f, n) for _, n, f, _ in launched] == [("latest", 3)]
 
 
 def test_reap_resets_the_count_after_a_healthy_run(sqlite_db: Database, policy: Settings) -> None:
