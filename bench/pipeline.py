@@ -71,7 +71,8 @@ NOTES = [
     "recovery_ms: SIGKILL of Spindle's runner in the middle of the input, then a new run: "
     "time from the kill to the new run's first completed step (Spark start-up included). "
     "spark_startup_ms: a fresh process importing the runner and starting a Spark session; "
-    "the target is recovery within Spark start-up + 2 s.",
+    "the target is recovery within Spark start-up + 2 s. recovery_phases_ms: the median "
+    "recovery's start-up phases (its `started` record in metrics.jsonl; see workers/README).",
 ]
 
 
@@ -133,12 +134,26 @@ def _runner(work: Path, spec: Path, state: Path) -> subprocess.Popen[bytes]:
     )
 
 
+def _records(metrics: Path) -> list[dict[str, Any]]:
+    """The metrics file's records that are steps (skipping e.g. the `started` record)."""
+    if not metrics.exists():
+        return []
+    recs = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()]
+    return [r for r in recs if "step" in r]
+
+
+def _started(metrics: Path) -> list[dict[str, Any]]:
+    """The `started` records (one per run that completed a step): its start-up phases."""
+    recs = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()]
+    return [r for r in recs if r.get("event") == "started"]
+
+
 def spindle(work: Path, log: Log) -> dict[str, Any]:
     spec, state = spindle_spec(work), work / "spindle-state"
     p = _runner(work, spec, state)
     if p.wait(timeout=3600) != 0:
         raise RuntimeError(f"the Spindle runner failed ({p.returncode})")
-    steps = [json.loads(x) for x in (state / "metrics.jsonl").read_text().splitlines()]
+    steps = _records(state / "metrics.jsonl")
     lat = [s["spark_ms"] + s["engine_ms"] + s["commit_ms"] for s in steps][2:]
     rows = sum(s["rows_in"] for s in steps[2:])
     return {
@@ -197,28 +212,32 @@ def spark_rocksdb(work: Path, total_rows: int, log: Log) -> dict[str, Any]:
     }
 
 
-def recovery(work: Path, log: Log) -> float:
+def recovery(work: Path, log: Log) -> tuple[float, dict[str, float]]:
+    """ms from the SIGKILL to the new run's first completed step, and the new run's start-up
+    phases (its `started` record: ms per phase, from the process's start)."""
     spec, state = spindle_spec(work), work / "recovery-state"
     shutil.rmtree(state, ignore_errors=True)  # each measurement starts from the beginning
     p = _runner(work, spec, state)
     metrics = state / "metrics.jsonl"
-    while not metrics.exists() or len(metrics.read_text().splitlines()) < 3:
+    while len(_records(metrics)) < 3:
         if p.poll() is not None:
             raise RuntimeError("the runner ended before it could be killed")
         time.sleep(0.05)
     p.send_signal(signal.SIGKILL)
     p.wait()
     killed = time.time()
-    before = len(metrics.read_text().splitlines())
+    before = len(_records(metrics))
     p = _runner(work, spec, state)
-    while len(metrics.read_text().splitlines()) <= before:
+    # Until the new run's first step and its `started` record (written right after it).
+    while len(_records(metrics)) <= before or len(_started(metrics)) < 2:
         if p.poll() is not None:
             raise RuntimeError("the restarted runner ended without a step")
         time.sleep(0.02)
-    first = json.loads(metrics.read_text().splitlines()[before])["ts"]
+    first = _records(metrics)[before]["ts"]
+    phases: dict[str, float] = _started(metrics)[-1]["phases_ms"]
     p.send_signal(signal.SIGKILL)  # measured: the rest of the input is not needed
     p.wait()
-    return float(first - killed) * 1000
+    return float(first - killed) * 1000, phases
 
 
 def spark_startup_ms() -> float:
@@ -259,7 +278,8 @@ def run_benchmark(
         log("Spark with the RocksDB state store")
         b = spark_rocksdb(work, report["input_rows"], log)
         log("recovery")
-        rec = [recovery(work, log) for _ in range(1 if mode == "smoke" else 3)]
+        recs = [recovery(work, log) for _ in range(1 if mode == "smoke" else 3)]
+        rec = [r for r, _ in recs]
         startup = [spark_startup_ms() for _ in range(1 if mode == "smoke" else 3)]
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -269,6 +289,8 @@ def run_benchmark(
     report["p99_batch_ms_ratio"] = a["p99_batch_ms"] / b["p99_batch_ms"]
     report["recovery_ms"] = median(rec)
     report["recovery_ms_runs"] = rec
+    # The start-up phases of the median recovery's new run (ms per phase).
+    report["recovery_phases_ms"] = sorted(recs, key=lambda r: r[0])[len(recs) // 2][1]
     report["spark_startup_ms"] = median(startup)
     report["recovery_minus_spark_startup_ms"] = report["recovery_ms"] - report["spark_startup_ms"]
     report["targets"] = {

@@ -16,6 +16,7 @@ duplicates nothing: the next run redoes the steps after C, which produce the sam
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -66,6 +67,43 @@ EXIT_RELAUNCH = 3
 EXIT_INTERRUPTED = 4
 
 MetricsSink = Callable[[dict[str, Any]], None]
+log = logging.getLogger("spindle.runner")
+
+
+def process_start_time() -> float | None:
+    """When this process started (wall clock, 10 ms resolution; Linux), else None."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # started, since boot
+        with open("/proc/uptime", encoding="ascii") as f:
+            uptime = float(f.read().split()[0])
+        return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class Timeline:
+    """Wall-clock marks of a run's start-up, in order: what a restart spends where. Reported
+    once, after the run's first step, as `{"event": "started", "phases_ms": {...}}` in
+    metrics.jsonl (each phase: ms since the previous mark) and on the debug log."""
+
+    def __init__(self, start: float | None = None) -> None:
+        self.marks: list[tuple[str, float]] = [("start", start or time.time())]
+
+    def mark(self, name: str) -> None:
+        """The first time `name` is reached (a mark reached again, e.g. a query restarted
+        after a pause before the first step, keeps its first time)."""
+        if all(n != name for n, _ in self.marks):
+            self.marks.append((name, time.time()))
+
+    def phases_ms(self) -> dict[str, float]:
+        return {
+            name: round((t - self.marks[i][1]) * 1000, 1)
+            for i, (name, t) in enumerate(self.marks[1:])
+        }
+
+    def total_ms(self) -> float:
+        return round((self.marks[-1][1] - self.marks[0][1]) * 1000, 1)
 
 
 def spark_session(app: str = "spindle") -> SparkSession:
@@ -313,10 +351,14 @@ class Runner:
         own_retention: bool = True,
         metrics_sinks: list[MetricsSink] | None = None,
         remote: ObjectStoreLike | None = None,
+        timeline: Timeline | None = None,
     ) -> None:
         self.spec = spec
+        self.timeline = tl = timeline or Timeline()
         self.spark = spark or spark_session(f"spindle:{spec.name}")
+        tl.mark("spark_session")
         self.plan = plan(self.spark, spec)
+        tl.mark("plan")
         self.loc = StorageLocation.open(
             storage,
             fingerprint=self.plan.circuit.fingerprint,
@@ -330,6 +372,7 @@ class Runner:
             self.plan.circuit.open(self.loc)
             self.step = self.loc.step if self.loc.restored is not None else 0
             self.offset = int(self.loc.metadata.get("source_offset", 0)) if self.loc.restored else 0
+            tl.mark("storage_restore")
             self.sinks = self._open_sinks(base_dir)
             for s in self.sinks.values():
                 s.rollback(self.step)
@@ -352,6 +395,8 @@ class Runner:
         self._gate = threading.Lock()  # makes "not draining, so busy" one step
         self.dead_letters = os.path.join(storage, "dead-letters")
         self._rollback_dead_letters()
+        tl.mark("sinks_rollback")
+        self._reported = False
         self._last_commit = time.monotonic()
         self._since_commit = 0
         self._commits = 0
@@ -393,6 +438,9 @@ class Runner:
 
     def _process(self, df: DataFrame) -> None:
         t0 = time.perf_counter()
+        first = not self._reported
+        if first:
+            self.timeline.mark("first_batch")
         if set(self.plan.inputs) == {SOURCE}:
             end, tables, bad = self._one_job(df)
             oldest = None
@@ -406,6 +454,8 @@ class Runner:
         rows_in = sum(t.num_rows for t in tables.values())
         bad_rows = self._dead_letters(bad)
         spark_ms = (time.perf_counter() - t0) * 1000
+        if first:
+            self.timeline.mark("spark_part")
         step = self.step + 1
         t1 = time.perf_counter()
         out = self.plan.circuit.step(tables)
@@ -418,6 +468,8 @@ class Runner:
         engine_ms = (time.perf_counter() - t1) * 1000
         self.step, self.offset = step, int(end)
         commit_ms = self._maybe_commit()
+        if first:
+            self.timeline.mark("engine_step")
         self._metrics(
             step,
             rows_in,
@@ -429,6 +481,26 @@ class Runner:
             (time.perf_counter() - t0) * 1000,
             latency_ms,
         )
+        if first:
+            self._report_started()
+
+    def _report_started(self) -> None:
+        """Once per run, after its first step: where the start-up went (see `Timeline`).
+        Written to the metrics file only (a record without `step`; readers of steps skip it),
+        not to the other metrics sinks."""
+        self._reported = True
+        tl = self.timeline
+        tl.mark("metrics")
+        rec = {
+            "ts": time.time(),
+            "event": "started",
+            "first_step": self.step,
+            "restored": self.loc.restored.uuid if self.loc.restored is not None else None,
+            "total_ms": tl.total_ms(),
+            "phases_ms": tl.phases_ms(),
+        }
+        log.debug("run started: %s", rec)
+        self._metrics_file(rec)
 
     def _one_job(self, df: DataFrame) -> tuple[int | None, dict[str, pa.Table], pa.Table]:
         """One Spark job per step: the transform's columns, its filter as a flag, the
@@ -706,6 +778,8 @@ class Runner:
                 continue
             self._draining = False
             q = self._query()
+            if not self._reported:
+                self.timeline.mark("query_start")
             # Why the query ends, read when it does: a resume may come while it is stopping
             # (seconds), and must not turn a pause into the end of the run.
             pausing = False
@@ -772,6 +846,8 @@ def run_cmd(
         typer.Option(help="Mirror checkpoints to this object store: file:///dir or s3://b/p."),
     ] = None,
 ) -> None:
+    timeline = Timeline(process_start_time())
+    timeline.mark("imports")
     control = None
     if run_id is not None:
         from backend.db import Database
@@ -800,6 +876,7 @@ def run_cmd(
             own_retention=control is None,
             metrics_sinks=[control.metrics_sink] if control else None,
             remote=open_object_store(remote) if remote else None,
+            timeline=timeline,
         )
     except S.SpecError as e:
         typer.echo(str(e), err=True)

@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 EPOCH_US = 1_704_067_200_000_000  # 2024-01-01T00:00:00Z: event time of datagen row 0
@@ -272,6 +271,8 @@ class _FilesReader(DataSourceStreamReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, _File)
         if self.format == "parquet":
+            import pyarrow.parquet as pq
+
             for rb in pq.ParquetFile(partition.path).iter_batches():
                 yield rb.append_column(END, pa.array(np.full(rb.num_rows, partition.end)))
             return

@@ -3,6 +3,7 @@ restore of an older checkpoint continues exactly as a run that never went past i
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -50,8 +51,18 @@ def test_datagen_examples_run(tmp_path: Path, spark: SparkSession, name: str) ->
     finally:
         r.close()
     assert res.last_step >= 3 and res.source_offset >= 3 * 3000 - 3000
-    lines = (tmp_path / "state" / "metrics.jsonl").read_text().splitlines()
-    assert len(lines) >= 3
+    recs = [json.loads(x) for x in (tmp_path / "state" / "metrics.jsonl").read_text().splitlines()]
+    assert len([r for r in recs if "step" in r]) >= 3
+    # One `started` record per run, right after its first step: where the start-up went.
+    started = [i for i, r in enumerate(recs) if r.get("event") == "started"]
+    assert started == [1] and recs[0]["step"] == recs[1]["first_step"] == 1
+    phases = recs[1]["phases_ms"]
+    assert list(phases) == [
+        "spark_session", "plan", "storage_restore", "sinks_rollback", "query_start",
+        "first_batch", "spark_part", "engine_step", "metrics",
+    ]  # fmt: skip
+    assert all(v >= 0 for v in phases.values())
+    assert recs[1]["total_ms"] >= sum(phases.values()) - 1
     for sink in spec.sinks:
         if sink.kind == "files":
             assert any((tmp_path / sink.path).iterdir())  # type: ignore[union-attr]
