@@ -118,6 +118,9 @@ def serve(
     token_file = settings.data_path / "admin-token"
     proc = None
     if worker:
+        from workers.celery_app import declare_queues, make_celery
+
+        declare_queues(make_celery(settings))
         logs = settings.data_path / "logs"
         logs.mkdir(exist_ok=True)
         with open(logs / "worker.log", "ab") as out:

@@ -50,7 +50,17 @@ def make_celery(settings: Settings) -> Celery:
     return app
 
 
+def declare_queues(app: Celery) -> None:
+    """Create the broker's queues now. kombu's SQLAlchemy transport (the embedded broker)
+    creates a queue's row on first use, and two first uses at once (the API publishing, the
+    worker consuming, beat publishing) can both insert it: the loser's IntegrityError has
+    killed the worker. `serve` calls this before it starts the worker."""
+    with app.connection_for_write() as conn:
+        for queue in app.amqp.queues.values():
+            queue.bind(conn.default_channel).declare()
+
+
 app = make_celery(Settings())
 
 
-__all__ = ["app", "make_celery"]
+__all__ = ["app", "declare_queues", "make_celery"]

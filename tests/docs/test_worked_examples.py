@@ -6,8 +6,9 @@ a real worker and Spark drivers) serves the whole module. Each page is one test:
 run in order in one bash session started in the repository root, with
 
 - `SPINDLE_URL` (the platform's base URL) and `SPINDLE_TOKEN` (its admin token) exported,
-- `SPINDLE_DATA_DIR` exported as the platform's data directory (so a page may name a
-  pipeline's storage location `${SPINDLE_DATA_DIR:-.spindle-data}/pipelines/<name>/storage`),
+- `SPINDLE_DATA_DIR` (and `TMPDIR`, so `mktemp` files stay with the run) exported as the
+  platform's data directory (so a page may name a pipeline's storage location
+  `${SPINDLE_DATA_DIR:-.spindle-data}/pipelines/<name>/storage`),
 - `STORAGE` exported, when a page uses it, as the storage location of a stopped pipeline
   `clicks-offline` (docs/examples/clicks-per-user.yaml, renamed) that took two checkpoints
   identified `first` and `second` (the offline tools' examples read it),
@@ -128,6 +129,8 @@ def session_env(platform: Platform, storage: Path | None) -> dict[str, str]:
         SPINDLE_URL=f"http://127.0.0.1:{platform.port}",
         SPINDLE_TOKEN=platform.token,
         SPINDLE_DATA_DIR=str(platform.data_dir),
+        # The examples' scratch files (mktemp) stay with this run's platform.
+        TMPDIR=str(platform.data_dir),
         PYTHONPATH=str(ROOT),
         TERM="dumb",
         COLUMNS="200",
