@@ -43,6 +43,20 @@ class Settings(BaseSettings):
     token_cache_s: float = Field(
         5.0, ge=0, description="how long an API process trusts a token lookup (0: off)"
     )
+    read_cache_s: float = Field(
+        1.0,
+        ge=0,
+        description="how long an API process reuses the answer of a polled read (pipeline list,"
+        " one pipeline, its checkpoints) for changes made outside it; its own writes show at "
+        "once (0: off)",
+    )
+    driver_nice: int = Field(
+        10,
+        ge=0,
+        le=19,
+        description="niceness of pipeline drivers (Spark) started by the worker, so the API "
+        "and the worker stay responsive while pipelines use every core (0: same as the worker)",
+    )
     cors_origins: list[str] = Field(default_factory=list)
     max_body_bytes: int = Field(1 << 20, gt=0, description="request bodies, except ingest")
     max_ingest_bytes: int = Field(16 << 20, gt=0, description="one ingest request")

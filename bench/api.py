@@ -142,9 +142,12 @@ class Platform:
     """`python -m backend serve` in its own session (process group), so the worker and
     drivers it starts can be found and stopped even if the server does not stop them."""
 
-    def __init__(self, root: Path, log: Log, api_workers: int = 1) -> None:
+    def __init__(
+        self, root: Path, log: Log, api_workers: int = 1, settings: dict[str, str] | None = None
+    ) -> None:
         self.root = root
         self.api_workers = api_workers
+        self.settings = settings or {}
         self.data = root / "data"
         self.port = free_port()
         self.token = "spd_" + secrets.token_urlsafe(32)
@@ -160,6 +163,7 @@ class Platform:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SPINDLE_")}
         env["SPINDLE_ADMIN_TOKEN"] = self.token
         env["SPINDLE_API_WORKERS"] = str(self.api_workers)
+        env.update({f"SPINDLE_{k.upper()}": v for k, v in self.settings.items()})
         env["PYTHONPATH"] = str(ROOT)
         cmd = [sys.executable, "-m", "backend", "serve", "--data-dir", str(self.data)]
         cmd += ["--port", str(self.port)]
@@ -595,7 +599,12 @@ def run_benchmark(
     rate: float | None = None,
     log: Log = quiet,
     api_workers: int | None = None,
+    settings: dict[str, str] | None = None,
 ) -> dict[str, Any]:
+    """`settings`: Settings fields given to the platform (as SPINDLE_* variables)."""
+    unknown = sorted(set(settings or {}) - set(Settings.model_fields))
+    if unknown:
+        raise ValueError(f"not a setting: {', '.join(unknown)}")
     prof = PROFILES[mode]
     if rate is not None:
         prof = Profile(**{**asdict(prof), "rate": rate})
@@ -618,9 +627,10 @@ def run_benchmark(
             pyspark=package_version("pyspark"),
         ),
         "revision": engine_revision(),
+        "server_settings": settings or {},
         "notes": NOTES,
     }
-    platform = Platform(root, log, prof.api_workers)
+    platform = Platform(root, log, prof.api_workers, settings)
     probe = SseProbe(platform.base_url, platform.token)
     try:
         log(f"starting the platform on port {platform.port} (data: {platform.data})")
@@ -715,10 +725,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--rate", type=float, default=None, help="target requests/s of each phase")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--api-workers", type=int, default=None, help="API processes (default 1)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="a platform setting, e.g. read_cache_s=0 (repeatable; default: the defaults)",
+    )
     args = p.parse_args(argv)
     mode = "quick" if args.quick else "full"
     log = quiet if args.quiet else log_to_stderr
-    report = run_benchmark(mode, args.dir, args.rate, log, args.api_workers)
+    pairs = [x.partition("=") for x in args.set]
+    if any(not eq or not k for k, eq, _ in pairs):
+        p.error("--set takes FIELD=VALUE")
+    try:
+        report = run_benchmark(
+            mode, args.dir, args.rate, log, args.api_workers, {k: v for k, _, v in pairs}
+        )
+    except ValueError as e:
+        p.error(str(e))
     if args.json:
         print(json.dumps(report, indent=2))
     else:

@@ -42,9 +42,15 @@ SHUTDOWN = threading.Event()
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
+def _child_setup(nice: int) -> None:
+    """In the driver, before exec: die with the worker; and run below the control plane's
+    priority (inherited by Spark's JVM and Python workers), so a pipeline using every core
+    delays the API's answers and the worker's heartbeats by little, and pipelines still get
+    all the CPU nothing else wants."""
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if nice:
+        os.nice(nice)
 
 
 def _prepare(db: Database, settings: Settings, run_id: int) -> list[str] | None:
@@ -127,7 +133,7 @@ def supervise(db: Database, settings: Settings, queue: TaskQueue, run_id: int) -
                 stdin=subprocess.DEVNULL,
                 cwd=root,
                 env=_env(settings),
-                preexec_fn=_die_with_parent,
+                preexec_fn=functools.partial(_child_setup, settings.driver_nice),
                 # Its own process group: signals meant for the worker's group (a terminal's
                 # Ctrl-C, a service manager's stop) must not reach Spark's processes; the
                 # supervisor stops the driver itself, cleanly.

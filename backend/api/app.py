@@ -17,6 +17,7 @@ from ..settings import Settings
 from . import errors, ui
 from .context import Context
 from .limits import BodyLimit
+from .read_cache import InvalidateOnWrite, ReadCache
 from .routers import checkpoints, data, health, observe, operations, pipelines, tokens
 
 API = "/api/v1"
@@ -45,7 +46,10 @@ def create_app(settings: Settings, db: Database, queue: TaskQueue) -> FastAPI:
         docs_url=f"{API}/docs",
         redoc_url=None,
     )
-    app.state.ctx = Context(settings, db, queue, TokenCache(settings.token_cache_s))
+    ctx = Context(
+        settings, db, queue, TokenCache(settings.token_cache_s), ReadCache(settings.read_cache_s)
+    )
+    app.state.ctx = ctx
     errors.install(app)
     app.include_router(health.router)
     for r in (pipelines, checkpoints, operations, observe, data, tokens):
@@ -59,6 +63,7 @@ def create_app(settings: Settings, db: Database, queue: TaskQueue) -> FastAPI:
             allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
         )
     app.add_middleware(BodyLimit, default=settings.max_body_bytes, ingest=settings.max_ingest_bytes)
+    app.add_middleware(InvalidateOnWrite, ctx=ctx)
     return app
 
 

@@ -6,6 +6,7 @@ from ..db import Database
 from ..services.queue import TaskQueue
 from ..services.tokens import TokenCache
 from ..settings import Settings
+from .read_cache import ReadCache
 
 
 @dataclass
@@ -16,3 +17,4 @@ class Context:
     db: Database
     queue: TaskQueue
     tokens: TokenCache = field(default_factory=lambda: TokenCache(0))
+    reads: ReadCache = field(default_factory=lambda: ReadCache(0))

@@ -31,6 +31,7 @@ from sqlalchemy import select
 from starlette.routing import BaseRoute
 
 from backend.api.app import create_app
+from backend.api.read_cache import ReadCache
 from backend.db import Database
 from backend.migrate import upgrade
 from backend.models import (
@@ -120,6 +121,12 @@ class Api:
     queue: RecordingQueue
     admin: str
     kind: str  # "sqlite" or "postgresql"
+    now: list[float]  # the read cache's clock
+
+    def reads_expire(self) -> None:
+        """Let the read cache's entries expire, as a client polling a changed state waits
+        for: changes made outside the API (the worker's, another process's) show then."""
+        self.now[0] += self.settings.read_cache_s
 
     # -- HTTP ---------------------------------------------------------------------------
 
@@ -243,9 +250,11 @@ def make_api(
         _, admin = tokens.create(s, "admin", Role.admin)
     q = queue or RecordingQueue()
     app = create_app(cfg, db, q)
+    now = [0.0]
+    app.state.ctx.reads = ReadCache(cfg.read_cache_s, clock=lambda: now[0])
     client = TestClient(app)
     kind = "sqlite" if url.startswith("sqlite") else "postgresql"
-    api = Api(client, app, cfg, db, q, admin, kind)
+    api = Api(client, app, cfg, db, q, admin, kind, now)
     try:
         yield api
     finally:

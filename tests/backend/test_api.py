@@ -22,6 +22,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import func, select
 
+from backend.api.read_cache import ReadCache
 from backend.models import (
     ApiToken,
     Checkpoint,
@@ -108,6 +109,7 @@ def end_run(api: Api, name: str, code: int) -> None:
         run = lifecycle.live_run(s, p)
         assert run is not None
         lifecycle.run_exited(s, run, code)
+    api.reads_expire()
 
 
 # -- auth ---------------------------------------------------------------------------------
@@ -241,6 +243,71 @@ def test_a_write_is_committed_before_the_response_is_sent(api: Api) -> None:
     )
     assert status == 204
     assert seen == {"row_still_there": False}
+
+
+# -- the read cache -------------------------------------------------------------------------
+
+
+def test_polled_reads_show_outside_changes_after_the_cache_interval(api: Api) -> None:
+    api.create_pipeline(clicks_spec())
+    listed = api.get("pipelines").json()
+    assert [p["state"] for p in listed] == ["stopped"]
+    one = api.get(f"pipelines/{CLICKS}").json()
+    api.set_state(CLICKS, PipelineState.failed)  # as a worker would
+    assert api.get("pipelines").json() == listed
+    assert api.get(f"pipelines/{CLICKS}").json() == one
+    api.now[0] += api.settings.read_cache_s - 0.01
+    assert api.get("pipelines").json() == listed
+    api.now[0] += 0.01
+    assert [p["state"] for p in api.get("pipelines").json()] == ["failed"]
+    assert api.get(f"pipelines/{CLICKS}").json()["state"] == "failed"
+
+
+def test_a_write_through_the_api_shows_in_the_next_read(api: Api) -> None:
+    assert api.get("pipelines").json() == []
+    error(api.get(f"pipelines/{CLICKS}"), 404, "not_found")
+    assert api.get(f"pipelines/{CLICKS}/checkpoints").status_code == 404
+    api.create_pipeline(clicks_spec())
+    assert [p["name"] for p in api.get("pipelines").json()] == [CLICKS]
+    assert api.get(f"pipelines/{CLICKS}").json()["description"] == ""
+    assert api.get(f"pipelines/{CLICKS}/checkpoints").json() == []
+    r = api.put(f"pipelines/{CLICKS}", json={"spec": clicks_spec(), "description": "new"})
+    assert r.status_code == 200, r.text
+    assert api.get(f"pipelines/{CLICKS}").json()["description"] == "new"
+    assert api.get("pipelines").json()[0]["description"] == "new"
+    # Errors are never kept: a pipeline that appears outside the API is found at once.
+    error(api.get("pipelines/other"), 404, "not_found")
+    with api.db.session() as s:
+        s.add(Pipeline(name="other", spec=with_changes(clicks_spec(), name="other")))
+    assert api.get("pipelines/other").status_code == 200
+
+
+def test_the_cache_checks_the_token_first_and_is_keyed_by_query(api: Api) -> None:
+    api.create_pipeline(clicks_spec())
+    assert api.get("pipelines").status_code == 200
+    error(api.get("pipelines", token=None), 401, "unauthorized")
+    error(api.get("pipelines", token="spd_wrong"), 401, "unauthorized")
+    viewer = api.token(Role.viewer)
+    assert api.get("pipelines", token=viewer).json() == api.get("pipelines").json()
+    assert api.get("pipelines?x=1").json() == api.get("pipelines").json()
+
+
+def test_a_read_that_started_before_a_write_is_not_kept() -> None:
+    cache = ReadCache(1.0, clock=lambda: 0.0)
+    started = cache.generation
+    cache.invalidate()  # a write committed while the read was running
+    cache.put("k", b"old", started)
+    assert cache.get("k") is None
+    cache.put("k", b"new", cache.generation)
+    assert cache.get("k") == b"new"
+
+
+def test_a_zero_interval_turns_the_cache_off(db_url: str, tmp_path: Path) -> None:
+    with make_api(db_url, tmp_path / "data", read_cache_s=0) as api:
+        api.create_pipeline(clicks_spec())
+        assert api.get(f"pipelines/{CLICKS}").json()["state"] == "stopped"
+        api.set_state(CLICKS, PipelineState.failed)
+        assert api.get(f"pipelines/{CLICKS}").json()["state"] == "failed"
 
 
 # -- specs ----------------------------------------------------------------------------------
@@ -548,16 +615,19 @@ def test_listing_checkpoints_mirrors_the_manifest(api: Api) -> None:
     api.create_pipeline(clicks_spec())
     assert api.get(f"pipelines/{CLICKS}/checkpoints").json() == []
     uids = build_checkpoints(api.storage(CLICKS), 3)
+    api.reads_expire()
     assert api.get(f"pipelines/{CLICKS}").json()["checkpoints"] == 0  # not read yet
     listed = api.get(f"pipelines/{CLICKS}/checkpoints").json()
     assert [c["uuid"] for c in listed] == uids
     assert [c["step"] for c in listed] == [1, 2, 3]
     assert [c["source_offset"] for c in listed] == [10, 20, 30]
     assert all(c["size_bytes"] > 0 and c["local_durable"] and not c["pinned"] for c in listed)
+    api.reads_expire()  # the manifest changed outside the API: its own answer is a read old
     assert api.get(f"pipelines/{CLICKS}").json()["checkpoints"] == 3
     # The manifest wins: a checkpoint deleted behind the API's back disappears.
     with StorageLocation.open(str(api.storage(CLICKS)), checkpoint="none") as loc:
         loc.delete_checkpoint(uids[1])
+    api.reads_expire()
     listed = api.get(f"pipelines/{CLICKS}/checkpoints").json()
     assert [c["uuid"] for c in listed] == [uids[0], uids[2]]
 

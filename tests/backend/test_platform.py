@@ -52,6 +52,17 @@ def deployed(
     yield from platform(tmp_path, pg_url, REDIS, s3_env(s3_server, s3_bucket))
 
 
+def descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        for task in Path(f"/proc/{parent}/task").iterdir():
+            kids = (task / "children").read_text().split()
+            found += [int(k) for k in kids]
+            todo += [int(k) for k in kids]
+    return found
+
+
 def datagen_spec(name: str) -> dict[str, Any]:
     return {
         "name": name,
@@ -220,6 +231,11 @@ def test_sigkilled_driver_is_restarted_from_the_latest_checkpoint_exactly_once(
     p.ok("POST", f"/api/v1/pipelines/{name}/start")
     p.wait_step(name, 5)
     (pid,) = p.driver_pids(name)
+    # Drivers run below the control plane's priority, and so does their JVM.
+    jvm = [c for c in descendants(pid) if Path(f"/proc/{c}/exe").resolve().name == "java"]
+    assert jvm and {os.getpriority(os.PRIO_PROCESS, x) for x in [pid, *jvm]} == {
+        p.settings.driver_nice
+    }
     os.kill(pid, signal.SIGKILL)
 
     def restarted() -> dict[str, Any] | None:

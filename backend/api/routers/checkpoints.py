@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
+from pydantic import TypeAdapter
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -23,6 +24,7 @@ from ...services import checkpoints as cps
 from ...services import lifecycle
 from ...services import operations as ops
 from ..deps import DB, Ctx, Operator, Viewer, pipeline_by_name
+from ..read_cache import cached_read
 from .operations import operation_out, wait_for
 
 router = APIRouter(prefix="/api/v1/pipelines/{name}", tags=["checkpoints"])
@@ -72,11 +74,18 @@ def _row(s: Session, p: Pipeline, uuid: str) -> Checkpoint:
     return row
 
 
+_CHECKPOINTS = TypeAdapter(list[CheckpointOut])
+
+
 @router.get("/checkpoints", response_model=list[CheckpointOut])
-def list_checkpoints(name: str, ctx: Ctx, s: DB, _: Viewer) -> list[CheckpointOut]:
+async def list_checkpoints(name: str, request: Request, ctx: Ctx, _: Viewer) -> Response:
     """Oldest first."""
-    p = pipeline_by_name(s, name)
-    return [CheckpointOut.model_validate(r) for r in _mirror(ctx, s, p)]
+
+    def read(s: Session) -> list[CheckpointOut]:
+        p = pipeline_by_name(s, name)
+        return [CheckpointOut.model_validate(r) for r in _mirror(ctx, s, p)]
+
+    return await cached_read(request, ctx, _CHECKPOINTS, read)
 
 
 @router.post("/checkpoints", response_model=OperationOut, status_code=202)

@@ -6,7 +6,8 @@ import shutil
 from collections.abc import Sequence
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
+from pydantic import TypeAdapter
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -36,6 +37,7 @@ from ...services import lifecycle, specs
 from ...services import operations as ops
 from ...services.logs import tail
 from ..deps import DB, Admin, Ctx, Operator, Viewer, pipeline_by_name
+from ..read_cache import cached_read
 from .operations import operation_out
 
 router = APIRouter(prefix="/api/v1/pipelines", tags=["pipelines"])
@@ -103,16 +105,26 @@ def create(body: PipelineCreate, ctx: Ctx, s: DB, _: Operator) -> PipelineOut:
     return pipeline_out(s, p)
 
 
+_PIPELINES = TypeAdapter(list[PipelineOut])
+_PIPELINE = TypeAdapter(PipelineOut)
+
+
 @router.get("", response_model=list[PipelineOut])
-def list_pipelines(s: DB, _: Viewer) -> list[PipelineOut]:
+async def list_pipelines(request: Request, ctx: Ctx, _: Viewer) -> Response:
     """Every pipeline, by name, with its state, current run, last step and checkpoint count."""
-    return pipeline_outs(s, s.scalars(select(Pipeline).order_by(Pipeline.name)).all())
+
+    def read(s: Session) -> list[PipelineOut]:
+        return pipeline_outs(s, s.scalars(select(Pipeline).order_by(Pipeline.name)).all())
+
+    return await cached_read(request, ctx, _PIPELINES, read)
 
 
 @router.get("/{name}", response_model=PipelineOut)
-def get(name: Name, s: DB, _: Viewer) -> PipelineOut:
+async def get(name: Name, request: Request, ctx: Ctx, _: Viewer) -> Response:
     """One pipeline with its state, current run, last step and checkpoint count."""
-    return pipeline_out(s, pipeline_by_name(s, name))
+    return await cached_read(
+        request, ctx, _PIPELINE, lambda s: pipeline_out(s, pipeline_by_name(s, name))
+    )
 
 
 @router.put("/{name}", response_model=PipelineOut)
