@@ -73,6 +73,10 @@ NOTES = [
     "spark_startup_ms: a fresh process importing the runner and starting a Spark session; "
     "the target is recovery within Spark start-up + 2 s. recovery_phases_ms: the median "
     "recovery's start-up phases (its `started` record in metrics.jsonl; see workers/README).",
+    "spark_recovery_ms: the same for Spark's own query (the peer above, in a process of its own "
+    "with a Python StreamingQueryListener): SIGKILL after 3 batches with input, a new process "
+    "restarting it from its checkpointLocation; from the kill to its first completed batch with "
+    "input (1 run in quick mode, 3 in full).",
 ]
 
 
@@ -240,6 +244,99 @@ def recovery(work: Path, log: Log) -> tuple[float, dict[str, float]]:
     return float(first - killed) * 1000, phases
 
 
+def _spark_peer(work: Path, checkpoint: Path, progress: Path) -> None:
+    """The Spark side's query (as in `spark_rocksdb`) in this process until it is killed,
+    appending `{"ts", "batch", "rows"}` to `progress` when a batch with input completes."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming.listener import StreamingQueryListener
+
+    from workers.runner import spark_session
+
+    class Progress(StreamingQueryListener):
+        def onQueryStarted(self, event: Any) -> None:
+            pass
+
+        def onQueryProgress(self, event: Any) -> None:
+            p = event.progress
+            if p.numInputRows > 0:
+                rec = {"ts": time.time(), "batch": p.batchId, "rows": p.numInputRows}
+                with open(progress, "a") as f:
+                    f.write(json.dumps(rec) + "\n")
+
+        def onQueryIdle(self, event: Any) -> None:
+            pass
+
+        def onQueryTerminated(self, event: Any) -> None:
+            pass
+
+    spark = spark_session("bench-spark-recovery")
+    spark.conf.set(
+        "spark.sql.streaming.stateStore.providerClass",
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    )
+    spark.streams.addListener(Progress())
+    df = (
+        spark.readStream.schema("customer string, amount bigint")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(work / "in"))
+    )
+    agg = df.groupBy("customer").agg(F.count("*").alias("n"), F.sum("amount").alias("total"))
+    q = (
+        agg.writeStream.outputMode("update")
+        .format("noop")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="10 milliseconds")
+        .start()
+    )
+    q.awaitTermination()
+
+
+def _peer(work: Path, checkpoint: Path, progress: Path) -> subprocess.Popen[bytes]:
+    args = [str(work), str(checkpoint), str(progress)]
+    return subprocess.Popen(
+        [sys.executable, "-m", "bench.pipeline", "--peer", *args],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
+def _lines(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def spark_recovery_ms(work: Path) -> float:
+    """The peer's own recovery, measured as `recovery` measures Spindle's: SIGKILL of the
+    Spark query's process after 3 batches with input, a new process restarting the query from
+    its checkpointLocation (RocksDB state restored by Spark), ms from the kill to its first
+    completed batch with input."""
+    checkpoint, progress = work / "peer-recovery-ck", work / "peer-recovery.jsonl"
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    progress.unlink(missing_ok=True)
+    p = _peer(work, checkpoint, progress)
+    try:
+        while _lines(progress) < 3:
+            if p.poll() is not None:
+                raise RuntimeError("the Spark query ended before it could be killed")
+            time.sleep(0.05)
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        killed = time.time()
+        before = _lines(progress)
+        p = _peer(work, checkpoint, progress)
+        while _lines(progress) <= before:
+            if p.poll() is not None:
+                raise RuntimeError("the restarted Spark query ended without a batch")
+            time.sleep(0.02)
+        first = json.loads(progress.read_text().splitlines()[before])["ts"]
+        return float(first - killed) * 1000
+    finally:
+        if p.poll() is None:
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+
+
 def spark_startup_ms() -> float:
     """A fresh process importing the runner and starting its Spark session: the part of a
     recovery that is Spark's start-up, not Spindle's."""
@@ -281,6 +378,8 @@ def run_benchmark(
         recs = [recovery(work, log) for _ in range(1 if mode == "smoke" else 3)]
         rec = [r for r, _ in recs]
         startup = [spark_startup_ms() for _ in range(1 if mode == "smoke" else 3)]
+        log("Spark's own recovery")
+        peer = [spark_recovery_ms(work) for _ in range(3 if mode == "full" else 1)]
     finally:
         shutil.rmtree(work, ignore_errors=True)
     report["spindle"], report["spark_rocksdb"] = a, b
@@ -293,6 +392,9 @@ def run_benchmark(
     report["recovery_phases_ms"] = sorted(recs, key=lambda r: r[0])[len(recs) // 2][1]
     report["spark_startup_ms"] = median(startup)
     report["recovery_minus_spark_startup_ms"] = report["recovery_ms"] - report["spark_startup_ms"]
+    report["spark_recovery_ms"] = median(peer)
+    report["spark_recovery_ms_runs"] = peer
+    report["recovery_minus_spark_recovery_ms"] = report["recovery_ms"] - report["spark_recovery_ms"]
     report["targets"] = {
         "throughput_ratio": {
             "target": ">= 1",
@@ -318,7 +420,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--smoke", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--dir", default=None, help="where to put temporary files (default: tmp)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--peer", nargs=3, metavar=("WORK", "CK", "PROGRESS"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.peer:  # a child of spark_recovery_ms
+        _spark_peer(*(Path(x) for x in args.peer))
+        return 0
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
     report = run_benchmark(mode, args.dir, quiet if args.quiet else log_to_stderr)
     if args.json:

@@ -18,7 +18,7 @@ def _finite(x: Any) -> bool:
 def test_smoke_report_has_every_figure(tmp_path: Path) -> None:
     report = run_benchmark("smoke", base_dir=str(tmp_path))
     json.dumps(report)
-    for key in ("throughput_ratio", "p99_batch_ms_ratio", "recovery_ms"):
+    for key in ("throughput_ratio", "p99_batch_ms_ratio", "recovery_ms", "spark_recovery_ms"):
         assert _finite(report[key]) and report[key] > 0, key
     for side in ("spindle", "spark_rocksdb"):
         assert _finite(report["p50_batch_ms"][side])
