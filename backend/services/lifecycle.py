@@ -13,7 +13,7 @@ import datetime as dt
 import signal
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from ..errors import Conflict
@@ -65,9 +65,27 @@ def _new_run(s: Session, p: Pipeline, from_checkpoint: str, restart_count: int) 
     return run
 
 
+def _claim_start(s: Session, p: Pipeline) -> bool:
+    """Move `p` to `starting` only if the database still holds the state this session saw.
+    Of two transactions deciding to start the same pipeline (reapers on two worker threads,
+    two start requests), the second's conditional update waits for the first to commit and
+    then matches nothing: only one run is created. (Neither SQLite nor PostgreSQL's default
+    isolation would stop both from seeing "no live run" and inserting one each.)"""
+    seen = p.state
+    done = s.execute(
+        update(Pipeline)
+        .where(Pipeline.id == p.id, Pipeline.state == seen)
+        .values(state=PipelineState.starting)
+        .execution_options(synchronize_session="fetch")
+    )
+    return bool(getattr(done, "rowcount", 0) == 1)
+
+
 def start(s: Session, p: Pipeline, from_checkpoint: str = "latest") -> Run:
     if p.state not in (PipelineState.stopped, PipelineState.failed):
         raise Conflict(f"pipeline {p.name!r} is {p.state.value}; stop it first")
+    if not _claim_start(s, p):
+        raise Conflict(f"pipeline {p.name!r} changed state at the same time; try again")
     if from_checkpoint == "latest" and p.restore_point:
         from_checkpoint = p.restore_point
     run = _new_run(s, p, from_checkpoint, 0)
@@ -251,7 +269,8 @@ def reap(s: Session, settings: Settings, now: dt.datetime | None = None) -> list
         ended = last.ended_at or now
         if count and (now - ended).total_seconds() < backoff_s(settings, count):
             continue
-        p.state = PipelineState.starting
+        if not _claim_start(s, p):
+            continue  # another reaper restarted it
         launches.append(_new_run(s, p, _resume_point(s, p, last), count))
     return launches
 

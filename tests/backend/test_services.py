@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import event, select
+from sqlalchemy.orm import Session
 
 from backend.db import Database
+from backend.errors import Conflict
 from backend.migrate import upgrade
 from backend.models import (
     Checkpoint,
@@ -39,6 +41,7 @@ from backend.settings import Settings
 from .api_fixtures import clicks_spec, sqlite_url
 
 pytestmark = pytest.mark.timeout(120)
+T = TypeVar("T")
 
 # -- retention: a plain reference ------------------------------------------------------------
 
@@ -700,40 +703,45 @@ def test_claim_takes_pending_operations_oldest_first(any_db: Database) -> None:
         assert ops.pending_ids(s, pid) == []
 
 
-def race_claims(db: Database, pid: int) -> list[list[str]]:
-    """Two threads claim the pipeline's operations at once; what each got. Both read the
-    same pending list before either updates (a barrier in front of each one's first
-    UPDATE): the race the conditional update exists for."""
+def race(db: Database, table: str, work: Callable[[Session], list[T]]) -> list[list[T]]:
+    """Two threads run `work` at once, each in its own transaction; what each returned. Both
+    read before either updates `table` (a barrier in front of each one's first UPDATE of
+    it): the race the conditional updates exist for."""
     barrier = threading.Barrier(2, timeout=20)
     local = threading.local()
-    got: list[list[str]] = [[], []]
+    got: list[list[T]] = [[], []]
     errors: list[BaseException] = []
+    update = f"UPDATE {table.upper()}"
 
     def hold(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
         first = not getattr(local, "waited", False)
-        if first and statement.lstrip().upper().startswith("UPDATE OPERATIONS"):
+        if first and statement.lstrip().upper().startswith(update):
             local.waited = True
             barrier.wait()
 
-    def claimant(k: int) -> None:
+    def racer(k: int) -> None:
         try:
             with db.session() as s:
-                got[k] = [o.id for o in ops.claim(s, pid)]
+                got[k] = work(s)
         except BaseException as e:
             errors.append(e)
 
     event.listen(db.engine, "before_cursor_execute", hold)
     try:
-        threads = [threading.Thread(target=claimant, args=(k,)) for k in range(2)]
+        threads = [threading.Thread(target=racer, args=(k,)) for k in range(2)]
         for t in threads:
             t.start()
         for t in threads:
             t.join(timeout=60)
-        assert not any(t.is_alive() for t in threads), "a claimant hung"
+        assert not any(t.is_alive() for t in threads), "a racer hung"
     finally:
         event.remove(db.engine, "before_cursor_execute", hold)
     assert errors == [], errors
     return got
+
+
+def race_claims(db: Database, pid: int) -> list[list[str]]:
+    return race(db, "operations", lambda s: [o.id for o in ops.claim(s, pid)])
 
 
 def test_claims_racing_never_share_an_operation(any_db: Database) -> None:
@@ -748,3 +756,40 @@ def test_claims_racing_never_share_an_operation(any_db: Database) -> None:
         with any_db.session() as s:
             statuses = s.scalars(select(Operation.status).where(Operation.id.in_(ids))).all()
             assert set(statuses) == {OperationStatus.running}
+
+
+def test_reapers_racing_restart_a_pipeline_once(any_db: Database, policy: Settings) -> None:
+    """Beat's reap tasks can overlap on a busy worker: both see the crashed run and no live
+    one; only one may launch a replacement (two drivers would fight over the storage lock)."""
+    pid = add_pipeline(any_db, state=PipelineState.restarting)
+    add_run(any_db, pid, state=RunState.failed, started_at=at(0), ended_at=at(1))
+
+    def reap_once(s: Session) -> list[int]:
+        return [r.id for r in lifecycle.reap(s, policy, at(1000))]
+
+    got = race(any_db, "pipelines", reap_once)
+    assert sorted(len(g) for g in got) == [0, 1]
+    with any_db.session() as s:
+        runs = s.scalars(select(Run).where(Run.pipeline_id == pid).order_by(Run.id)).all()
+        assert [(r.number, r.state, r.restart_count) for r in runs] == [
+            (1, RunState.failed, 0),
+            (2, RunState.starting, 1),
+        ]
+    assert get_pipeline(any_db, pid).state == PipelineState.starting
+
+
+def test_starts_racing_create_one_run(any_db: Database) -> None:
+    pid = add_pipeline(any_db, desired=DesiredState.stopped, state=PipelineState.stopped)
+
+    def start(s: Session) -> list[int]:
+        p = s.get(Pipeline, pid)
+        assert p is not None
+        try:
+            return [lifecycle.start(s, p).id]
+        except Conflict:
+            return []
+
+    got = race(any_db, "pipelines", start)
+    assert sorted(len(g) for g in got) == [0, 1]
+    with any_db.session() as s:
+        assert len(s.scalars(select(Run).where(Run.pipeline_id == pid)).all()) == 1
