@@ -119,8 +119,12 @@ class Batch:
         for o in others:
             if o.schema != self.schema:
                 raise ValueError("cannot merge batches of different schemas")
+        parts = [self, *others]
         return Batch(
-            self.schema, *kernels.merge_keyed([self.data, *(o.data for o in others)], self.schema)
+            self.schema,
+            *kernels.merge_keyed(
+                [b.data for b in parts], self.schema, [b.known_key_encoding for b in parts]
+            ),
         )
 
     def negate(self) -> Batch:
@@ -130,6 +134,12 @@ class Batch:
         """Rows whose key is one of `keys` (vectorised over all probes at once)."""
         probes = kernels.key_table(keys, self.schema)
         return Batch(self.schema, self.seek_probes(probes))
+
+    @property
+    def known_key_encoding(self) -> kernels.KeyEncoding | None:
+        """The keys' encoding if it is at hand (never computes it)."""
+        enc = self._key_enc
+        return enc if isinstance(enc, kernels.KeyEncoding) else None
 
     def seek_probes(self, probes: pa.RecordBatch) -> pa.RecordBatch:
         """`seek` for probes already in `kernels.key_table` form; caches the key encoding."""

@@ -23,7 +23,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 MAX_CHUNKS = 4
-_BYTES = np.arange(8, dtype=np.int64)
 
 Array = npt.NDArray[Any]
 
@@ -105,24 +104,77 @@ def _buffers(col: pa.Array) -> tuple[Array, Array, Array]:
     return offsets[:-1], offsets[1:] - offsets[:-1], data
 
 
+# _KEEP_BYTES[k] keeps the first k bytes of a big-endian chunk (zeroes what lies past a
+# string's end).
+_KEEP_BYTES = np.array(
+    [0] + [((1 << 64) - 1) ^ ((1 << (8 * (8 - k))) - 1) for k in range(1, 9)], dtype=np.uint64
+)
+
+
 def _chunk(starts: Array, lens: Array, data: Array, at: int) -> Array:
-    """Bytes [at, at+8) of every string, zero-padded, as uint64 in big-endian order."""
+    """Bytes [at, at+8) of every string, zero-padded, as uint64 in big-endian order.
+
+    Reads 8 bytes per row in one gather, even past a string's end, and masks what lies
+    beyond it: one pass instead of one gather per byte.
+    """
     n = len(starts)
-    if n and int(lens.min()) >= at + 8:
-        step = int(starts[1] - starts[0]) if n > 1 else 8
-        if step > 0 and (n == 1 or bool(np.all(np.diff(starts) == step))):
-            # values laid out back to back at a fixed width: a strided view, no gather
-            view = np.lib.stride_tricks.as_strided(
-                data[int(starts[0]) + at :], shape=(n, 8), strides=(step, 1), writeable=False
-            )
-            return np.ascontiguousarray(view).view(">u8").ravel().astype(np.uint64)
-    out = np.zeros(n, dtype=np.uint64)
-    last = len(data) - 1
-    for j in range(8):
-        b = data[np.minimum(starts + (at + j), last)].astype(np.uint64)
-        b[lens <= at + j] = 0
-        out |= b << np.uint64(8 * (7 - j))
+    if n == 0:
+        return np.zeros(0, dtype=np.uint64)
+    out: Array = _gather8(data, starts + at).view(">u8").ravel().astype(np.uint64)
+    shortest = int(lens.min())
+    if shortest < at + 8:
+        if int(lens.max()) == shortest:
+            out &= _KEEP_BYTES[min(max(shortest - at, 0), 8)]
+        else:
+            out &= _KEEP_BYTES[np.clip(lens - at, 0, 8)]
     return out
+
+
+def _windows(data: Array, pos: Array) -> Array:
+    """The 8 bytes at each position (all <= len(data) - 8), as an (n, 8) array."""
+    win = np.lib.stride_tricks.as_strided(
+        data, shape=(len(data) - 7, 8), strides=(data.strides[0], 1), writeable=False
+    )
+    out: Array = win[pos]
+    return out
+
+
+def _gather8(data: Array, pos: Array) -> Array:
+    """The 8 bytes at each position, zeros past the end of `data`, as an (n, 8) array."""
+    n = len(pos)
+    limit = len(data) - 8
+    step = int(pos[1] - pos[0]) if n > 1 else 0
+    if step > 0 and bool(np.all(np.diff(pos) == step)):
+        # values back to back at a fixed width (ids, codes): a strided copy, no gather
+        first = int(pos[0])
+        m = n if int(pos[-1]) <= limit else max(0, min(n, (limit - first) // step + 1))
+        head = np.lib.stride_tricks.as_strided(
+            data[first:], shape=(m, 8), strides=(step, 1), writeable=False
+        )
+        if m == n:
+            return np.ascontiguousarray(head)
+        raw = np.empty((n, 8), dtype=np.uint8)
+        raw[:m] = head
+        raw[m:] = _tail(data, pos[m:])
+        return raw
+    near = pos > limit
+    if not near.any():
+        return _windows(data, pos)
+    raw = np.empty((n, 8), dtype=np.uint8)
+    far = ~near
+    if far.any():
+        raw[far] = _windows(data, pos[far])
+    raw[near] = _tail(data, pos[near])
+    return raw
+
+
+def _tail(data: Array, pos: Array) -> Array:
+    """`_gather8` for positions within 8 bytes of the end: a zero-padded copy of only the
+    last bytes, not of the whole buffer."""
+    s0 = min(int(pos.min()), len(data))
+    small = np.zeros(len(data) - s0 + 8, dtype=np.uint8)
+    small[: len(data) - s0] = data[s0:]
+    return _windows(small, np.minimum(pos - s0, len(small) - 8))
 
 
 def string_hash(col: pa.Array) -> npt.NDArray[np.uint64]:
@@ -130,8 +182,12 @@ def string_hash(col: pa.Array) -> npt.NDArray[np.uint64]:
     starts, lens, data = _buffers(col)
     h = np.zeros(len(col), dtype=np.uint64)
     longest = int(lens.max()) if len(lens) else 0
+    shortest = int(lens.min()) if len(lens) else 0
     with np.errstate(over="ignore"):
         for at in range(0, longest, 8):
+            if at < shortest:  # every value reaches this chunk: no masks
+                h = mix64(h * np.uint64(31) + _chunk(starts, lens, data, at))
+                continue
             live = lens > at
             c = _chunk(starts[live], lens[live], data, at)
             h[live] = mix64(h[live] * np.uint64(31) + c)
@@ -156,7 +212,11 @@ def _common_prefix(col: pa.Array) -> bytes:
     """Bytes every value starts with: in byte order, the common prefix of the smallest and
     largest value is shared by everything between them."""
     mm = pc.min_max(col)
-    lo, hi = mm["min"].as_py(), mm["max"].as_py()
+    return shared_prefix(mm["min"].as_py(), mm["max"].as_py())
+
+
+def shared_prefix(lo: str | bytes | None, hi: str | bytes | None) -> bytes:
+    """The bytes two values start with (b"" if one is missing)."""
     if lo is None or hi is None:
         return b""
     a = lo.encode() if isinstance(lo, str) else bytes(lo)
@@ -228,3 +288,112 @@ def encode(
         if ok is not None:
             valid = ok if valid is None else valid & ok
     return Encoding(cols, layouts), valid
+
+
+def encode_prefixed(
+    rb: pa.RecordBatch, names: Sequence[str], prefixes: Sequence[bytes | None]
+) -> tuple[Encoding, Array] | None:
+    """Encode columns `names` with a given prefix cut per string column (None for numeric
+    columns), each with as many chunks as its longest value needs (at most `MAX_CHUNKS`).
+
+    Rows of two batches encoded with the same prefixes compare exactly on the first
+    min(chunks) chunks of each string column plus its length (`align`), so one encoding of
+    the probes serves every block of a file. Also returns the mask of rows that start with
+    their prefixes (the others cannot equal a row that does). None if a column has nulls or
+    no encoding, or a value needs more than `MAX_CHUNKS` chunks after its prefix.
+    """
+    cols: list[Array] = []
+    layouts: list[StringLayout | None] = []
+    valid = np.ones(rb.num_rows, dtype=bool)
+    for name, prefix in zip(names, prefixes, strict=True):
+        col = rb.column(name)
+        if col.null_count:
+            return None
+        if prefix is None:
+            arr = numeric(col)
+            if arr is None:
+                return None
+            cols.append(arr)
+            layouts.append(None)
+            continue
+        if not is_stringish(col.type):
+            return None
+        lens = _buffers(col)[1]
+        longest = int(lens.max()) if len(lens) else 0
+        chunks = max(1, -(-(longest - len(prefix)) // 8))
+        if chunks > MAX_CHUNKS:
+            return None
+        enc = _encode_strings(col, StringLayout(prefix, chunks))
+        if enc is None:
+            return None
+        parts, layout, ok = enc
+        cols.extend(parts)
+        layouts.append(layout)
+        if ok is not None:
+            valid &= ok
+    return Encoding(cols, layouts), valid
+
+
+def align(a: Encoding, b: Encoding) -> tuple[list[Array], list[Array]]:
+    """The columns of two `encode_prefixed` encodings (same prefixes) that compare exactly:
+    per string column the chunks both have, then the lengths (equal lengths that fit the
+    shorter layout leave the other's extra chunks zero)."""
+    if all(
+        x is None or y is None or x.chunks == y.chunks
+        for x, y in zip(a.layouts, b.layouts, strict=True)
+    ):
+        return a.cols, b.cols
+    out_a: list[Array] = []
+    out_b: list[Array] = []
+    i = j = 0
+    for la, lb in zip(a.layouts, b.layouts, strict=True):
+        if la is None or lb is None:
+            out_a.append(a.cols[i])
+            out_b.append(b.cols[j])
+            i += 1
+            j += 1
+            continue
+        both = min(la.chunks, lb.chunks)
+        out_a += [*a.cols[i : i + both], a.cols[i + la.chunks]]
+        out_b += [*b.cols[j : j + both], b.cols[j + lb.chunks]]
+        i += la.chunks + 1
+        j += lb.chunks + 1
+    return out_a, out_b
+
+
+def concat(encs: Sequence[Encoding]) -> Encoding | None:
+    """The encoding of the concatenated rows of batches encoded as `encs`, or None if their
+    string prefixes differ. Fewer chunks are padded with zero chunks: a layout with more
+    chunks encodes the same (shorter) values that way."""
+    first = encs[0]
+    layouts: list[StringLayout | None] = []
+    for j, lay in enumerate(first.layouts):
+        mine = [e.layouts[j] for e in encs]
+        if lay is None:
+            if any(o is not None for o in mine):
+                return None
+            layouts.append(None)
+        elif any(o is None or o.prefix != lay.prefix for o in mine):
+            return None
+        else:
+            layouts.append(StringLayout(lay.prefix, max(o.chunks for o in mine if o)))
+    cols: list[Array] = []
+    at = [0] * len(encs)  # each input's next column
+    for j, lay in enumerate(layouts):
+        if lay is None:
+            cols.append(np.concatenate([e.cols[a] for e, a in zip(encs, at, strict=True)]))
+            at = [a + 1 for a in at]
+            continue
+        own = [o.chunks if o is not None else 0 for o in (e.layouts[j] for e in encs)]
+        for c in range(lay.chunks):
+            cols.append(
+                np.concatenate(
+                    [
+                        e.cols[a + c] if c < k else np.zeros(len(e.cols[a]), np.uint64)
+                        for e, a, k in zip(encs, at, own, strict=True)
+                    ]
+                )
+            )
+        cols.append(np.concatenate([e.cols[a + k] for e, a, k in zip(encs, at, own, strict=True)]))
+        at = [a + k + 1 for a, k in zip(at, own, strict=True)]
+    return Encoding(cols, layouts)

@@ -77,7 +77,7 @@ def _numpy_order(cols: list[npt.NDArray[Any]], runs: bool) -> IntArray:
         eq &= after == cur
     if not lt.any():
         return order
-    bad = np.unique(first[tie[lt]])
+    bad = sorted_unique(first[tie[lt]])
     lo = np.searchsorted(first, bad, side="left")
     hi = np.searchsorted(first, bad, side="right")
     rows = ranges_to_indices(lo, hi)
@@ -85,6 +85,12 @@ def _numpy_order(cols: list[npt.NDArray[Any]], runs: bool) -> IntArray:
     sub = np.lexsort([c[order[rows]] for c in cols[:0:-1]] + [group])
     order[rows] = order[rows][sub]
     return order
+
+
+def sorted_unique(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """`np.unique` by sorting: NumPy 2's hash-based `unique` is many times slower here."""
+    s = np.sort(a)
+    return s[np.concatenate(([True], s[1:] != s[:-1]))] if len(s) else s
 
 
 def _arrow_changes(rb: pa.RecordBatch, names: Sequence[str]) -> npt.NDArray[np.bool_]:
@@ -138,17 +144,24 @@ def _sum_equal_rows(
 Keyed = tuple[pa.RecordBatch, "KeyEncoding | None"]
 
 
-def _consolidate(rb: pa.RecordBatch, schema: ZSetSchema, sort: bool, runs: bool) -> Keyed:
+def _consolidate(
+    rb: pa.RecordBatch,
+    schema: ZSetSchema,
+    sort: bool,
+    runs: bool,
+    row_encoding: encoding.Encoding | None = None,
+) -> Keyed:
     """Consolidate, and hand back the output's key encoding when it was worth computing.
 
     The row encoding made for sorting starts with the key columns' encoding, so gathering
     it for the surviving rows is much cheaper than encoding the output again at its first
-    seek. Purely numeric keys are views of the columns: nothing to carry.
+    seek. Purely numeric keys are views of the columns: nothing to carry. `row_encoding`:
+    the rows' encoding, if the caller has it already.
     """
     if rb.num_rows == 0:
         return rb, None
     names = schema.row_names
-    enc = encoding.encode(rb, names)
+    enc = (row_encoding, None) if row_encoding is not None else encoding.encode(rb, names)
     if enc is not None:
         cols = enc[0].cols
         order = _numpy_order(cols, runs) if sort else None
@@ -183,11 +196,40 @@ def merge_sorted(batches: Sequence[pa.RecordBatch], schema: ZSetSchema) -> pa.Re
     return merge_keyed(batches, schema)[0]
 
 
-def merge_keyed(batches: Sequence[pa.RecordBatch], schema: ZSetSchema) -> Keyed:
-    nonempty = [b for b in batches if b.num_rows]
-    if len(nonempty) <= 1:
-        return (nonempty[0] if nonempty else empty(schema)), None
-    return _consolidate(pa.concat_batches(nonempty), schema, sort=True, runs=True)
+def merge_keyed(
+    batches: Sequence[pa.RecordBatch],
+    schema: ZSetSchema,
+    key_encodings: Sequence[KeyEncoding | None] | None = None,
+) -> Keyed:
+    """`merge_sorted`, also returning the output's key encoding (see `_consolidate`).
+
+    `key_encodings`, one per batch (None: not known), spare encoding the inputs' keys again
+    when every input has one with the same string prefixes.
+    """
+    encs = list(key_encodings) if key_encodings is not None else [None] * len(batches)
+    pairs = [(b, e) for b, e in zip(batches, encs, strict=True) if b.num_rows]
+    if len(pairs) <= 1:
+        return pairs[0] if pairs else (empty(schema), None)
+    rb = pa.concat_batches([b for b, _ in pairs])
+    rows = _concat_encodings(rb, schema, [e for _, e in pairs])
+    return _consolidate(rb, schema, sort=True, runs=True, row_encoding=rows)
+
+
+def _concat_encodings(
+    rb: pa.RecordBatch, schema: ZSetSchema, encs: Sequence[KeyEncoding | None]
+) -> encoding.Encoding | None:
+    """The row encoding of `rb`, the concatenation of batches whose key encodings are
+    `encs`, built from those (no new gather of string bytes), or None."""
+    known = [e for e in encs if e is not None]
+    if len(known) < len(encs) or any(len(e.layouts) != len(schema.keys) for e in known):
+        return None
+    if sum(len(e.cols[0]) for e in known) != rb.num_rows:
+        return None
+    keys = encoding.concat(known)
+    values = encoding.encode(rb, schema.value_names) if keys is not None else None
+    if keys is None or values is None:
+        return None
+    return encoding.Encoding(keys.cols + values[0].cols, keys.layouts + values[0].layouts)
 
 
 def empty(schema: ZSetSchema) -> pa.RecordBatch:
@@ -223,6 +265,19 @@ def _unique_sorted_keys(rb: pa.RecordBatch, schema: ZSetSchema) -> pa.RecordBatc
     if rb.num_rows < 2:
         return rb
     names = schema.key_names
+    if (
+        len(names) == 1
+        and pa.types.is_integer(rb.schema.field(0).type)
+        and not rb.column(0).null_count
+    ):
+        # one integer key: sorting the values is several times cheaper than an argsort
+        # followed by a take
+        values = rb.column(0).to_numpy()
+        if np.all(values[1:] > values[:-1]):
+            return rb
+        values = np.sort(values)
+        values = values[np.concatenate(([True], values[1:] != values[:-1]))]
+        return pa.record_batch([pa.array(values, rb.schema.field(0).type)], schema=rb.schema)
     enc = encoding.encode(rb, names)
     if enc is not None:
         cols = enc[0].cols
@@ -268,9 +323,25 @@ def seek(
     if valid is not None and not valid.all():
         sel = np.flatnonzero(valid)
         pcols = [c[sel] for c in pcols]
-    bcols = benc.cols
+    return rb.take(pa.array(seek_rows(benc.cols, pcols)))
+
+
+def seek_rows(bcols: Sequence[npt.NDArray[Any]], pcols: Sequence[npt.NDArray[Any]]) -> IntArray:
+    """Indices of the rows whose encoded key (`bcols`, sorted) equals one of the sorted,
+    unique encoded probes (`pcols`, the same columns)."""
     k, p = bcols[0], pcols[0]
     n = len(k)
+    if n == 0 or len(p) == 0:
+        return np.empty(0, dtype=np.int64)
+    # Probes outside the batch's key range cannot match: two scalar searches spare them
+    # the binary search over the batch (absent keys are often outside it).
+    a = int(np.searchsorted(p, k[0], side="left"))
+    b = int(np.searchsorted(p, k[-1], side="right"))
+    if a > 0 or b < len(p):
+        pcols = [c[a:b] for c in pcols]
+        p = pcols[0]
+        if len(p) == 0:
+            return np.empty(0, dtype=np.int64)
     lo = np.searchsorted(k, p, side="left")
     found = k[np.minimum(lo, n - 1)] == p
     lo, pidx = lo[found], np.flatnonzero(found)
@@ -279,14 +350,16 @@ def seek(
     more[more] = k[hi[more]] == p[pidx[more]]
     if more.any():
         hi[more] = np.searchsorted(k, p[pidx[more]], side="right")
-    rows = ranges_to_indices(lo, hi)
-    if len(bcols) > 1 and len(rows):
+        rows = ranges_to_indices(lo, hi)
         owner = np.repeat(pidx, hi - lo)
+    else:  # one row per found probe: no ranges to expand
+        rows, owner = lo.astype(np.int64, copy=False), pidx
+    if len(bcols) > 1 and len(rows):
         match = np.ones(len(rows), dtype=bool)
         for bc, pcol in zip(bcols[1:], pcols[1:], strict=True):
             match &= bc[rows] == pcol[owner]
         rows = rows[match]
-    return rb.take(pa.array(rows))
+    return rows
 
 
 def _null_safe_keys(rb: pa.RecordBatch, names: Sequence[str]) -> pa.Table:
@@ -350,8 +423,29 @@ def count_below(rb: pa.RecordBatch, names: Sequence[str], bound: Sequence[Any]) 
     return int(lt.sum())
 
 
+def _python_ordered(t: pa.DataType) -> bool:
+    """Types whose Python values (`as_py`) compare exactly as the batch orders them
+    (nanosecond temporals lose precision in Python; floats have NaN)."""
+    if pa.types.is_timestamp(t) or pa.types.is_duration(t):
+        return bool(t.unit != "ns")
+    return encoding.is_numeric(t) or encoding.is_stringish(t)
+
+
 def count_at_most(rb: pa.RecordBatch, names: Sequence[str], bound: Sequence[Any]) -> int:
     """Number of leading rows of sorted `rb` whose `names` columns are <= `bound`."""
+    cols = [rb.column(n) for n in names[: len(bound)]]
+    if all(_python_ordered(c.type) for c in cols):
+        # A binary search over Python values (whose order is the batch order for these
+        # types): a few dozen scalar reads instead of comparing every row in Arrow.
+        b = tuple(bound)
+        lo, hi = 0, rb.num_rows
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if compare_rows(tuple(c[mid].as_py() for c in cols), b) <= 0:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
     n = count_below(rb, names, bound)
     while n < rb.num_rows and compare_rows(row_tuple(rb, names, n), tuple(bound)) == 0:
         n += 1

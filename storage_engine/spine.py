@@ -414,7 +414,12 @@ class Spine:
         limit = min(self._settings.max_memory_batch_bytes, self._loc.budget.limit // 4)
         to_file = total > limit or self._loc.budget.over()
         if not to_file:
-            out, keys = kernels.merge_keyed([g.data() for g in group], self.schema)
+            mems = [g.mem for g in group]  # read once: a spill may drop them meanwhile
+            out, keys = kernels.merge_keyed(
+                [m.data if m is not None else g.data() for g, m in zip(group, mems, strict=True)],
+                self.schema,
+                [m.known_key_encoding if m is not None else None for m in mems],
+            )
             cut = self._apply_lower_bound(out)
             if cut.num_rows != out.num_rows:
                 out, keys = cut, None

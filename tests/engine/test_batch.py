@@ -383,3 +383,56 @@ def test_large_numeric_merges_repair_interleaved_runs() -> None:
     ]
     assert_matches(merged.seek(probes), restrict_keys(model, 2, probes))
     assert sorted(model, key=sort_key) == [r for r, _ in ordered_rows(merged)]
+
+
+_AFFIXES = st.sampled_from(["", "a", "ab", "abc", "abd", "x" * 11, "y" * 19, "é"])
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        [("s", pa.string())],
+        [("s", pa.string()), ("i", pa.int32())],
+        [("i", pa.int32()), ("s", pa.string())],
+    ],
+    ids=["string", "string_int", "int_string"],
+)
+def test_merge_reuses_key_encodings_of_its_inputs(keys: list[tuple[str, pa.DataType]]) -> None:
+    """Inputs whose key encodings share prefixes but not chunk counts (or not prefixes)
+    merge into the same rows, and the output's carried encoding answers seeks."""
+    schema = ZSetSchema.of(keys, [("v", pa.int64())])
+
+    def key(prefix: str) -> st.SearchStrategy[tuple[Any, ...]]:
+        def prefixed(a: str) -> str:
+            return prefix + a
+
+        parts: list[st.SearchStrategy[Any]] = [
+            _AFFIXES.map(prefixed) if pa.types.is_string(t) else st.integers(-2, 2) for _, t in keys
+        ]
+        return st.tuples(*parts)
+
+    @settings(max_examples=trials(60, 15), deadline=None)
+    @given(
+        groups=st.lists(
+            st.sampled_from(["user-1", "user-2", "user-"]).flatmap(
+                lambda p: st.lists(
+                    st.tuples(key(p), st.tuples(st.integers(0, 2)), st.integers(-2, 2)),
+                    min_size=1,
+                    max_size=12,
+                )
+            ),
+            min_size=2,
+            max_size=4,
+        ),
+        probes=st.lists(key("user-"), max_size=6),
+    )
+    def check(groups: list[list[Any]], probes: list[Any]) -> None:
+        batches = [Batch.from_tuples(schema, rows) for rows in groups]
+        model = model_of([r for rows in groups for r in rows])
+        merged = batches[0].merge(*batches[1:])
+        assert_matches(merged, model)
+        present = [k for rows in groups for k, _, _ in rows[:2]]
+        for ks in (present, probes):
+            assert_matches(merged.seek(ks), restrict_keys(model, len(keys), ks))
+
+    check()

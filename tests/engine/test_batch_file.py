@@ -144,6 +144,93 @@ def test_key_spanning_many_blocks(
     assert_matches(_seek(bf, [3]), restrict_keys(model, 1, [(3,)]))
 
 
+# Strings sharing long prefixes (the file-wide seek encoding cuts them), values too long for
+# its chunks (those blocks fall back to their own encoding), and keys on either side of a
+# prefix boundary.
+_PREFIXED = st.sampled_from(
+    [
+        "user-0001",
+        "user-0002",
+        "user-00010",
+        "user-",
+        "user",
+        "usez",
+        "",
+        "u" * 45,
+        "user-" + "9" * 40,
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        [("s", pa.string())],
+        [("b", pa.binary())],
+        [("s", pa.string()), ("t", pa.string())],
+        [("i", pa.int32()), ("s", pa.string())],
+    ],
+    ids=["string", "binary", "string_string", "int_string"],
+)
+def test_seek_with_file_wide_string_encoding(keys: list[tuple[str, pa.DataType]]) -> None:
+    schema = ZSetSchema.of(keys, [("v", pa.int64())])
+
+    def value(t: pa.DataType) -> st.SearchStrategy[Any]:
+        if pa.types.is_integer(t):
+            return st.integers(-2, 2)
+        return _PREFIXED.map(str.encode) if pa.types.is_binary(t) else _PREFIXED
+
+    key = st.tuples(*(value(t) for _, t in keys))
+
+    @settings(max_examples=trials(40, 10), deadline=None)
+    @given(
+        rows=st.lists(
+            st.tuples(key, st.tuples(st.integers(0, 2)), st.integers(-2, 2)), max_size=60
+        ),
+        block_rows=st.integers(1, 7),
+        extra=st.lists(key, max_size=6),
+        data=st.data(),
+    )
+    def check(rows: list[Any], block_rows: int, extra: list[Any], data: st.DataObject) -> None:
+        batch = Batch.from_tuples(schema, rows)
+        model = model_of(rows)
+        present = [r[0] for r in rows]
+        probes = data.draw(st.lists(st.sampled_from(present), max_size=8)) if present else []
+        with tempfile.TemporaryDirectory() as d, BufferCacheCtx() as c:
+            bf = _open(_write(Path(d), batch, block_rows=block_rows), c, schema)
+            # all present keys touch every block: the whole-file search; a few keys: per block
+            for ks in (present, probes + extra, probes, extra):
+                assert_matches(_seek(bf, ks), restrict_keys(model, len(keys), ks))
+
+    check()
+
+
+_MANY_KEYS: dict[str, tuple[ZSetSchema, list[tuple[Any, ...]]]] = {
+    "int64": (INT, [(k * 7,) for k in range(40)]),
+    "string": (CASES["string"].schema, [(f"key-{k:03d}",) for k in range(40)]),
+    "composite": (CASES["composite"].schema, [("abc"[k % 3], k) for k in range(40)]),
+    "mixed_lengths": (CASES["string"].schema, [("x" * (k % 11) + str(k),) for k in range(40)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_MANY_KEYS))
+def test_seek_touching_most_blocks_searches_the_whole_file(name: str, tmp_path: Path) -> None:
+    """A seek whose probes reach most blocks searches one array of all the file's keys
+    (cached); later seeks of a few keys answer from it, and after eviction block by block."""
+    schema, keys = _MANY_KEYS[name]
+    value = [(0,), (1,)] if schema == INT or name == "composite" else [("x",), ("y",)]
+    rows = [(k, v, 1 + i % 3) for i, k in enumerate(keys) for v in value[: 1 + i % 2]]
+    model = model_of(rows)
+    absent = [(*k[:-1], k[-1] + 1) if isinstance(k[-1], int) else (k[0] + "!",) for k in keys]
+    with BufferCacheCtx() as c:
+        bf = _open(_write(tmp_path, Batch.from_tuples(schema, rows), block_rows=4), c, schema)
+        for ks in (keys + absent, keys[:2], absent[::3], keys[::5] + absent[::7], []):
+            assert_matches(_seek(bf, ks), restrict_keys(model, len(keys[0]), ks))
+        assert c.contains((bf._id, "whole-keys"))
+        bf.evict()
+        assert_matches(_seek(bf, keys[-3:]), restrict_keys(model, len(keys[0]), keys[-3:]))
+
+
 def test_absent_keys_between_before_and_after_blocks(tmp_path: Path, cache: BufferCache) -> None:
     batch = Batch.from_tuples(INT, [((k,), (0,), 1) for k in range(0, 400, 4)])
     bf = _open(_write(tmp_path, batch, block_rows=10), cache, INT)
