@@ -4,7 +4,7 @@ from .aggregate import AggFunc, Aggregate, GroupAggregate
 from .circuit import Circuit
 from .distinct import Distinct
 from .join import Join
-from .operator import CircuitError, Operator
+from .operator import CircuitError, Operator, PartialForm
 from .window import WindowAggregate
 
 __all__ = [
@@ -16,5 +16,6 @@ __all__ = [
     "GroupAggregate",
     "Join",
     "Operator",
+    "PartialForm",
     "WindowAggregate",
 ]

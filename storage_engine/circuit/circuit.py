@@ -3,7 +3,7 @@
     circuit = Circuit([GroupAggregate("per_user", schema, ["user"], [Aggregate("n", "count")])])
     loc = StorageLocation.open(path, fingerprint=circuit.fingerprint)
     circuit.open(loc)                       # binds spines, restores operator state
-    out = circuit.step(step_id, {"source": arrow_table})   # {operator id: output delta}
+    out = circuit.step({"source": arrow_table})             # {operator id: output delta}
     circuit.commit_async(step_id, {"offsets": ...})        # state + caller's metadata
 
 The fingerprint covers every operator's state layout (ids, kinds, columns and types, window
@@ -50,18 +50,30 @@ class Circuit:
             op.open(location, saved.get(op.id, {}))
         self._loc = location
 
-    def step(self, deltas: Mapping[str, pa.Table | pa.RecordBatch]) -> dict[str, pa.Table]:
-        """Feed one step's input deltas (missing inputs are empty); returns every operator's
-        output delta, by operator id."""
+    def step(
+        self,
+        deltas: Mapping[str, pa.Table | pa.RecordBatch],
+        partials: Mapping[str, pa.Table] | None = None,
+    ) -> dict[str, pa.Table]:
+        """Feed one step's input deltas; returns every operator's output delta, by operator
+        id. `partials` gives some operators their (insert-only) input pre-aggregated instead,
+        by operator id, in the operator's `partial_form()`; they ignore `deltas`."""
         if self._loc is None:
             raise CircuitError("open() the circuit on a storage location first")
         unknown = set(deltas) - self.inputs
         if unknown:
             raise CircuitError(f"no operator reads the inputs {sorted(unknown)}")
+        partials = partials or {}
+        strangers = set(partials) - {op.id for op in self.operators}
+        if strangers:
+            raise CircuitError(f"partial inputs for unknown operators {sorted(strangers)}")
         started = time.perf_counter()
         tables = {name: weighted(t) for name, t in deltas.items()}
         out = {}
         for op in self.operators:
+            if op.id in partials:
+                out[op.id] = op.step_partial(partials[op.id])
+                continue
             missing = [i for i in op.inputs if i not in tables]
             if missing:
                 raise CircuitError(f"operator {op.id!r} needs the inputs {missing}")

@@ -3,6 +3,8 @@
 State `<id>.counts`: every row (all columns as the key) with its multiplicity. A step emits
 +1 for rows whose multiplicity became positive and -1 for rows whose multiplicity stopped
 being positive.
+
+`step_partial` takes the delta grouped by the columns with each row's count: the same Z-set.
 """
 
 from __future__ import annotations
@@ -17,7 +19,15 @@ from ..batch import Batch
 from ..location import StorageLocation
 from ..schema import WEIGHT, ZSetSchema
 from ..spine import Spine
-from .operator import Operator, empty_delta, require_columns, to_table, weighted
+from .operator import (
+    COUNT,
+    Operator,
+    PartialForm,
+    empty_delta,
+    require_columns,
+    to_table,
+    weighted,
+)
 
 
 class Distinct(Operator):
@@ -50,6 +60,15 @@ class Distinct(Operator):
 
     def open(self, location: StorageLocation, state: Mapping[str, Any]) -> None:
         self._counts = location.spine(self.spine_name("counts"), self._zs)
+
+    def partial_form(self) -> PartialForm:
+        return PartialForm(
+            tuple(self.columns), pa.schema([*self._schema, pa.field(COUNT, pa.int64())])
+        )
+
+    def step_partial(self, partial: pa.Table) -> pa.Table:
+        rows = partial.select(self.columns).append_column(WEIGHT, partial.column(COUNT))
+        return self.step({self.inputs[0]: rows})
 
     def step(self, deltas: Mapping[str, pa.Table]) -> pa.Table:
         assert self._counts is not None

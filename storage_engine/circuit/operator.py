@@ -11,6 +11,7 @@ import hashlib
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,40 @@ from ..schema import WEIGHT, ZSetSchema
 
 class CircuitError(ValueError):
     """An operator was defined or fed inconsistently (names the operator and the field)."""
+
+
+COUNT = "__count"
+BUCKET = "__bucket"
+TMAX = "__tmax"
+
+
+@dataclass(frozen=True)
+class PartialForm:
+    """What an operator needs of an insert-only input delta when the producer (Spark) has
+    already grouped it: one row per group of the batch, with these columns (`schema`):
+
+    - `keys`: the input columns grouped by (null keys form a group); with `bucket =
+      (time column, slide_us)` also `__bucket`, the event time's slide bucket
+      (floor(t / slide) * slide, microseconds since the epoch; null without an event time);
+    - `__count`: the number of rows;
+    - `__n_<c>` for `counted`: the number of non-null values of column c;
+    - `__s_<c>` for `summed`: the sum of c's non-null values (0 without any);
+    - `__min_<c>`, `__max_<c>` for `ordered`: the smallest and largest non-null, non-NaN
+      value (null without any), and for floating-point columns `__nan_<c>`: whether a NaN
+      occurred;
+    - `__tmax` with a bucket: the largest event time (microseconds).
+
+    Several rows with the same keys are allowed (e.g. one per Spark partition); rows with
+    a zero count should be left out. Only insert-only inputs (every weight +1) may be
+    pre-aggregated: a multiset's minimum needs every value once retractions can remove it.
+    """
+
+    keys: tuple[str, ...]
+    schema: pa.Schema
+    counted: tuple[str, ...] = ()
+    summed: tuple[str, ...] = ()
+    ordered: tuple[str, ...] = ()
+    bucket: tuple[str, int] | None = None
 
 
 class Operator(ABC):
@@ -49,6 +84,16 @@ class Operator(ABC):
     @abstractmethod
     def step(self, deltas: Mapping[str, pa.Table]) -> pa.Table:
         """The output delta for these input deltas (each with a `__weight` column)."""
+
+    def partial_form(self) -> PartialForm | None:
+        """The pre-aggregated input `step_partial` accepts; None: the operator needs rows."""
+        return None
+
+    def step_partial(self, partial: pa.Table) -> pa.Table:
+        """The output delta for an insert-only input delta given in `partial_form()`: the
+        same as `step` on the rows it summarises, leaving state that gives the same outputs
+        as `step`'s would for any later insert-only input."""
+        raise CircuitError(f"operator {self.id!r} cannot take a pre-aggregated input")
 
     def checkpoint_state(self) -> dict[str, Any]:
         """Small JSON-able operator state to store in each checkpoint (e.g. a watermark)."""
