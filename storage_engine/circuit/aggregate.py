@@ -66,9 +66,20 @@ def _sum_type(t: pa.DataType) -> pa.DataType:
         return pa.int64()
     if pa.types.is_floating(t):
         return pa.float64()
-    if pa.types.is_decimal(t):
-        return t
+    if isinstance(t, pa.Decimal128Type | pa.Decimal256Type):
+        # As Spark's sum: ten more digits, so sums of many values still fit.
+        return pa.decimal128(min(t.precision + 10, 38), t.scale)
     raise CircuitError(f"cannot sum or average a column of type {t}")
+
+
+def _times(x: pa.Array | pa.ChunkedArray, w: Any, t: pa.DataType) -> Any:
+    """x * w in type t. Decimals multiply in 256 bits (Arrow widens a decimal product to
+    the sum of both precisions, beyond 128 bits for most), then narrow to t, which fails
+    on an overflow rather than wrapping."""
+    if isinstance(t, pa.Decimal128Type):
+        wide = pa.decimal256(t.precision, t.scale)
+        return pc.cast(pc.multiply(pc.cast(x, wide), pc.cast(w, pa.decimal256(19, 0))), t)
+    return pc.multiply(x, pc.cast(w, t))
 
 
 class GroupAggregate(Operator):
@@ -113,7 +124,10 @@ class GroupAggregate(Operator):
         ]
         self._acc_schema = ZSetSchema(tuple(self._groups), tuple(acc_values))
         self._vals_schemas = {
-            c: ZSetSchema(tuple(self._groups), (input_schema.field(c),)) for c in self._ordered
+            c: ZSetSchema(
+                tuple(self._groups), (input_schema.field(c).with_name(self._val_name(c)),)
+            )
+            for c in self._ordered
         }
         out = [input_schema.field(g) for g in group_by]
         for a in aggregates:
@@ -179,10 +193,19 @@ class GroupAggregate(Operator):
         if delta.num_rows == 0:
             return empty_delta(self._out_schema)
         changes = {
-            c: delta.select([*self._keys, c, WEIGHT]).filter(pc.is_valid(delta.column(c)))
+            c: pa.table(
+                [*(delta.column(k) for k in self._keys), delta.column(c), delta.column(WEIGHT)],
+                names=[*self._keys, self._val_name(c), WEIGHT],
+            ).filter(pc.is_valid(delta.column(c)))
             for c in self._ordered
         }
         return self._merge(self._partial(delta), changes)
+
+    def _val_name(self, c: str) -> str:
+        """The value column of `c`'s multiset: `c`, unless `c` is also a group key (a spine
+        row cannot hold two columns of one name; such a min/max is the key itself, but the
+        multiset keeps the operator uniform). Existing state never had such a column."""
+        return f"__v_{c}" if c in self._keys else c
 
     def step_partial(self, partial: pa.Table) -> pa.Table:
         p = self._with_group_key(partial)
@@ -197,15 +220,16 @@ class GroupAggregate(Operator):
         changes: dict[str, pa.Table] = {}
         for c in self._ordered:
             t = self.input_schema.field(c).type
+            v = self._val_name(c)
             parts = [
-                p.select([*self._keys, f"__{m}_{c}"]).rename_columns([*self._keys, c])
+                p.select([*self._keys, f"__{m}_{c}"]).rename_columns([*self._keys, v])
                 for m in ("min", "max")
             ]
             if pa.types.is_floating(t):
                 nan = p.filter(pc.fill_null(p.column(f"__nan_{c}"), False)).select(self._keys)
-                parts.append(nan.append_column(c, pa.array([float("nan")] * nan.num_rows, t)))
+                parts.append(nan.append_column(v, pa.array([float("nan")] * nan.num_rows, t)))
             d = pa.concat_tables([x.cast(parts[0].schema) for x in parts])
-            d = d.filter(pc.is_valid(d.column(c)))
+            d = d.filter(pc.is_valid(d.column(v)))
             changes[c] = d.append_column(WEIGHT, pa.array(np.ones(d.num_rows, np.int64)))
         return self._merge(acc, changes)
 
@@ -251,7 +275,7 @@ class GroupAggregate(Operator):
         for c in self._summed:
             t = _sum_type(self.input_schema.field(c).type)
             x = pc.cast(delta.column(c), t)
-            cols[f"__s_{c}"] = pc.fill_null(pc.multiply(x, pc.cast(w, t)), pa.scalar(0, t))
+            cols[f"__s_{c}"] = pc.fill_null(_times(x, w, t), pa.scalar(0, t))
         table = pa.table(cols)
         return self._group_sum(table)
 
@@ -282,7 +306,7 @@ class GroupAggregate(Operator):
             side = {k: v.column(k) for k in self._keys}
             for h in helpers:
                 side[h] = pa.nulls(v.num_rows, acc.schema.field(h).type)
-            parts.append(pa.table(side).append_column(f"__x_{c}", v.column(c)))
+            parts.append(pa.table(side).append_column(f"__x_{c}", v.column(self._val_name(c))))
         for i, p in enumerate(parts):
             for c in self._ordered:
                 if f"__x_{c}" not in p.column_names:

@@ -9,6 +9,7 @@ import math
 import random
 from collections import Counter
 from collections.abc import Iterable
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -184,6 +185,33 @@ def test_global_aggregate_without_group_by(tmp_path: Path) -> None:
     assert out == Counter({(1, 2): 1})
     integrate(out, c.step({"source": table([(("b", 2, None), -1)], SCHEMA)})["all"])
     assert out == Counter()  # no rows, no group
+    loc.close()
+
+
+def test_decimal_sums_and_min_max_of_a_group_key(tmp_path: Path) -> None:
+    """Decimal sums widen by ten digits (as Spark's) and survive retractions; min/max of a
+    group-by column is the key itself (its multiset needs its own column name)."""
+    schema = pa.schema([("g", pa.string()), ("d", pa.decimal128(10, 2))])
+    aggs = [
+        Aggregate("s", "sum", "d"),
+        Aggregate("a", "avg", "d"),
+        Aggregate("lo", "min", "g"),
+        Aggregate("hi", "max", "d"),
+    ]
+    c = Circuit([GroupAggregate("agg", schema, ["g"], aggs)])
+    assert c.operators[0].output_schema.field("s").type == pa.decimal128(20, 2)
+    loc = StorageLocation.open(str(tmp_path), fingerprint=c.fingerprint, settings=SETTINGS)
+    c.open(loc)
+    big, small = Decimal("99999999.99"), Decimal("0.01")
+    out: Counter[Row] = Counter()
+    rows = [(("a", big), 1), (("a", big), 1), (("a", small), 1), (("b", None), 1)]
+    integrate(out, c.step({"source": table(rows, schema)})["agg"])
+    total = 2 * big + small
+    assert out == Counter(
+        {("a", total, float(total) / 3, "a", big): 1, ("b", None, None, "b", None): 1}
+    )
+    integrate(out, c.step({"source": table([(("a", big), -2)], schema)})["agg"])
+    assert out == Counter({("a", small, 0.01, "a", small): 1, ("b", None, None, "b", None): 1})
     loc.close()
 
 
