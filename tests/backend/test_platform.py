@@ -53,14 +53,28 @@ def deployed(
 
 
 def descendants(pid: int) -> list[int]:
+    """The live descendants of `pid` (short-lived ones may vanish while being listed)."""
     found, todo = [], [pid]
     while todo:
         parent = todo.pop()
-        for task in Path(f"/proc/{parent}/task").iterdir():
-            kids = (task / "children").read_text().split()
-            found += [int(k) for k in kids]
-            todo += [int(k) for k in kids]
+        try:
+            kids = [
+                int(k)
+                for task in Path(f"/proc/{parent}/task").iterdir()
+                for k in (task / "children").read_text().split()
+            ]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        found += kids
+        todo += kids
     return found
+
+
+def executable(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/exe").resolve(strict=True).name
+    except OSError:  # gone, or not ours to read
+        return None
 
 
 def datagen_spec(name: str) -> dict[str, Any]:
@@ -232,7 +246,7 @@ def test_sigkilled_driver_is_restarted_from_the_latest_checkpoint_exactly_once(
     p.wait_step(name, 5)
     (pid,) = p.driver_pids(name)
     # Drivers run below the control plane's priority, and so does their JVM.
-    jvm = [c for c in descendants(pid) if Path(f"/proc/{c}/exe").resolve().name == "java"]
+    jvm = [c for c in descendants(pid) if executable(c) == "java"]
     assert jvm and {os.getpriority(os.PRIO_PROCESS, x) for x in [pid, *jvm]} == {
         p.settings.driver_nice
     }
