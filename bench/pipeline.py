@@ -171,12 +171,11 @@ def spindle(work: Path, log: Log) -> dict[str, Any]:
     }
 
 
-def spark_rocksdb(work: Path, total_rows: int, log: Log) -> dict[str, Any]:
+def _peer_query(spark: Any, work: Path, checkpoint: Path) -> Any:
+    """The Spark side: the query on Spark's own stateful streaming, RocksDB state store,
+    one file per micro-batch, started."""
     from pyspark.sql import functions as F
 
-    from workers.runner import spark_session
-
-    spark = spark_session("bench-spark-rocksdb")
     spark.conf.set(
         "spark.sql.streaming.stateStore.providerClass",
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
@@ -187,13 +186,20 @@ def spark_rocksdb(work: Path, total_rows: int, log: Log) -> dict[str, Any]:
         .json(str(work / "in"))
     )
     agg = df.groupBy("customer").agg(F.count("*").alias("n"), F.sum("amount").alias("total"))
-    q = (
+    return (
         agg.writeStream.outputMode("update")
         .format("noop")
-        .option("checkpointLocation", str(work / "spark-ck"))
+        .option("checkpointLocation", str(checkpoint))
         .trigger(processingTime="10 milliseconds")
         .start()
     )
+
+
+def spark_rocksdb(work: Path, total_rows: int, log: Log) -> dict[str, Any]:
+    from workers.runner import spark_session
+
+    spark = spark_session("bench-spark-rocksdb")
+    q = _peer_query(spark, work, work / "spark-ck")
     # Until every input row went through (progress is kept for the last 100 batches, more
     # than any profile has files).
     deadline = time.monotonic() + 1800
@@ -247,7 +253,6 @@ def recovery(work: Path, log: Log) -> tuple[float, dict[str, float]]:
 def _spark_peer(work: Path, checkpoint: Path, progress: Path) -> None:
     """The Spark side's query (as in `spark_rocksdb`) in this process until it is killed,
     appending `{"ts", "batch", "rows"}` to `progress` when a batch with input completes."""
-    from pyspark.sql import functions as F
     from pyspark.sql.streaming.listener import StreamingQueryListener
 
     from workers.runner import spark_session
@@ -270,25 +275,8 @@ def _spark_peer(work: Path, checkpoint: Path, progress: Path) -> None:
             pass
 
     spark = spark_session("bench-spark-recovery")
-    spark.conf.set(
-        "spark.sql.streaming.stateStore.providerClass",
-        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-    )
     spark.streams.addListener(Progress())
-    df = (
-        spark.readStream.schema("customer string, amount bigint")
-        .option("maxFilesPerTrigger", 1)
-        .json(str(work / "in"))
-    )
-    agg = df.groupBy("customer").agg(F.count("*").alias("n"), F.sum("amount").alias("total"))
-    q = (
-        agg.writeStream.outputMode("update")
-        .format("noop")
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(processingTime="10 milliseconds")
-        .start()
-    )
-    q.awaitTermination()
+    _peer_query(spark, work, checkpoint).awaitTermination()
 
 
 def _peer(work: Path, checkpoint: Path, progress: Path) -> subprocess.Popen[bytes]:
