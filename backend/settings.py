@@ -57,6 +57,12 @@ class Settings(BaseSettings):
         description="niceness of pipeline drivers (Spark) started by the worker, so the API "
         "and the worker stay responsive while pipelines use every core (0: same as the worker)",
     )
+    standby_drivers: bool = Field(
+        False,
+        description="keep one hot standby driver per running pipeline (Spark started and "
+        "warmed up, waiting): a crashed run's restart and a restore take it over instead of "
+        "starting Spark; costs a second driver's memory (a JVM) per running pipeline",
+    )
     cors_origins: list[str] = Field(default_factory=list)
     max_body_bytes: int = Field(1 << 20, gt=0, description="request bodies, except ingest")
     max_ingest_bytes: int = Field(16 << 20, gt=0, description="one ingest request")

@@ -26,7 +26,7 @@ class _NoQueue:
     def execute(self, operation_id: str) -> None:
         pass
 
-    def reap(self) -> None:
+    def reap(self, delay_s: float = 0.0) -> None:
         pass
 
     def ready(self) -> str:

@@ -29,11 +29,12 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, cast
+from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import tenacity
 import typer
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -53,6 +54,7 @@ from storage_engine.circuit import (
     WindowAggregate,
 )
 from storage_engine.commit import CommitHandle
+from storage_engine.errors import LockedError
 from storage_engine.input_log import InputLog
 from storage_engine.manifest import MANIFEST
 from storage_engine.objstore import ObjectStoreLike, open_object_store
@@ -61,11 +63,15 @@ from . import spec as S
 from .sinks import FilesSink, PostgresSink, Sink, ViewSink
 from .sources import END, DatagenSource, FilesSource, LogSource, arrow_schema_option
 
+if TYPE_CHECKING:
+    from .standby import Takeover
+
 SOURCE = "source"
 # See Runner._pre_aggregation.
 PreAggregate = Literal["auto", "always", "never"]
 PRE_AGGREGATE_MIN_ROWS = 100_000
 STARTUP_GRACE_S = 15.0  # --stop-when-idle waits this long for a run's first step
+TAKEOVER_LOCK_WAIT_S = 30.0  # a standby taking over waits this long for the location's lock
 
 # Exit codes the control plane's supervisor reads (backend.services.lifecycle).
 EXIT_STOPPED = 0
@@ -94,8 +100,10 @@ class Timeline:
     once, after the run's first step, as `{"event": "started", "phases_ms": {...}}` in
     metrics.jsonl (each phase: ms since the previous mark) and on the debug log."""
 
-    def __init__(self, start: float | None = None) -> None:
+    def __init__(self, start: float | None = None, standby: bool = False) -> None:
         self.marks: list[tuple[str, float]] = [("start", start or time.time())]
+        # A standby's run: its timeline starts at the takeover, Spark already started.
+        self.standby = standby
 
     def mark(self, name: str) -> None:
         """The first time `name` is reached (a mark reached again, e.g. a query restarted
@@ -757,6 +765,7 @@ class Runner:
             "event": "started",
             "first_step": self.step,
             "restored": self.loc.restored.uuid if self.loc.restored is not None else None,
+            "standby": tl.standby,
             "total_ms": tl.total_ms(),
             "phases_ms": tl.phases_ms(),
         }
@@ -1171,20 +1180,19 @@ def run_cmd(
             f"{PRE_AGGREGATE_MIN_ROWS} rows or more), always, never."
         ),
     ] = "auto",
+    standby: Annotated[
+        bool,
+        typer.Option(
+            help="Hot standby: start Spark and warm up, then wait for one line on standard "
+            'input ({"from_checkpoint": ..., "run_id": ...}, fields optional) before opening '
+            "the storage location; exit 0 if the input ends first (workers/standby.py)."
+        ),
+    ] = False,
 ) -> None:
     if pre_aggregate not in ("auto", "always", "never"):
         raise typer.BadParameter("auto, always or never", param_hint="--pre-aggregate")
     timeline = Timeline(process_start_time())
     timeline.mark("imports")
-    control = None
-    if run_id is not None:
-        from backend.db import Database
-        from backend.settings import Settings
-
-        from .control import JobControl
-
-        settings = Settings()
-        control = JobControl(Database(settings.db_url), settings, run_id)
     started: list[Runner] = []
 
     def _term(*_: object) -> None:
@@ -1194,13 +1202,41 @@ def run_cmd(
         started[0].request_exit(EXIT_INTERRUPTED)
 
     signal.signal(signal.SIGTERM, _term)
+    control = None
     try:
         spec = S.load_spec(spec_file)
-        runner = Runner(
+        spark = None
+        if standby:
+            spark, takeover = _stand_by(spec)
+            if takeover is None:
+                spark.stop()
+                return  # not needed: the storage location was never opened
+            from_checkpoint = takeover.from_checkpoint or from_checkpoint
+            run_id = takeover.run_id if takeover.run_id is not None else run_id
+            timeline = Timeline(takeover.at, standby=True)
+        if run_id is not None:
+            from backend.db import Database
+            from backend.settings import Settings
+
+            from .control import JobControl
+
+            settings = Settings()
+            control = JobControl(Database(settings.db_url), settings, run_id)
+        # A standby may be told to take over while the driver it replaces is still exiting:
+        # the location's lock is then released within moments.
+        opening = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(LockedError),
+            stop=tenacity.stop_after_delay(TAKEOVER_LOCK_WAIT_S if standby else 0),
+            wait=tenacity.wait_fixed(0.05),
+            reraise=True,
+        )
+        runner = opening(
+            Runner,
             spec,
             storage,
             from_checkpoint=from_checkpoint,
             base_dir=base_dir,
+            spark=spark,
             own_retention=control is None,
             metrics_sinks=[control.metrics_sink] if control else None,
             remote=open_object_store(remote) if remote else None,
@@ -1227,6 +1263,25 @@ def run_cmd(
         runner.close()
     if code:
         raise typer.Exit(code)
+
+
+def _stand_by(spec: S.PipelineSpec) -> tuple[SparkSession, Takeover | None]:
+    """`run --standby`: Spark started and warmed up, then the takeover line (None: the input
+    ended first)."""
+    from .standby import TakeoverListener, warm_up
+
+    listener = TakeoverListener(sys.stdin)
+    spark = spark_session(f"spindle:{spec.name}")
+    took = warm_up(spark, spec, until=listener.arrived)
+    typer.echo(f"standby: ready (Spark started, warm-up {took:.1f} s); waiting to take over")
+    try:
+        takeover = listener.wait()
+    except ValueError as e:
+        typer.echo(f"standby: {e}", err=True)
+        raise typer.Exit(EXIT_SPEC) from None
+    if takeover is not None:
+        typer.echo(f"standby: taking over: {json.dumps(takeover.__dict__)}")
+    return spark, takeover
 
 
 def main() -> None:

@@ -3,10 +3,19 @@ child process of the worker and waits for it: log to `<pipeline dir>/runs/<n>.lo
 recorded through `backend.services.lifecycle.run_exited`, restores relaunched in place,
 crashes handed to the reaper. The driver dies with the worker (PR_SET_PDEATHSIG), so a
 worker that disappears leaves no orphan writing to the storage location; its runs stop
-heartbeating and the reaper replaces them."""
+heartbeating and the reaper replaces them.
+
+With `SPINDLE_STANDBY_DRIVERS`, each running pipeline also gets a hot standby driver
+(`run --standby`: Spark started and warmed up, waiting on its standard input; see
+`workers/standby.py`), spawned once the run is up. The pipeline's next run — a crash's
+restart or a restore's relaunch — takes it over with one line on its input instead of
+starting Spark, and a new standby is spawned for the run after that. A standby is only used
+for the exact command line and spec it was started with; a stop, a failure or a changed spec
+retires it (its input is closed: it exits without touching the storage location)."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import ctypes
 import functools
@@ -20,6 +29,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +64,30 @@ def _child_setup(nice: int) -> None:
         os.nice(nice)
 
 
-def _prepare(db: Database, settings: Settings, run_id: int) -> list[str] | None:
-    """Write the spec, point the run at its log; the driver's command line, or None if the
+@dataclass(frozen=True)
+class _Launch:
+    """How to start one run's driver."""
+
+    pipeline: str
+    driver: list[str]  # the command line without the run's own options
+    run: list[str]  # the run's own options: where it starts, which run it is
+    spec_text: str
+    log_path: str
+    from_checkpoint: str
+    run_id: int
+
+    @property
+    def cmd(self) -> list[str]:
+        return [*self.driver, *self.run]
+
+    @property
+    def key(self) -> str:
+        """What a standby must have been started with to serve this run."""
+        return json.dumps([self.driver, self.spec_text])
+
+
+def _prepare(db: Database, settings: Settings, run_id: int) -> _Launch | None:
+    """Write the spec, point the run at its log; how to start its driver, or None if the
     run is no longer waiting to start (a duplicate or stale launch)."""
     with db.session() as s:
         run = s.get(Run, run_id)
@@ -64,13 +97,14 @@ def _prepare(db: Database, settings: Settings, run_id: int) -> list[str] | None:
         pdir = settings.pipeline_dir(p.name)
         (pdir / "runs").mkdir(parents=True, exist_ok=True)
         spec_path = pdir / "spec.json"
-        spec_path.write_text(json.dumps(_absolute_paths(p.spec, settings.roots), indent=1))
+        spec_text = json.dumps(_absolute_paths(p.spec, settings.roots), indent=1)
+        spec_path.write_text(spec_text)
         run.log_path = str(pdir / "runs" / f"{run.number}.log")
         run.host = socket.gethostname()
         storage = settings.storage_dir(p.name)
         cps.reconcile_dir(s, p.id, storage)  # the manifest wins, before anything changes
         remote = settings.pipeline_store_url(p.name)
-        return [
+        driver = [
             sys.executable,
             "-m",
             "workers.runner",
@@ -78,14 +112,12 @@ def _prepare(db: Database, settings: Settings, run_id: int) -> list[str] | None:
             str(spec_path),
             "--storage",
             str(storage),
-            "--from-checkpoint",
-            run.from_checkpoint,
             "--base-dir",
             str(settings.roots[0]),
-            "--run-id",
-            str(run.id),
             *(["--remote", remote] if remote else []),
         ]
+        own = ["--from-checkpoint", run.from_checkpoint, "--run-id", str(run.id)]
+        return _Launch(p.name, driver, own, spec_text, run.log_path, run.from_checkpoint, run.id)
 
 
 def _absolute_paths(spec: dict[str, Any], roots: list[Path]) -> dict[str, Any]:
@@ -110,42 +142,151 @@ def _env(settings: Settings) -> dict[str, str]:
     return env
 
 
+def _spawn(
+    cmd: list[str], settings: Settings, log_path: str, stdin: int
+) -> subprocess.Popen[bytes]:
+    root = settings.roots[0]
+    root.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as out:
+        return subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=stdin,
+            cwd=root,
+            env=_env(settings),
+            preexec_fn=functools.partial(_child_setup, settings.driver_nice),
+            # Its own process group: signals meant for the worker's group (a terminal's
+            # Ctrl-C, a service manager's stop) must not reach Spark's processes; the
+            # supervisor stops the driver itself, cleanly.
+            start_new_session=True,
+        )
+
+
+@dataclass
+class _Standby:
+    key: str
+    proc: subprocess.Popen[bytes]
+    log_path: str
+
+
+class Standbys:
+    """The worker's hot standby drivers, at most one per pipeline (see the module's doc).
+
+    Spawned from one long-lived thread of their own: a driver's parent-death signal follows
+    the thread that started it, and a standby outlives the task that asked for it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_pipeline: dict[str, _Standby] = {}
+        self._spawner = ThreadPoolExecutor(1, thread_name_prefix="spindle-standby")
+
+    def ensure(self, launch: _Launch, settings: Settings) -> None:
+        """A standby for the run after `launch`'s, unless one for the same key is alive."""
+        with self._lock:
+            have = self._by_pipeline.get(launch.pipeline)
+            if have is not None and have.key == launch.key and have.proc.poll() is None:
+                return
+            if have is not None:
+                self._retire(self._by_pipeline.pop(launch.pipeline))
+            log_path = str(Path(launch.log_path).with_name(f"standby-{time.time_ns()}.log"))
+            cmd = [*launch.driver, "--standby"]
+            proc = self._spawner.submit(_spawn, cmd, settings, log_path, subprocess.PIPE).result()
+            self._by_pipeline[launch.pipeline] = _Standby(launch.key, proc, log_path)
+        log.info("%s: standby driver pid %s", launch.pipeline, proc.pid)
+
+    def take(self, launch: _Launch) -> _Standby | None:
+        """Hand `launch`'s run to the pipeline's standby: its log becomes the run's and it is
+        told to take over. None if there is none for this key (the stale one is retired)."""
+        with self._lock:
+            sb = self._by_pipeline.pop(launch.pipeline, None)
+        if sb is None:
+            return None
+        if sb.key != launch.key or sb.proc.poll() is not None:
+            self._retire(sb)
+            return None
+        try:
+            os.replace(sb.log_path, launch.log_path)  # open file: the driver writes on
+            sb.log_path = launch.log_path
+        except OSError:
+            log.warning("%s: the standby's log stays at %s", launch.pipeline, sb.log_path)
+        line = {"from_checkpoint": launch.from_checkpoint, "run_id": launch.run_id}
+        assert sb.proc.stdin is not None
+        try:
+            sb.proc.stdin.write((json.dumps(line) + "\n").encode())
+            sb.proc.stdin.close()
+        except OSError:  # it died just now
+            self._retire(sb)
+            return None
+        return sb
+
+    def discard(self, pipeline: str) -> None:
+        with self._lock:
+            sb = self._by_pipeline.pop(pipeline, None)
+        if sb is not None:
+            self._retire(sb)
+
+    def discard_all(self) -> None:
+        with self._lock:
+            gone, self._by_pipeline = list(self._by_pipeline.values()), {}
+        for sb in gone:
+            self._retire(sb)
+
+    @staticmethod
+    def _retire(sb: _Standby) -> None:
+        """Close its input (it exits at once, or after its warm-up), and reap it."""
+        try:
+            if sb.proc.stdin is not None:
+                sb.proc.stdin.close()
+        except OSError:
+            pass
+
+        def _reap() -> None:
+            try:
+                code = sb.proc.wait(timeout=RETIRE_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                sb.proc.kill()
+                code = sb.proc.wait()
+            if code == 0:  # it was not needed: nothing to read in its log
+                with contextlib.suppress(OSError):
+                    os.remove(sb.log_path)
+            else:
+                log.warning("standby pid %s ended with %s; log: %s", sb.proc.pid, code, sb.log_path)
+
+        threading.Thread(target=_reap, name="spindle-standby-reaper", daemon=True).start()
+
+
+RETIRE_TIMEOUT_S = 180.0  # a retired standby still warming up is killed after this long
+STANDBYS = Standbys()
+
+
 def supervise(db: Database, settings: Settings, queue: TaskQueue, run_id: int) -> None:
     """Run the driver of `run_id` until it exits, then any relaunch (restore) it asks for."""
     next_run: int | None = run_id
     while next_run is not None:
         run_id, next_run = next_run, None
-        cmd = _prepare(db, settings, run_id)
-        if cmd is None:
+        launch = _prepare(db, settings, run_id)
+        if launch is None:
             log.info("run %s is not starting; launch ignored", run_id)
             return
-        with db.session() as s:
-            run = s.get(Run, run_id)
-            assert run is not None and run.log_path is not None
-            log_path = run.log_path
-        root = settings.roots[0]
-        root.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "ab") as out:
-            proc = subprocess.Popen(
-                cmd,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                cwd=root,
-                env=_env(settings),
-                preexec_fn=functools.partial(_child_setup, settings.driver_nice),
-                # Its own process group: signals meant for the worker's group (a terminal's
-                # Ctrl-C, a service manager's stop) must not reach Spark's processes; the
-                # supervisor stops the driver itself, cleanly.
-                start_new_session=True,
-            )
+        standby = STANDBYS.take(launch)
+        if standby is not None:
+            proc = standby.proc
+            log.info("run %s: taken over by standby driver pid %s", run_id, proc.pid)
+        else:
+            proc = _spawn(launch.cmd, settings, launch.log_path, subprocess.DEVNULL)
+            log.info("run %s: driver pid %s", run_id, proc.pid)
         with db.session() as s:
             run = s.get(Run, run_id)
             assert run is not None
             run.pid = proc.pid
-        log.info("run %s: driver pid %s", run_id, proc.pid)
+            run.log_path = launch.log_path if standby is None else standby.log_path
+            log_path = run.log_path
         beat = functools.partial(_starting_heartbeat, db, run_id)
-        code = _wait(proc, beat, settings.heartbeat_s)
+        up = None
+        if settings.standby_drivers:  # once the run is up: a standby for the next one
+            up = functools.partial(STANDBYS.ensure, launch, settings)
+        code = _wait(proc, beat, settings.heartbeat_s, up)
         with db.session() as s:
             run = s.get(Run, run_id)
             assert run is not None
@@ -154,31 +295,47 @@ def supervise(db: Database, settings: Settings, queue: TaskQueue, run_id: int) -
             leftover = [] if outcome.relaunch else ops.pending_ids(s, run.pipeline_id)
             if outcome.relaunch is not None:
                 next_run = outcome.relaunch.id
+            delay = lifecycle.restart_delay_s(settings, run) if outcome.restart_due else 0.0
+        if outcome.relaunch is None and not outcome.restart_due:
+            STANDBYS.discard(launch.pipeline)  # no next run to serve
         for op_id in leftover:  # commands that arrived as the run ended
             queue.execute(op_id)
         if outcome.restart_due:
-            queue.reap()
+            # The reaper restarts it once the restart policy's backoff has passed: ask for
+            # that moment, not the next periodic reap (seconds later).
+            queue.reap(delay_s=delay)
 
 
-def _starting_heartbeat(db: Database, run_id: int) -> None:
+def _starting_heartbeat(db: Database, run_id: int) -> bool:
     """While the driver starts (Spark takes seconds), its supervisor vouches for it; once
-    running, the driver's own control loop heartbeats."""
+    running, the driver's own control loop heartbeats. True while the run is starting."""
     with db.session() as s:
-        s.execute(
+        res = s.execute(
             update(Run)
             .where(Run.id == run_id, Run.state == RunState.starting)
             .values(heartbeat_at=utcnow())
         )
+        return bool(getattr(res, "rowcount", 0))
 
 
-def _wait(proc: subprocess.Popen[bytes], beat: Callable[[], None], every_s: float) -> int:
+def _wait(
+    proc: subprocess.Popen[bytes],
+    beat: Callable[[], bool],
+    every_s: float,
+    up: Callable[[], None] | None = None,
+) -> int:
+    """The driver's exit code; `beat` every `every_s` (True while the run is starting), and
+    `up` once when it no longer is."""
     asked = False
     last = 0.0
     while True:
         now = time.monotonic()
         if now - last >= every_s:
             try:
-                beat()
+                if not beat() and up is not None and proc.poll() is None:
+                    call: Callable[[], None] = up
+                    up = None
+                    call()
             except Exception:  # the database may be briefly unavailable
                 log.exception("heartbeat")
             last = now
@@ -192,4 +349,4 @@ def _wait(proc: subprocess.Popen[bytes], beat: Callable[[], None], every_s: floa
                 asked = True
 
 
-__all__ = ["SHUTDOWN", "supervise"]
+__all__ = ["SHUTDOWN", "STANDBYS", "Standbys", "supervise"]

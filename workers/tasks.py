@@ -43,8 +43,8 @@ class CeleryQueue:
     def execute(self, operation_id: str) -> None:
         self.celery.send_task(EXECUTE, kwargs={"operation_id": str(operation_id)})
 
-    def reap(self) -> None:
-        self.celery.send_task(REAP)
+    def reap(self, delay_s: float = 0.0) -> None:
+        self.celery.send_task(REAP, countdown=delay_s if delay_s > 0 else None)
 
     def ready(self) -> str:
         try:
@@ -64,6 +64,7 @@ def _context() -> tuple[Settings, Database, CeleryQueue]:
 @worker_shutting_down.connect
 def _on_shutdown(**_: Any) -> None:
     supervisor.SHUTDOWN.set()
+    supervisor.STANDBYS.discard_all()
 
 
 @app.task(name=LAUNCH)

@@ -227,6 +227,26 @@ def backoff_s(settings: Settings, restarts: int) -> float:
     return float(min(delay, settings.restart_backoff_max_s))
 
 
+def restart_number(settings: Settings, last: Run) -> int:
+    """Which consecutive automatic restart would replace the ended run `last`: 0 after a
+    worker shutdown (not a failure), 1 after a run that stayed up restart_reset_s, else one
+    more than `last`'s."""
+    if last.state == RunState.stopped:
+        return 0
+    healthy = (
+        last.started_at is not None
+        and last.ended_at is not None
+        and (last.ended_at - last.started_at).total_seconds() >= settings.restart_reset_s
+    )
+    return 1 if healthy else last.restart_count + 1
+
+
+def restart_delay_s(settings: Settings, last: Run) -> float:
+    """Seconds from `last`'s end until the reaper may replace it."""
+    n = restart_number(settings, last)
+    return backoff_s(settings, n) if n else 0.0
+
+
 def reap(s: Session, settings: Settings, now: dt.datetime | None = None) -> list[Run]:
     """Mark runs without heartbeats as lost and start replacements for pipelines that should
     run and have no live run, under the restart policy. Returns the runs to launch."""
@@ -252,13 +272,7 @@ def reap(s: Session, settings: Settings, now: dt.datetime | None = None) -> list
         last = latest_run(s, p)
         if last is None or last.state not in ENDED_RUN:
             continue
-        interrupted = last.state == RunState.stopped  # worker shutdown: not a failure
-        healthy = (
-            last.started_at is not None
-            and last.ended_at is not None
-            and (last.ended_at - last.started_at).total_seconds() >= settings.restart_reset_s
-        )
-        count = 0 if interrupted else (1 if healthy else last.restart_count + 1)
+        count = restart_number(settings, last)
         if count > settings.max_restarts:
             p.state = PipelineState.failed
             p.desired_state = DesiredState.stopped
@@ -310,6 +324,8 @@ __all__ = [
     "pause",
     "reap",
     "request_stop",
+    "restart_delay_s",
+    "restart_number",
     "resume",
     "run_exited",
     "run_opened",

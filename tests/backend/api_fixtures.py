@@ -76,7 +76,7 @@ class RecordingQueue:
     def execute(self, operation_id: str) -> None:
         self.executed.append(operation_id)
 
-    def reap(self) -> None:
+    def reap(self, delay_s: float = 0.0) -> None:
         self.reaped.append(time.monotonic())
 
     def ready(self) -> str:

@@ -123,10 +123,12 @@ class Platform:
         )
         return [int(x) for x in out.stdout.split()]
 
-    def driver_pids(self, pipeline: str) -> list[int]:
+    def driver_pids(self, pipeline: str, standby: bool = False) -> list[int]:
+        """The pipeline's driver processes (with `standby`: only those started as standbys,
+        taken over or not)."""
         storage = self.settings.storage_dir(pipeline)
         out = subprocess.run(
-            ["pgrep", "-f", f"workers.runner run .*--storage {storage} "],
+            ["pgrep", "-f", f"workers.runner run .*--storage {storage} {'.*--standby' * standby}"],
             capture_output=True,
             text=True,
         )

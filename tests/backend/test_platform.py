@@ -4,11 +4,8 @@ embedded (SQLite + kombu's SQLAlchemy transport). Crash tests kill real processe
 
 from __future__ import annotations
 
-import json
 import os
-import random
 import signal
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,8 +13,8 @@ from typing import Any
 import pytest
 
 from bench.seaweedfs import SeaweedS3
-from storage_engine.schema import WEIGHT
 
+from .. import customers
 from .platform import REDIS, Platform, platform, wait_until
 
 FILES, ROWS = 16, 200
@@ -173,66 +170,19 @@ def test_lifecycle_over_http(any_mode: Platform) -> None:
     assert "spindle_pipeline_up" in p.client.get("/metrics").text
 
 
-def write_input(root: Path) -> Counter[tuple[str, int, int]]:
-    """The input files, and the expected final aggregate (plain Python reference)."""
-    d = root / "files" / "in"
-    d.mkdir(parents=True)
-    rng = random.Random(7)
-    n: Counter[str] = Counter()
-    total: Counter[str] = Counter()
-    for f in range(FILES):
-        lines = []
-        for _ in range(ROWS):
-            c, a = f"c{rng.randint(0, 30)}", rng.randint(1, 100)
-            n[c] += 1
-            total[c] += a
-            lines.append(json.dumps({"customer": c, "amount": a}))
-        (d / f"part-{f:04d}.json").write_text("\n".join(lines) + "\n")
-    return Counter({(c, n[c], total[c]) for c in n})
+def write_input(root: Path) -> customers.Aggregate:
+    """The input files under the first file root, and the expected final aggregate."""
+    return customers.write_input(root / "files" / "in", FILES, ROWS, customers=30, seed=7)
 
 
 def files_spec(name: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "source": {
-            "kind": "files",
-            "path": "in",
-            "format": "json",
-            "schema": {"customer": "string", "amount": "bigint"},
-            "max_files_per_step": 1,
-        },
-        "state": [
-            {
-                "name": "per_customer",
-                "kind": "aggregate",
-                "group_by": ["customer"],
-                "aggregates": [
-                    {"name": "n", "func": "count"},
-                    {"name": "total", "func": "sum", "column": "amount"},
-                ],
-            }
-        ],
-        "sinks": [
-            {
-                "name": "out",
-                "kind": "files",
-                "from": "per_customer",
-                "path": "out",
-                "format": "jsonl",
-            }
-        ],
-        "checkpoint": {"every_steps": 3},
-        "trigger": {"interval": "300ms"},
-    }
+    return customers.spec(name, "in", "out", every_steps=3, trigger="300ms")
 
 
-def integrated(d: Path) -> Counter[tuple[str, int, int]]:
-    out: Counter[tuple[str, int, int]] = Counter()
-    for f in sorted(d.iterdir()):
-        for line in f.read_text().splitlines():
-            r = json.loads(line)
-            out[(r["customer"], r["n"], r["total"])] += r[WEIGHT]
-    return +out
+def restarted(p: Platform, name: str) -> dict[str, Any] | None:
+    """The pipeline's newest run once it replaced another and is running."""
+    rs = p.runs(name)
+    return rs[0] if len(rs) >= 2 and rs[0]["state"] == "running" else None
 
 
 def test_sigkilled_driver_is_restarted_from_the_latest_checkpoint_exactly_once(
@@ -251,12 +201,7 @@ def test_sigkilled_driver_is_restarted_from_the_latest_checkpoint_exactly_once(
         p.settings.driver_nice
     }
     os.kill(pid, signal.SIGKILL)
-
-    def restarted() -> dict[str, Any] | None:
-        rs = p.runs(name)
-        return rs[0] if len(rs) >= 2 and rs[0]["state"] == "running" else None
-
-    run = wait_until(restarted, 90, "the reaper to restart the run")
+    run = wait_until(lambda: restarted(p, name), 90, "the reaper to restart the run")
     assert run["restart_count"] == 1 and run["restored_checkpoint"] is not None
     dead = p.runs(name)[1]
     assert dead["state"] == "failed" and "SIGKILL" in dead["exit_reason"]
@@ -264,7 +209,7 @@ def test_sigkilled_driver_is_restarted_from_the_latest_checkpoint_exactly_once(
     stop = p.ok("POST", f"/api/v1/pipelines/{name}/stop")
     p.wait_operation(stop["id"])
     p.wait_state(name, "stopped")
-    assert integrated(p.settings.roots[0] / "out") == want
+    assert customers.integrated(p.settings.roots[0] / "out") == want
     restarts = [
         line
         for line in p.client.get("/metrics").text.splitlines()
@@ -286,14 +231,62 @@ def test_killed_worker_pipeline_runs_again_on_a_new_worker(deployed: Platform) -
     # The driver dies with its worker: no orphan keeps writing to the storage location.
     wait_until(lambda: not p.driver_pids(name), 20, "the driver to die with its worker")
     p.start_worker()
-
-    def replaced() -> dict[str, Any] | None:
-        rs = p.runs(name)
-        return rs[0] if len(rs) >= 2 and rs[0]["state"] == "running" else None
-
-    run = wait_until(replaced, 120, "a new run on the new worker")
+    run = wait_until(lambda: restarted(p, name), 120, "a new run on the new worker")
     lost = p.runs(name)[1]
     assert lost["state"] == "lost" and "heartbeat" in lost["exit_reason"]
     assert run["number"] == lost["number"] + 1
     p.wait_step(name, max(step, run["first_step"] or 0) + 2)
     assert p.pipeline(name)["state"] == "running"
+
+
+@pytest.fixture
+def with_standbys(tmp_path: Path, pg_url: str) -> Iterator[Platform]:
+    """Deployed (PostgreSQL, Redis; the object-store mirror in a local directory) with a hot
+    standby driver per running pipeline."""
+    yield from platform(tmp_path, pg_url, REDIS, {"SPINDLE_STANDBY_DRIVERS": "true"})
+
+
+def ready_standby(p: Platform, name: str, not_pid: int | None = None) -> int | None:
+    """The pipeline's one standby driver once it has said it is ready (warmed up)."""
+    pids = [x for x in p.driver_pids(name, standby=True) if x != not_pid]
+    runs = p.settings.pipeline_dir(name) / "runs"
+    ready = any("standby: ready" in f.read_text() for f in runs.glob("standby-*.log"))
+    return pids[0] if len(pids) == 1 and ready else None
+
+
+def test_a_standby_driver_takes_over_a_crash_and_a_restore_exactly_once(
+    with_standbys: Platform,
+) -> None:
+    p = with_standbys
+    want = write_input(p.data_dir)
+    name = "standby"
+    spec = files_spec(name)
+    spec["trigger"] = {"interval": "1s"}  # room for the kill and the restore mid-input
+    p.ok("POST", "/api/v1/pipelines", json={"spec": spec})
+    p.ok("POST", f"/api/v1/pipelines/{name}/start")
+    p.wait_step(name, 2)
+    spare = wait_until(lambda: ready_standby(p, name), 180, "a ready standby driver")
+    (pid,) = [x for x in p.driver_pids(name) if x != spare]
+    os.kill(pid, signal.SIGKILL)
+    run = wait_until(lambda: restarted(p, name), 90, "the standby to take over")
+    assert run["restart_count"] == 1 and p.runs(name)[1]["state"] == "failed"
+    assert spare in p.driver_pids(name)  # the standby is the new run's driver
+    lines = p.ok("GET", f"/api/v1/pipelines/{name}/logs")["lines"]
+    assert any("standby: taking over" in x for x in lines)
+
+    # A restore is taken over by the next standby (spawned once the new run was up).
+    nxt = wait_until(lambda: ready_standby(p, name, not_pid=spare), 180, "the next standby")
+    older = min(p.ok("GET", f"/api/v1/pipelines/{name}/checkpoints"), key=lambda c: c["step"])
+    restore = p.ok("POST", f"/api/v1/pipelines/{name}/checkpoints/{older['uuid']}/restore")
+    assert p.wait_operation(restore["id"], timeout=120)["status"] == "succeeded"
+    run = p.runs(name)[0]
+    assert run["restored_checkpoint"] == older["uuid"] and nxt in p.driver_pids(name)
+
+    p.wait_step(name, FILES, timeout=180)  # the rest of the input, redone after the restore
+    stop = p.ok("POST", f"/api/v1/pipelines/{name}/stop")
+    p.wait_operation(stop["id"])
+    p.wait_state(name, "stopped")
+    assert customers.integrated(p.settings.roots[0] / "out") == want  # nothing lost, nothing twice
+    # A stopped pipeline keeps no standby: it was told to go and left the storage alone.
+    retired = "the standby to be retired"
+    wait_until(lambda: not p.driver_pids(name, standby=True) or None, 120, retired)

@@ -66,7 +66,7 @@ class RecordingQueue:
     def execute(self, operation_id: str) -> None:
         self.executed.append(operation_id)
 
-    def reap(self) -> None:
+    def reap(self, delay_s: float = 0.0) -> None:
         self.reaps += 1
 
     def ready(self) -> str:

@@ -297,6 +297,8 @@ def test_reap_restarts_lost_runs_with_doubling_backoff_then_gives_up(
         assert get_pipeline(db, pid).state == PipelineState.restarting
         due = lost + lifecycle.backoff_s(policy, restarts)
         assert due - lost == 10 * 2 ** (restarts - 1)
+        # The supervisor asks for a reap at that moment (a crash it saw).
+        assert lifecycle.restart_delay_s(policy, get_run(db, run)) == due - lost
         assert reap(db, policy, due - 0.5) == []
         launched = reap(db, policy, due)
         assert len(launched) == 1
