@@ -120,7 +120,7 @@ def _chunk(starts: Array, lens: Array, data: Array, at: int) -> Array:
     n = len(starts)
     if n == 0:
         return np.zeros(0, dtype=np.uint64)
-    out: Array = _gather8(data, starts + at).view(">u8").ravel().astype(np.uint64)
+    out = _load8(data, starts + at)
     shortest = int(lens.min())
     if shortest < at + 8:
         if int(lens.max()) == shortest:
@@ -139,8 +139,9 @@ def _windows(data: Array, pos: Array) -> Array:
     return out
 
 
-def _gather8(data: Array, pos: Array) -> Array:
-    """The 8 bytes at each position, zeros past the end of `data`, as an (n, 8) array."""
+def _load8(data: Array, pos: Array) -> Array:
+    """The 8 bytes at each position (zeros past the end of `data`) read big-endian, as
+    uint64."""
     n = len(pos)
     limit = len(data) - 8
     step = int(pos[1] - pos[0]) if n > 1 else 0
@@ -152,25 +153,46 @@ def _gather8(data: Array, pos: Array) -> Array:
             data[first:], shape=(m, 8), strides=(step, 1), writeable=False
         )
         if m == n:
-            return np.ascontiguousarray(head)
-        raw = np.empty((n, 8), dtype=np.uint8)
-        raw[:m] = head
-        raw[m:] = _tail(data, pos[m:])
-        return raw
-    near = pos > limit
-    if not near.any():
-        return _windows(data, pos)
-    raw = np.empty((n, 8), dtype=np.uint8)
-    far = ~near
-    if far.any():
-        raw[far] = _windows(data, pos[far])
-    raw[near] = _tail(data, pos[near])
-    return raw
+            raw = np.ascontiguousarray(head)
+        else:
+            raw = np.empty((n, 8), dtype=np.uint8)
+            raw[:m] = head
+            raw[m:] = _tail(data, pos[m:])
+        out: Array = raw.view(">u8").ravel().astype(np.uint64)
+        return out
+    return _load8_words(_words(data, int(pos.max())), pos)
+
+
+def _words(data: Array, last: int) -> Array:
+    """`data` as little-endian uint64 words, zero-padded past its end so that the 8 bytes
+    at every position up to `last` can be read (a position may lie past the end: a string
+    shorter than a chunk's offset)."""
+    words = np.zeros(max(len(data), last) // 8 + 2, dtype="<u8")
+    words.view(np.uint8)[: len(data)] = data
+    return words
+
+
+def _load8_words(words: Array, pos: Array) -> Array:
+    """`_load8` at any positions: two aligned word gathers per value, joined by shifts
+    (a gather of 8 single bytes per value costs 3-4x as much on short strings)."""
+    at = pos >> 3
+    shift = (pos & 7).astype(np.uint64)
+    shift <<= np.uint64(3)  # bits of the first word below the position
+    lo = words[at].astype(np.uint64)
+    lo >>= shift
+    hi = words[1:][at].astype(np.uint64)
+    # << (64 - shift) in two steps: a shift by 64 is undefined, and shift may be 0
+    hi <<= np.uint64(1)
+    np.subtract(np.uint64(63), shift, out=shift)
+    hi <<= shift
+    lo |= hi  # the 8 bytes from `pos` on, little-endian
+    out: Array = lo.byteswap()
+    return out
 
 
 def _tail(data: Array, pos: Array) -> Array:
-    """`_gather8` for positions within 8 bytes of the end: a zero-padded copy of only the
-    last bytes, not of the whole buffer."""
+    """The 8 bytes at positions within 8 bytes of the end, as an (n, 8) array: a
+    zero-padded copy of only the last bytes, not of the whole buffer."""
     s0 = min(int(pos.min()), len(data))
     small = np.zeros(len(data) - s0 + 8, dtype=np.uint8)
     small[: len(data) - s0] = data[s0:]
