@@ -143,10 +143,16 @@ class Batch:
 
     def seek_probes(self, probes: pa.RecordBatch) -> pa.RecordBatch:
         """`seek` for probes already in `kernels.key_table` form; caches the key encoding."""
+        return self.seek_probes_keyed(probes)[0]
+
+    def seek_probes_keyed(
+        self, probes: pa.RecordBatch, probe_encodings: kernels.ProbeEncodings | None = None
+    ) -> kernels.Keyed:
+        """`seek_probes`, with the found rows' key encoding (`kernels.seek_keyed`)."""
         if self._key_enc is False:
             self._key_enc = kernels.key_encoding(self.data, self.schema)
         enc = self._key_enc if isinstance(self._key_enc, kernels.KeyEncoding) else None
-        return kernels.seek(self.data, probes, self.schema, enc)
+        return kernels.seek_keyed(self.data, probes, self.schema, enc, probe_encodings)
 
     def range(self, lo: Sequence[Any] | None = None, hi: Sequence[Any] | None = None) -> Batch:
         """Rows with lo <= key < hi, comparing on a prefix of the key columns."""

@@ -300,6 +300,10 @@ def key_encoding(rb: pa.RecordBatch, schema: ZSetSchema) -> KeyEncoding | None:
     return enc[0] if enc is not None else None
 
 
+# Probes' encoded columns (those that can match) by the key layout they were made for.
+ProbeEncodings = dict[tuple[encoding.StringLayout | None, ...], list[npt.NDArray[Any]]]
+
+
 def seek(
     rb: pa.RecordBatch,
     probes: pa.RecordBatch,
@@ -312,18 +316,42 @@ def seek(
     rows of that key, or a few more sharing a string chunk); the other encoded columns then
     confirm exact equality. `enc` is `rb`'s cached key encoding, if the caller has one.
     """
+    return seek_keyed(rb, probes, schema, enc)[0]
+
+
+def seek_keyed(
+    rb: pa.RecordBatch,
+    probes: pa.RecordBatch,
+    schema: ZSetSchema,
+    enc: KeyEncoding | None = None,
+    probe_encodings: ProbeEncodings | None = None,
+) -> Keyed:
+    """`seek`, also returning the found rows' key encoding (gathered from `rb`'s: a merge of
+    several seeks' results then need not encode their strings again). `probe_encodings`
+    keeps the probes' encodings across the batches of one lookup: batches whose keys share a
+    layout (string prefix, chunk count) need them encoded once."""
     if rb.num_rows == 0 or probes.num_rows == 0:
-        return rb.slice(0, 0)
+        return rb.slice(0, 0), None
     names = schema.key_names
     benc = enc if enc is not None else key_encoding(rb, schema)
-    penc = encoding.encode(probes, names, like=benc) if benc is not None else None
-    if benc is None or penc is None:
-        return _seek_arrow(rb, probes, schema)
-    pcols, valid = penc[0].cols, penc[1]
-    if valid is not None and not valid.all():
-        sel = np.flatnonzero(valid)
-        pcols = [c[sel] for c in pcols]
-    return rb.take(pa.array(seek_rows(benc.cols, pcols)))
+    if benc is None:
+        return _seek_arrow(rb, probes, schema), None
+    layout = tuple(benc.layouts)
+    pcols = probe_encodings.get(layout) if probe_encodings is not None else None
+    if pcols is None:
+        penc = encoding.encode(probes, names, like=benc)
+        if penc is None:
+            return _seek_arrow(rb, probes, schema), None
+        pcols, valid = penc[0].cols, penc[1]
+        if valid is not None and not valid.all():
+            sel = np.flatnonzero(valid)
+            pcols = [c[sel] for c in pcols]
+        if probe_encodings is not None:
+            probe_encodings[layout] = pcols
+    rows = seek_rows(benc.cols, pcols)
+    if all(lay is None for lay in benc.layouts):  # numeric keys: views, nothing to carry
+        return rb.take(pa.array(rows)), None
+    return rb.take(pa.array(rows)), encoding.Encoding([c[rows] for c in benc.cols], benc.layouts)
 
 
 def seek_rows(bcols: Sequence[npt.NDArray[Any]], pcols: Sequence[npt.NDArray[Any]]) -> IntArray:

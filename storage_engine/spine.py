@@ -120,12 +120,14 @@ class _Entry:
         elif self.file is not None:
             yield from self.file.iter_blocks()
 
-    def seek(self, probes: pa.RecordBatch, schema: ZSetSchema) -> pa.RecordBatch:
+    def seek(
+        self, probes: pa.RecordBatch, probe_encodings: kernels.ProbeEncodings
+    ) -> kernels.Keyed:
         mem = self.mem
         if mem is not None:
-            return mem.seek_probes(probes)
+            return mem.seek_probes_keyed(probes, probe_encodings)
         assert self.file is not None
-        return self.file.seek(probes)
+        return self.file.seek(probes), None
 
     def range(self, lo: Sequence[Any] | None, hi: Sequence[Any] | None) -> pa.RecordBatch:
         mem = self.mem
@@ -300,8 +302,10 @@ class Spine:
             probes = probes.slice(
                 kernels.count_below(probes, self.schema.key_names, self.lower_bound)
             )
-        parts = [e.seek(probes, self.schema) for e in self.snapshot()]
-        return Batch(self.schema, kernels.merge_sorted(parts, self.schema))
+        encodings: kernels.ProbeEncodings = {}
+        parts = [e.seek(probes, encodings) for e in self.snapshot()]
+        merged = kernels.merge_keyed([p for p, _ in parts], self.schema, [k for _, k in parts])
+        return Batch(self.schema, *merged)
 
     def prefetch(self, keys: Any) -> None:
         """Hint the blocks that a coming `seek(keys)` will need."""

@@ -502,3 +502,45 @@ def test_empty_and_cancelling_inserts(tmp_path: Path) -> None:
         assert loc.restored is not None and loc.restored.uuid == uid
         assert len(loc.spine("op", INT).to_batch()) == 0
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".mut")]
+
+
+STR = ZSetSchema.of([("k", pa.string())], [("v", pa.int64())])
+# Keys whose batches get different layouts: shared prefixes of several lengths, short and
+# long values (more chunks), values that are prefixes of others.
+str_keys = st.sampled_from(
+    ["", "a", "ab", "abc", "abd", "user-0001", "user-0002", "user-00021", "zz" * 9, "zz" * 12]
+)
+str_batches = st.lists(
+    st.lists(st.tuples(str_keys, st.integers(0, 2), st.sampled_from([1, -1, 2])), max_size=12),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(str_batches, st.lists(str_keys, max_size=12))
+def test_string_seeks_across_batches_of_different_layouts_match_the_model(
+    batches: list[list[tuple[str, int, int]]], probes: list[str]
+) -> None:
+    """A seek encodes its probes once per distinct batch layout and merges the batches'
+    results with the encodings they carry: same answer as a dict, and the result's carried
+    encoding serves a second seek on it."""
+    with tempfile.TemporaryDirectory() as d:
+        loc = open_loc(d, EngineSettings(max_batches_per_spine=64, merge_base_rows=1 << 20))
+        try:
+            spine = loc.spine("s", STR)
+            model: dict[tuple[str, int], int] = {}
+            for rows in batches:
+                ks, vs, ws = zip(*rows, strict=True) if rows else ((), (), ())
+                spine.insert(Batch.from_columns(STR, {"k": list(ks), "v": list(vs)}, list(ws)))
+                for k, v, w in rows:
+                    model[(k, v)] = model.get((k, v), 0) + w
+            want = {(k, v): w for (k, v), w in model.items() if w and k in set(probes)}
+            got = spine.seek(probes)
+            assert got.to_dict() == want
+            assert_invariant(got)
+            again = got.seek(probes[: len(probes) // 2])
+            half = set(probes[: len(probes) // 2])
+            assert again.to_dict() == {r: w for r, w in want.items() if r[0] in half}
+        finally:
+            loc.close()
