@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
+from typing import Annotated, Any, Literal, cast
 
 import numpy as np
 import pyarrow as pa
@@ -62,9 +62,6 @@ from storage_engine.objstore import ObjectStoreLike, open_object_store
 from . import spec as S
 from .sinks import FilesSink, PostgresSink, Sink, ViewSink
 from .sources import END, DatagenSource, FilesSource, LogSource, arrow_schema_option
-
-if TYPE_CHECKING:
-    from .standby import Takeover
 
 SOURCE = "source"
 # See Runner._pre_aggregation.
@@ -1207,7 +1204,9 @@ def run_cmd(
         spec = S.load_spec(spec_file)
         spark = None
         if standby:
-            spark, takeover = _stand_by(spec)
+            from .standby import stand_by
+
+            spark, takeover = stand_by(spec)
             if takeover is None:
                 spark.stop()
                 return  # not needed: the storage location was never opened
@@ -1263,25 +1262,6 @@ def run_cmd(
         runner.close()
     if code:
         raise typer.Exit(code)
-
-
-def _stand_by(spec: S.PipelineSpec) -> tuple[SparkSession, Takeover | None]:
-    """`run --standby`: Spark started and warmed up, then the takeover line (None: the input
-    ended first)."""
-    from .standby import TakeoverListener, warm_up
-
-    listener = TakeoverListener(sys.stdin)
-    spark = spark_session(f"spindle:{spec.name}")
-    took = warm_up(spark, spec, until=listener.arrived)
-    typer.echo(f"standby: ready (Spark started, warm-up {took:.1f} s); waiting to take over")
-    try:
-        takeover = listener.wait()
-    except ValueError as e:
-        typer.echo(f"standby: {e}", err=True)
-        raise typer.Exit(EXIT_SPEC) from None
-    if takeover is not None:
-        typer.echo(f"standby: taking over: {json.dumps(takeover.__dict__)}")
-    return spark, takeover
 
 
 def main() -> None:

@@ -20,16 +20,18 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import sys
 import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from typing import IO
 
+import typer
 from pyspark.sql import SparkSession
 
 from . import spec as S
-from .runner import EXIT_STOPPED, Runner
+from .runner import EXIT_SPEC, EXIT_STOPPED, Runner, spark_session
 
 log = logging.getLogger("spindle.standby")
 
@@ -120,4 +122,22 @@ def warm_up(spark: SparkSession, spec: S.PipelineSpec, until: threading.Event) -
     return time.monotonic() - t0
 
 
-__all__ = ["Takeover", "TakeoverListener", "warm_up"]
+def stand_by(spec: S.PipelineSpec) -> tuple[SparkSession, Takeover | None]:
+    """`run --standby` up to the takeover: Spark started and warmed up, then the takeover
+    line from standard input (None: the input ended first). A line that is not a takeover
+    ends the process with EXIT_SPEC."""
+    listener = TakeoverListener(sys.stdin)
+    spark = spark_session(f"spindle:{spec.name}")
+    took = warm_up(spark, spec, until=listener.arrived)
+    typer.echo(f"standby: ready (Spark started, warm-up {took:.1f} s); waiting to take over")
+    try:
+        takeover = listener.wait()
+    except ValueError as e:
+        typer.echo(f"standby: {e}", err=True)
+        raise typer.Exit(EXIT_SPEC) from None
+    if takeover is not None:
+        typer.echo(f"standby: taking over: {json.dumps(takeover.__dict__)}")
+    return spark, takeover
+
+
+__all__ = ["Takeover", "TakeoverListener", "stand_by", "warm_up"]
