@@ -34,10 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from backend.db import Database
-from backend.models import Run, RunState, utcnow
+from backend.models import DesiredState, Pipeline, Run, RunState, utcnow
 from backend.services import checkpoints as cps
 from backend.services import lifecycle
 from backend.services import operations as ops
@@ -181,7 +181,7 @@ class Standbys:
         self._by_pipeline: dict[str, _Standby] = {}
         self._spawner = ThreadPoolExecutor(1, thread_name_prefix="spindle-standby")
 
-    def ensure(self, launch: _Launch, settings: Settings) -> None:
+    def ensure(self, launch: _Launch, settings: Settings, db: Database) -> None:
         """A standby for the run after `launch`'s, unless one for the same key is alive."""
         with self._lock:
             have = self._by_pipeline.get(launch.pipeline)
@@ -192,8 +192,41 @@ class Standbys:
             log_path = str(Path(launch.log_path).with_name(f"standby-{time.time_ns()}.log"))
             cmd = [*launch.driver, "--standby"]
             proc = self._spawner.submit(_spawn, cmd, settings, log_path, subprocess.PIPE).result()
-            self._by_pipeline[launch.pipeline] = _Standby(launch.key, proc, log_path)
+            sb = _Standby(launch.key, proc, log_path)
+            self._by_pipeline[launch.pipeline] = sb
         log.info("%s: standby driver pid %s", launch.pipeline, proc.pid)
+        threading.Thread(
+            target=self._watch,
+            args=(launch.pipeline, sb, db, settings.heartbeat_s * WATCH_BEATS),
+            name="spindle-standby-watch",
+            daemon=True,
+        ).start()
+
+    def _watch(self, pipeline: str, sb: _Standby, db: Database, every_s: float) -> None:
+        """Retire `sb` once its pipeline is not meant to run any more while no run took it
+        over: stopped while restarting, or given up by the reaper after max_restarts (no
+        launch will come to take it or retire it)."""
+        while sb.proc.poll() is None:
+            time.sleep(every_s)
+            with self._lock:
+                if self._by_pipeline.get(pipeline) is not sb:
+                    return  # taken over or retired
+            try:
+                with db.session() as s:
+                    desired = s.scalar(
+                        select(Pipeline.desired_state).where(Pipeline.name == pipeline)
+                    )
+            except Exception:  # the database may be briefly unavailable
+                log.exception("standby watch")
+                continue
+            if desired is None or desired == DesiredState.stopped:
+                with self._lock:
+                    if self._by_pipeline.get(pipeline) is not sb:
+                        return
+                    del self._by_pipeline[pipeline]
+                log.info("%s: not meant to run any more; retiring its standby", pipeline)
+                self._retire(sb)
+                return
 
     def take(self, launch: _Launch) -> _Standby | None:
         """Hand `launch`'s run to the pipeline's standby: its log becomes the run's and it is
@@ -219,6 +252,12 @@ class Standbys:
             self._retire(sb)
             return None
         return sb
+
+    def pid(self, pipeline: str) -> int | None:
+        """The process id of the pipeline's standby, if it has one."""
+        with self._lock:
+            sb = self._by_pipeline.get(pipeline)
+        return sb.proc.pid if sb is not None else None
 
     def discard(self, pipeline: str) -> None:
         with self._lock:
@@ -257,6 +296,7 @@ class Standbys:
 
 
 RETIRE_TIMEOUT_S = 180.0  # a retired standby still warming up is killed after this long
+WATCH_BEATS = 5  # a standby's pipeline is checked every this many heartbeat intervals
 STANDBYS = Standbys()
 
 
@@ -285,7 +325,7 @@ def supervise(db: Database, settings: Settings, queue: TaskQueue, run_id: int) -
         beat = functools.partial(_starting_heartbeat, db, run_id)
         up = None
         if settings.standby_drivers:  # once the run is up: a standby for the next one
-            up = functools.partial(STANDBYS.ensure, launch, settings)
+            up = functools.partial(STANDBYS.ensure, launch, settings, db)
         code = _wait(proc, beat, settings.heartbeat_s, up)
         with db.session() as s:
             run = s.get(Run, run_id)

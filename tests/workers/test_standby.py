@@ -10,6 +10,7 @@ import io
 import os
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,12 +19,19 @@ from unittest.mock import ANY
 import pytest
 import typer
 from pyspark.sql import SparkSession
+from sqlalchemy import update
 
+from backend.db import Database
+from backend.migrate import upgrade
+from backend.models import DesiredState, Pipeline, PipelineState
+from backend.settings import Settings
+from workers import supervisor
 from workers.runner import EXIT_SPEC, spark_session
 from workers.spec import parse_spec
 from workers.standby import Takeover, stand_by, warm_up
 
 from .. import customers
+from ..backend.api_fixtures import clicks_spec, sqlite_url
 
 FILES, ROWS = 12, 200
 
@@ -77,3 +85,38 @@ def test_the_warm_up_writes_nothing_outside_its_scratch_directory(
     before = set(os.listdir(tmp_path))
     warm_up(spark, spec, until=threading.Event())  # to its first step
     assert set(os.listdir(tmp_path)) == before  # no sink output, no storage location
+
+
+def test_a_standby_is_retired_once_its_pipeline_is_not_meant_to_run(tmp_path: Path) -> None:
+    """Stopped while restarting, or given up by the reaper: no launch comes to take the
+    standby, so its watcher retires it (its input closed, the process gone)."""
+    url = sqlite_url(tmp_path / "spindle.db")
+    upgrade(url)
+    db = Database(url)
+    with db.session() as s:
+        s.add(
+            Pipeline(
+                name="p",
+                spec=clicks_spec("p"),
+                desired_state=DesiredState.running,
+                state=PipelineState.restarting,
+            )
+        )
+    (tmp_path / "runs").mkdir()
+    # A stand-in for `run --standby`: it ends at the end of its input, as a standby does.
+    stand_in = [sys.executable, "-c", "import sys; sys.stdin.read()"]
+    launch = supervisor._Launch("p", stand_in, [], "{}", str(tmp_path / "runs" / "1.log"), "", 1)
+    standbys = supervisor.Standbys()
+    standbys.ensure(launch, Settings(data_dir=tmp_path, heartbeat_s=0.02), db)
+    pid = standbys.pid("p")
+    assert pid is not None
+    standbys.ensure(launch, Settings(data_dir=tmp_path, heartbeat_s=0.02), db)
+    assert standbys.pid("p") == pid  # one per pipeline and key
+    with db.session() as s:
+        s.execute(update(Pipeline).values(desired_state=DesiredState.stopped))
+    deadline = time.monotonic() + 60
+    while standbys.pid("p") is not None or os.path.exists(f"/proc/{pid}"):
+        assert time.monotonic() < deadline, "the standby was not retired"
+        time.sleep(0.05)
+    assert not list((tmp_path / "runs").glob("standby-*.log"))  # it exited 0: log removed
+    db.dispose()
