@@ -281,7 +281,7 @@ def _unique_sorted_keys(rb: pa.RecordBatch, schema: ZSetSchema) -> pa.RecordBatc
     enc = encoding.encode(rb, names)
     if enc is not None:
         cols = enc[0].cols
-        if len(cols) == 1 and np.all(cols[0][1:] > cols[0][:-1]):
+        if _strictly_increasing(cols):  # e.g. the keys of a batch: no sort, no take
             return rb
         order = _numpy_order(cols, runs=False)
         keep = np.concatenate(([True], _numpy_changes(cols, order)))
@@ -289,6 +289,18 @@ def _unique_sorted_keys(rb: pa.RecordBatch, schema: ZSetSchema) -> pa.RecordBatc
     rb = rb.take(pa.array(_arrow_order(rb, names)))
     keep = np.concatenate(([True], _arrow_changes(rb, names)))
     return rb.filter(pa.array(keep))
+
+
+def _strictly_increasing(cols: Sequence[npt.NDArray[Any]]) -> bool:
+    """Whether the rows of encoded columns `cols` are sorted and unique."""
+    greater = np.zeros(len(cols[0]) - 1, dtype=bool)
+    equal = np.ones(len(cols[0]) - 1, dtype=bool)
+    for c in cols:
+        greater |= equal & (c[1:] > c[:-1])
+        if greater.all():
+            return True
+        equal &= c[1:] == c[:-1]
+    return bool(greater.all())
 
 
 KeyEncoding = encoding.Encoding
@@ -332,26 +344,41 @@ def seek_keyed(
     layout (string prefix, chunk count) need them encoded once."""
     if rb.num_rows == 0 or probes.num_rows == 0:
         return rb.slice(0, 0), None
-    names = schema.key_names
+    benc = enc if enc is not None else key_encoding(rb, schema)
+    rows = seek_positions(rb, probes, schema, benc, probe_encodings)
+    found = rb.take(pa.array(rows))
+    if benc is None or all(lay is None for lay in benc.layouts):
+        return found, None  # no encoding, or numeric keys (views): nothing to carry
+    return found, encoding.Encoding([c[rows] for c in benc.cols], benc.layouts)
+
+
+def seek_positions(
+    rb: pa.RecordBatch,
+    probes: pa.RecordBatch,
+    schema: ZSetSchema,
+    enc: KeyEncoding | None = None,
+    probe_encodings: ProbeEncodings | None = None,
+) -> IntArray:
+    """Ascending indices of the rows of sorted `rb` whose key is among the sorted, unique
+    `probes` (`seek_keyed`'s rows, for callers that align rows rather than copy them)."""
+    if rb.num_rows == 0 or probes.num_rows == 0:
+        return np.empty(0, dtype=np.int64)
     benc = enc if enc is not None else key_encoding(rb, schema)
     if benc is None:
-        return _seek_arrow(rb, probes, schema), None
+        return _seek_arrow(rb, probes, schema)
     layout = tuple(benc.layouts)
     pcols = probe_encodings.get(layout) if probe_encodings is not None else None
     if pcols is None:
-        penc = encoding.encode(probes, names, like=benc)
+        penc = encoding.encode(probes, schema.key_names, like=benc)
         if penc is None:
-            return _seek_arrow(rb, probes, schema), None
+            return _seek_arrow(rb, probes, schema)
         pcols, valid = penc[0].cols, penc[1]
         if valid is not None and not valid.all():
             sel = np.flatnonzero(valid)
             pcols = [c[sel] for c in pcols]
         if probe_encodings is not None:
             probe_encodings[layout] = pcols
-    rows = seek_rows(benc.cols, pcols)
-    if all(lay is None for lay in benc.layouts):  # numeric keys: views, nothing to carry
-        return rb.take(pa.array(rows)), None
-    return rb.take(pa.array(rows)), encoding.Encoding([c[rows] for c in benc.cols], benc.layouts)
+    return seek_rows(benc.cols, pcols)
 
 
 def seek_rows(bcols: Sequence[npt.NDArray[Any]], pcols: Sequence[npt.NDArray[Any]]) -> IntArray:
@@ -412,13 +439,12 @@ def filler(t: pa.DataType) -> Any:
     return pa.scalar(0, pa.int64()).cast(t).as_py()
 
 
-def _seek_arrow(rb: pa.RecordBatch, probes: pa.RecordBatch, schema: ZSetSchema) -> pa.RecordBatch:
+def _seek_arrow(rb: pa.RecordBatch, probes: pa.RecordBatch, schema: ZSetSchema) -> IntArray:
     names = schema.key_names
     left = _null_safe_keys(rb, names).append_column("row", pa.array(np.arange(rb.num_rows)))
     right = _null_safe_keys(probes, names)
     joined = left.join(right, keys=right.column_names, join_type="left semi", use_threads=False)
-    rows = np.sort(joined.column("row").to_numpy())
-    return rb.take(pa.array(rows))
+    return np.sort(np.asarray(joined.column("row").to_numpy(), dtype=np.int64))
 
 
 def ranges_to_indices(lo: IntArray, hi: IntArray) -> IntArray:

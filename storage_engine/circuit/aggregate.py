@@ -30,9 +30,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .. import encoding, kernels
 from ..batch import Batch
 from ..location import StorageLocation
 from ..schema import WEIGHT, ZSetSchema
@@ -123,6 +125,10 @@ class GroupAggregate(Operator):
             pa.field(f"__s_{c}", _sum_type(input_schema.field(c).type)) for c in self._summed
         ]
         self._acc_schema = ZSetSchema(tuple(self._groups), tuple(acc_values))
+        # Without min/max and with NumPy-typed accumulators a step can add by position.
+        self._linear = not self._ordered and all(
+            f.type in (pa.int64(), pa.float64()) for f in acc_values
+        )
         self._vals_schemas = {
             c: ZSetSchema(
                 tuple(self._groups), (input_schema.field(c).with_name(self._val_name(c)),)
@@ -234,8 +240,14 @@ class GroupAggregate(Operator):
         return self._merge(acc, changes)
 
     def _merge(self, partial: pa.Table, changes: Mapping[str, pa.Table]) -> pa.Table:
-        """Apply a step: `partial` holds the change of every accumulator per group,
-        `changes` the change of each min/max multiset (rows of keys, value, weight)."""
+        """Apply a step: `partial` holds the change of every accumulator per group (one row
+        per group), `changes` the change of each min/max multiset (rows of keys, value,
+        weight)."""
+        if self._linear:
+            return self._merge_linear(partial)
+        return self._merge_general(partial, changes)
+
+    def _merge_general(self, partial: pa.Table, changes: Mapping[str, pa.Table]) -> pa.Table:
         assert self._acc is not None
         keys = partial.select(self._keys)
         old_acc = to_table(self._acc.seek(keys)).drop_columns([WEIGHT])
@@ -258,6 +270,84 @@ class GroupAggregate(Operator):
         )
         change = pa.concat_tables([_with_weight(old_out, -1), _with_weight(new_out, 1)])
         return consolidate(change, self._out_schema)
+
+    def _merge_linear(self, partial: pa.Table) -> pa.Table:
+        """`_merge` without min/max and with NumPy accumulators: the step's groups are
+        sorted once, and the old accumulators, found by one seek, are added to their rows by
+        position, so no hash aggregation or sort of old and new rows is needed. The output
+        delta comes in group order, a group's retraction before its insertion."""
+        assert self._acc is not None
+        fresh = Batch.from_arrow(self._acc_schema, partial)  # one row per group: key order
+        keys = fresh.data.select(self._keys)
+        old = self._acc.seek(keys)
+        at = kernels.seek_positions(
+            fresh.data, old.data.select(self._keys), self._acc_schema, fresh.known_key_encoding
+        )
+        if len(at) != len(old):  # not one state row per group: leave it to the general path
+            return self._merge_general(partial, {})
+        values = [f.name for f in self._acc_schema.values]
+        new = {v: _numpy(fresh.data.column(v)).copy() for v in values}
+        for v in values:
+            new[v][at] += _numpy(old.data.column(v))
+        count = new[COUNT]
+        live = np.flatnonzero(count != 0)
+        new_rb = pa.RecordBatch.from_arrays(
+            [
+                *keys.take(pa.array(live)).columns,
+                *(pa.array(new[v][live]) for v in values),
+                _ones(len(live)),
+            ],
+            schema=self._acc_schema.arrow,
+        )
+        enc = fresh.known_key_encoding
+        live_enc = (
+            None if enc is None else encoding.Encoding([c[live] for c in enc.cols], enc.layouts)
+        )
+        self._acc.insert(old.negate().merge(Batch(self._acc_schema, new_rb, live_enc)))
+
+        # Output rows: a group's old row where it had one, its new row where it has one,
+        # except where the two are equal (the group's result did not change).
+        old_out = self._linear_outputs(old.data.select(self._keys), old.data)
+        new_out = self._linear_outputs(
+            keys, pa.RecordBatch.from_pydict({v: new[v] for v in values})
+        )
+        old_live = _numpy(old.data.column(COUNT)) > 0
+        new_live = count > 0
+        same = np.zeros(len(count), dtype=bool)
+        same[at] = old_live & new_live[at] & self._results_equal(old_out, new_out, at)
+        keep_old = old_live & ~same[at]
+        keep_new = new_live & ~same
+        rank = np.concatenate([2 * at[keep_old], 2 * np.flatnonzero(keep_new) + 1])
+        rows = pa.concat_tables(
+            [
+                _with_weight(old_out.filter(keep_old), -1),
+                _with_weight(new_out.filter(keep_new), 1),
+            ]
+        )
+        return rows.take(pa.array(np.argsort(rank, kind="stable")))
+
+    def _results_equal(
+        self, old_out: pa.Table, new_out: pa.Table, at: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.bool_]:
+        """Per old row: whether the group's new row (row `at` of `new_out`) has the same
+        aggregates (the group keys are the same by construction)."""
+        return _rows_equal(old_out, new_out, at, [a.name for a in self.aggregates])
+
+    def _linear_outputs(self, keys: pa.RecordBatch, acc: pa.RecordBatch) -> pa.Table:
+        """Output rows, one per row of `acc` (accumulators without min/max; the caller
+        drops the rows of groups whose count is not positive)."""
+        cols: list[Any] = [keys.column(k) for k in self.group_by]
+        for a in self.aggregates:
+            if a.func == "count":
+                cols.append(acc.column(COUNT if a.column is None else f"__n_{a.column}"))
+                continue
+            cols.append(
+                _sum_or_avg(a.func, acc.column(f"__n_{a.column}"), acc.column(f"__s_{a.column}"))
+            )
+        return pa.Table.from_arrays(
+            [pc.cast(c, f.type) for c, f in zip(cols, self._out_schema, strict=True)],
+            schema=self._out_schema,
+        )
 
     def _with_group_key(self, t: pa.Table) -> pa.Table:
         if self.group_by:
@@ -330,13 +420,7 @@ class GroupAggregate(Operator):
             assert a.column is not None
             n = pc.fill_null(g.column(f"__n_{a.column}_sum"), 0)
             if a.func in ("sum", "avg"):
-                s = g.column(f"__s_{a.column}_sum")
-                none = pc.equal(n, 0)
-                if a.func == "sum":
-                    cols.append(pc.if_else(none, pa.scalar(None, s.type), s))
-                else:
-                    avg = pc.divide(pc.cast(s, pa.float64()), pc.cast(n, pa.float64()))
-                    cols.append(pc.if_else(none, pa.scalar(None, pa.float64()), avg))
+                cols.append(_sum_or_avg(a.func, n, g.column(f"__s_{a.column}_sum")))
             else:
                 cols.append(g.column(f"__x_{a.column}_{a.func}"))
         return pa.Table.from_arrays(
@@ -353,5 +437,43 @@ class GroupAggregate(Operator):
         return {"groups": self._acc.stats().rows}
 
 
+def _sum_or_avg(func: AggFunc, n: Any, s: Any) -> Any:
+    """A sum or avg output column from the non-null count `n` and sum `s` (null without
+    values, as in SQL)."""
+    none = pc.equal(n, 0)
+    if func == "sum":
+        return pc.if_else(none, pa.scalar(None, s.type), s)
+    avg = pc.divide(pc.cast(s, pa.float64()), pc.cast(n, pa.float64()))
+    return pc.if_else(none, pa.scalar(None, pa.float64()), avg)
+
+
 def _with_weight(t: pa.Table, w: int) -> pa.Table:
-    return t.append_column(WEIGHT, pa.array([w] * t.num_rows, pa.int64()))
+    return t.append_column(WEIGHT, pa.array(np.full(t.num_rows, w, np.int64)))
+
+
+def _ones(n: int) -> pa.Array:
+    return pa.array(np.ones(n, np.int64))
+
+
+def _numpy(col: pa.Array | pa.ChunkedArray) -> np.ndarray[Any, Any]:
+    """A column without nulls (an accumulator) as NumPy."""
+    return np.asarray(col.to_numpy())
+
+
+def _rows_equal(
+    a: pa.Table, b: pa.Table, at: npt.NDArray[np.int64], names: Sequence[str]
+) -> npt.NDArray[np.bool_]:
+    """Whether row i of `a` equals row at[i] of `b` in the numeric columns `names` (nulls
+    equal nulls; floats compare by bits, as the engine's encoding orders them)."""
+    eq = np.ones(a.num_rows, dtype=bool)
+    b = b.take(pa.array(at))
+    for name in names:
+        x, y = a.column(name), b.column(name)
+        xn = np.asarray(x.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        yn = np.asarray(y.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        xv = np.asarray(x.fill_null(pa.scalar(0, x.type)).to_numpy())
+        yv = np.asarray(y.fill_null(pa.scalar(0, y.type)).to_numpy())
+        if xv.dtype.kind == "f":
+            xv, yv = xv.view(np.int64), yv.view(np.int64)
+        eq &= (xn == yn) & (xn | (xv == yv))
+    return eq

@@ -28,7 +28,18 @@ from storage_engine.circuit import (
     WindowAggregate,
 )
 
-from .test_circuit import AGGS, SCHEMA, Row, _close, integrate, model_aggregate, open_circuit, table
+from .test_circuit import (
+    AGGS,
+    LINEAR_AGGS,
+    SCHEMA,
+    Row,
+    _close,
+    integrate,
+    model_aggregate,
+    model_linear,
+    open_circuit,
+    table,
+)
 
 EPOCH = dt.datetime(2024, 1, 1)
 
@@ -96,14 +107,21 @@ def _group_aggregate() -> Circuit:
     return Circuit([GroupAggregate("agg", SCHEMA, ["g"], AGGS)])
 
 
+@pytest.mark.parametrize(
+    ("aggs", "model"), [(AGGS, model_aggregate), (LINEAR_AGGS, model_linear)], ids=["all", "linear"]
+)
 @pytest.mark.parametrize("split", [1, 3])
 def test_group_aggregate_partial_matches_the_model_and_the_row_path(
-    tmp_path: Path, split: int
+    tmp_path: Path, split: int, aggs: list[Aggregate], model: Any
 ) -> None:
     rng = random.Random(split)
     steps = inserts(rng, 30, agg_row)
-    c, loc = open_circuit(tmp_path / "p", _group_aggregate)
-    raw, raw_loc = open_circuit(tmp_path / "r", _group_aggregate)
+
+    def make() -> Circuit:
+        return Circuit([GroupAggregate("agg", SCHEMA, ["g"], aggs)])
+
+    c, loc = open_circuit(tmp_path / "p", make)
+    raw, raw_loc = open_circuit(tmp_path / "r", make)
     form = c.operators[0].partial_form()
     assert form is not None and form.keys == ("g",)
     live: Counter[Row] = Counter()
@@ -115,7 +133,7 @@ def test_group_aggregate_partial_matches_the_model_and_the_row_path(
         integrate(out, delta)
         live.update(step)
         assert all(m == 1 for m in out.values())
-        assert _close(out, model_aggregate(live)), i
+        assert _close(out, model(live)), i
     loc.close()
     raw_loc.close()
 
