@@ -77,6 +77,14 @@ class Settings(BaseSettings):
         "(endpoint and keys from SPINDLE_S3_*); default file://<data_dir>/objects; none: off",
     )
     spark_master: str = Field("local[2]", description="passed to the Spark driver")
+    spark_cds: bool = Field(
+        True,
+        description="drivers' JVMs map the class-data archive of Spark's classes when one is "
+        "built (python -m workers.spark_cds build; make bootstrap does): seconds off each start",
+    )
+    spark_cds_dir: Path | None = Field(
+        None, description="where that archive is kept; default <python prefix>/share/spindle"
+    )
     operation_poll_s: float = Field(0.2, gt=0, description="how often a job polls commands")
     heartbeat_s: float = Field(1.0, gt=0)
     heartbeat_timeout_s: float = Field(

@@ -9,7 +9,17 @@ command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 stamp=.venv/.spindle-installed
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 
+# Spark's classes in a class-data-sharing archive: every driver's JVM starts seconds sooner
+# (workers/spark_cds.py). Built once per JDK and Spark install; without it Spark still works.
+spark_cds() {
+    .venv/bin/python -m workers.spark_cds path >/dev/null 2>&1 && return 0
+    echo "bootstrap: building the class-data archive of Spark's classes (about a minute)" >&2
+    .venv/bin/python -m workers.spark_cds build >&2 ||
+        echo "bootstrap: warning: no class-data archive; Spark starts without it" >&2
+}
+
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    spark_cds
     exit 0
 fi
 if ! command -v java >/dev/null 2>&1; then
@@ -20,3 +30,4 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[dev]' --config-settings editable_mode=compat
 echo "$want" > "$stamp"
+spark_cds

@@ -59,6 +59,7 @@ from storage_engine.input_log import InputLog
 from storage_engine.manifest import MANIFEST
 from storage_engine.objstore import ObjectStoreLike, open_object_store
 
+from . import spark_cds
 from . import spec as S
 from .sinks import FilesSink, PostgresSink, Sink, ViewSink
 from .sources import END, DatagenSource, FilesSource, LogSource, arrow_schema_option
@@ -118,17 +119,20 @@ class Timeline:
         return round((self.marks[-1][1] - self.marks[0][1]) * 1000, 1)
 
 
-def spark_session(app: str = "spindle") -> SparkSession:
+def spark_session(app: str = "spindle", java_options: str | None = None) -> SparkSession:
     """A Spark session for pipelines: master from SPINDLE_SPARK_MASTER (default local[2]),
-    Python workers on this interpreter, UTC, no UI."""
+    Python workers on this interpreter, UTC, no UI; its JVM maps the class-data archive when
+    one is built (`spark_cds`). `java_options`: more options for the driver's JVM (instead
+    of the archive's)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    extra = spark_cds.java_options() if java_options is None else java_options
     spark = (
         SparkSession.builder.appName(app)
         .master(os.environ.get("SPINDLE_SPARK_MASTER", "local[2]"))
         .config("spark.ui.enabled", "false")
         # Spark 4.0's stream thread overflows its default stack in a Java regex on some
         # micro-batch plans (seen with JSON-parsing batches); a larger stack avoids it.
-        .config("spark.driver.extraJavaOptions", "-Xss32m")
+        .config("spark.driver.extraJavaOptions", f"-Xss32m {extra}".strip())
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
