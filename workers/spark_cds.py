@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import shutil
 import subprocess
@@ -37,14 +36,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-if TYPE_CHECKING:
-    from .spec import PipelineSpec
-
-log = logging.getLogger("spindle.spark_cds")
+from . import spec as S
 
 _JVM_EXIT_TIMEOUT_S = 300.0  # dumping takes a few seconds after the session stops
 
@@ -88,9 +84,10 @@ def archive_path() -> Path:
 
 def java_options() -> str:
     """The JVM option that maps the archive, or "" (none built, or turned off)."""
-    if not _settings()[0]:
+    enabled, directory = _settings()
+    if not enabled:
         return ""
-    path = archive_path()
+    path = directory / f"spark-{_key()}.jsa"
     return f"-XX:SharedArchiveFile={path}" if path.is_file() else ""
 
 
@@ -135,7 +132,6 @@ def _workload(dump_to: Path) -> None:
     this returns."""
     from pyspark import SparkContext
 
-    from . import spec as S
     from .runner import Runner, spark_session
 
     spark = spark_session("spindle-cds", java_options=f"-XX:ArchiveClassesAtExit={dump_to}")
@@ -176,9 +172,7 @@ _NEXMARK_JOIN = {
 }
 
 
-def _files_spec(work: Path) -> PipelineSpec:
-    from . import spec as S
-
+def _files_spec(work: Path) -> S.PipelineSpec:
     inp = work / "in"
     inp.mkdir()
     for f in range(2):

@@ -278,11 +278,10 @@ class GroupAggregate(Operator):
         delta comes in group order, a group's retraction before its insertion."""
         assert self._acc is not None
         fresh = Batch.from_arrow(self._acc_schema, partial)  # one row per group: key order
+        enc = fresh.known_key_encoding
         keys = fresh.data.select(self._keys)
         old = self._acc.seek(keys)
-        at = kernels.seek_positions(
-            fresh.data, old.data.select(self._keys), self._acc_schema, fresh.known_key_encoding
-        )
+        at = kernels.seek_positions(fresh.data, old.data.select(self._keys), self._acc_schema, enc)
         if len(at) != len(old):  # not one state row per group: leave it to the general path
             return self._merge_general(partial, {})
         values = [f.name for f in self._acc_schema.values]
@@ -295,11 +294,10 @@ class GroupAggregate(Operator):
             [
                 *keys.take(pa.array(live)).columns,
                 *(pa.array(new[v][live]) for v in values),
-                _ones(len(live)),
+                pa.array(np.ones(len(live), np.int64)),
             ],
             schema=self._acc_schema.arrow,
         )
-        enc = fresh.known_key_encoding
         live_enc = (
             None if enc is None else encoding.Encoding([c[live] for c in enc.cols], enc.layouts)
         )
@@ -314,7 +312,8 @@ class GroupAggregate(Operator):
         old_live = _numpy(old.data.column(COUNT)) > 0
         new_live = count > 0
         same = np.zeros(len(count), dtype=bool)
-        same[at] = old_live & new_live[at] & self._results_equal(old_out, new_out, at)
+        aggregates = [a.name for a in self.aggregates]  # the keys are equal by construction
+        same[at] = old_live & new_live[at] & _rows_equal(old_out, new_out, at, aggregates)
         keep_old = old_live & ~same[at]
         keep_new = new_live & ~same
         rank = np.concatenate([2 * at[keep_old], 2 * np.flatnonzero(keep_new) + 1])
@@ -325,13 +324,6 @@ class GroupAggregate(Operator):
             ]
         )
         return rows.take(pa.array(np.argsort(rank, kind="stable")))
-
-    def _results_equal(
-        self, old_out: pa.Table, new_out: pa.Table, at: npt.NDArray[np.int64]
-    ) -> npt.NDArray[np.bool_]:
-        """Per old row: whether the group's new row (row `at` of `new_out`) has the same
-        aggregates (the group keys are the same by construction)."""
-        return _rows_equal(old_out, new_out, at, [a.name for a in self.aggregates])
 
     def _linear_outputs(self, keys: pa.RecordBatch, acc: pa.RecordBatch) -> pa.Table:
         """Output rows, one per row of `acc` (accumulators without min/max; the caller
@@ -449,10 +441,6 @@ def _sum_or_avg(func: AggFunc, n: Any, s: Any) -> Any:
 
 def _with_weight(t: pa.Table, w: int) -> pa.Table:
     return t.append_column(WEIGHT, pa.array(np.full(t.num_rows, w, np.int64)))
-
-
-def _ones(n: int) -> pa.Array:
-    return pa.array(np.ones(n, np.int64))
 
 
 def _numpy(col: pa.Array | pa.ChunkedArray) -> np.ndarray[Any, Any]:
