@@ -26,11 +26,17 @@ lint: bootstrap
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
+# Most of the suite's wall time is spent waiting on other processes (Spark JVMs, the
+# platform's servers, killed and restarted children), so two pytest workers halve it even on
+# two cores. Whole files go to one worker: each module keeps its one Spark session.
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+
 test: lint services browser ui-check
-	$(PY) -m pytest -q
+	$(PYTEST)
 
 test-quick: lint services browser ui-check
-	SPINDLE_TEST_PROFILE=quick $(PY) -m pytest -q
+	SPINDLE_TEST_PROFILE=quick $(PYTEST)
 
 bench: bootstrap
 	$(PY) -m bench.engine --json
