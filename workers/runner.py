@@ -40,6 +40,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.streaming.listener import StreamingQueryListener
 from pyspark.sql.types import StructType
 
 from storage_engine import StorageLocation
@@ -659,6 +660,9 @@ class Runner:
         # pins); standalone, the spec's keep_last does.
         self.own_retention = own_retention
         self.metrics_sinks: list[MetricsSink] = [self._metrics_file, *(metrics_sinks or [])]
+        self._metrics_lock = threading.Lock()
+        # Unique among the session's queries: Spark's progress events name their query.
+        self._query_name = f"spindle:{spec.name}:{os.getpid()}:{id(self):x}"
         self.auto_commit_s: float | None = spec.checkpoint.every
         # Held while a step runs; commands from outside (commit, gc) take it between steps.
         self.step_lock = threading.RLock()
@@ -1058,7 +1062,8 @@ class Runner:
             sink(rec)
 
     def _metrics_file(self, rec: dict[str, Any]) -> None:
-        with open(self.metrics_path, "a", encoding="utf-8") as f:
+        # Spark's listener thread writes `batch` records while steps write theirs.
+        with self._metrics_lock, open(self.metrics_path, "a", encoding="utf-8") as f:
             f.write(json.dumps(rec) + "\n")
 
     # -- the query --
@@ -1090,7 +1095,8 @@ class Runner:
         self._spark_ck = tempfile.mkdtemp(prefix="spindle-spark-ck-")
         return (
             reader.load()
-            .writeStream.foreachBatch(self.process)
+            .writeStream.queryName(self._query_name)
+            .foreachBatch(self.process)
             .option("checkpointLocation", self._spark_ck)
             .trigger(processingTime=f"{int(self.spec.trigger.interval * 1000)} milliseconds")
             .start()
@@ -1101,6 +1107,14 @@ class Runner:
         `request_exit`. While `paused` the query is stopped and the state stays open; it
         restarts from the current offset on resume."""
         self._last_step_at = time.monotonic()
+        durations = _BatchDurations(self._query_name, self._metrics_file)
+        self.spark.streams.addListener(durations)
+        try:
+            return self._run(max_steps, stop_when_idle)
+        finally:
+            self.spark.streams.removeListener(durations)
+
+    def _run(self, max_steps: int | None, stop_when_idle: float | None) -> RunResult:
         while self.exit_code is None:
             if self.paused:
                 time.sleep(0.05)
@@ -1143,6 +1157,34 @@ class Runner:
         for s in self.sinks.values():
             s.close()
         self.loc.close()
+
+
+class _BatchDurations(StreamingQueryListener):
+    """Spark's own account of each micro-batch of one query that ran a step: its durationMs
+    (triggerExecution = the whole batch: offsets, planning, our foreachBatch, Spark's offset
+    and commit logs), as a `batch` record in the metrics file. A step's `step_ms` is only the
+    foreachBatch part; this is what Spark's own queries report as their batch time."""
+
+    def __init__(self, query_name: str, write: Callable[[dict[str, Any]], None]) -> None:
+        self._query_name = query_name
+        self._write = write
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        p = event.progress
+        # Triggers that found no input run no batch (no addBatch): not a step.
+        if p.name != self._query_name or "addBatch" not in p.durationMs:
+            return
+        rec = {"ts": time.time(), "event": "batch", "batch_id": p.batchId}
+        self._write({**rec, "rows": p.numInputRows, "duration_ms": dict(p.durationMs)})
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        pass
 
 
 # -- command line --------------------------------------------------------------------------

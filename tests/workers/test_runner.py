@@ -63,6 +63,9 @@ def test_datagen_examples_run(tmp_path: Path, spark: SparkSession, name: str) ->
     ]  # fmt: skip
     assert all(v >= 0 for v in phases.values())
     assert recs[1]["total_ms"] >= sum(phases.values()) - 1
+    # Spark's own durations of the query's batches (the last may come after the run ended).
+    batches = [r["duration_ms"] for r in recs if r.get("event") == "batch"]
+    assert batches and all(b["triggerExecution"] >= b["addBatch"] > 0 for b in batches)
     for sink in spec.sinks:
         if sink.kind == "files":
             assert any((tmp_path / sink.path).iterdir())  # type: ignore[union-attr]
