@@ -146,24 +146,22 @@ def _runner(work: Path, spec: Path, state: Path, standby: bool = False) -> subpr
     )
 
 
-def _records(metrics: Path) -> list[dict[str, Any]]:
-    """The metrics file's records that are steps (skipping e.g. the `started` record)."""
+def _all_records(metrics: Path) -> list[dict[str, Any]]:
+    """Every record of a run's metrics file (none while it does not exist yet)."""
     if not metrics.exists():
         return []
-    recs = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()]
-    return [r for r in recs if "step" in r]
+    return [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()]
 
 
-def _batches(metrics: Path) -> list[dict[str, Any]]:
-    """The `batch` records: Spark's durations of each micro-batch that ran a step."""
-    recs = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()]
-    return [r for r in recs if r.get("event") == "batch"]
+def _records(metrics: Path) -> list[dict[str, Any]]:
+    """The metrics file's records that are steps (skipping e.g. the `started` record)."""
+    return [r for r in _all_records(metrics) if "step" in r]
 
 
-def _started(metrics: Path) -> list[dict[str, Any]]:
-    """The `started` records (one per run that completed a step): its start-up phases."""
-    recs = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()]
-    return [r for r in recs if r.get("event") == "started"]
+def _events(metrics: Path, event: str) -> list[dict[str, Any]]:
+    """The records of one event: `started` (one per run that completed a step: its start-up
+    phases) or `batch` (Spark's durations of each micro-batch that ran a step)."""
+    return [r for r in _all_records(metrics) if r.get("event") == event]
 
 
 def spindle(work: Path, log: Log) -> dict[str, Any]:
@@ -171,8 +169,9 @@ def spindle(work: Path, log: Log) -> dict[str, Any]:
     p = _runner(work, spec, state)
     if p.wait(timeout=3600) != 0:
         raise RuntimeError(f"the Spindle runner failed ({p.returncode})")
-    steps = _records(state / "metrics.jsonl")
-    batches = _batches(state / "metrics.jsonl")[2:]
+    recs = _all_records(state / "metrics.jsonl")
+    steps = [r for r in recs if "step" in r]
+    batches = [r for r in recs if r.get("event") == "batch"][2:]
     # Spark's triggerExecution of each batch, as for the peer: the step (Spark's jobs, the
     # engine, the commit on the critical path) plus Spark's own per-batch work around it.
     lat = [b["duration_ms"]["triggerExecution"] for b in batches]
@@ -270,12 +269,12 @@ def recovery(work: Path, log: Log, standby: bool = False) -> tuple[float, dict[s
     else:
         p = _runner(work, spec, state)
     # Until the new run's first step and its `started` record (written right after it).
-    while len(_records(metrics)) <= before or len(_started(metrics)) < 2:
+    while len(_records(metrics)) <= before or len(_events(metrics, "started")) < 2:
         if p.poll() is not None:
             raise RuntimeError("the restarted runner ended without a step")
         time.sleep(0.02)
     first = _records(metrics)[before]["ts"]
-    phases: dict[str, float] = _started(metrics)[-1]["phases_ms"]
+    phases: dict[str, float] = _events(metrics, "started")[-1]["phases_ms"]
     p.send_signal(signal.SIGKILL)  # measured: the rest of the input is not needed
     p.wait()
     return float(first - killed) * 1000, phases

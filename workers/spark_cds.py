@@ -79,7 +79,11 @@ def _java_path() -> str:
 
 
 def archive_path() -> Path:
-    return _settings()[1] / f"spark-{_key()}.jsa"
+    return _archive_in(_settings()[1])
+
+
+def _archive_in(directory: Path) -> Path:
+    return directory / f"spark-{_key()}.jsa"
 
 
 def java_options() -> str:
@@ -87,7 +91,7 @@ def java_options() -> str:
     enabled, directory = _settings()
     if not enabled:
         return ""
-    path = directory / f"spark-{_key()}.jsa"
+    path = _archive_in(directory)
     return f"-XX:SharedArchiveFile={path}" if path.is_file() else ""
 
 
