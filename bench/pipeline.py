@@ -171,7 +171,10 @@ def spindle(work: Path, log: Log) -> dict[str, Any]:
         raise RuntimeError(f"the Spindle runner failed ({p.returncode})")
     recs = _all_records(state / "metrics.jsonl")
     steps = [r for r in recs if "step" in r]
-    batches = [r for r in recs if r.get("event") == "batch"][2:]
+    every = [r for r in recs if r.get("event") == "batch"]
+    batches = every[2:]
+    # The steps of those batches (a batch record follows its step; the last may be missing).
+    rows = sum(s["rows_in"] for s in steps[2 : len(every)])
     # Spark's triggerExecution of each batch, as for the peer: the step (Spark's jobs, the
     # engine, the commit on the critical path) plus Spark's own per-batch work around it.
     lat = [b["duration_ms"]["triggerExecution"] for b in batches]
@@ -180,7 +183,7 @@ def spindle(work: Path, log: Log) -> dict[str, Any]:
         "batches": len(steps),
         "p50_batch_ms": float(np.percentile(lat, 50)),
         "p99_batch_ms": float(np.percentile(lat, 99)),
-        "rows_per_s": sum(b["rows"] for b in batches) / (sum(lat) / 1000),
+        "rows_per_s": rows / (sum(lat) / 1000),
         "p50_step_ms": float(np.percentile(step_lat, 50)),
         "p99_step_ms": float(np.percentile(step_lat, 99)),
         "engine_ms_p50": float(np.percentile([s["engine_ms"] for s in steps[2:]], 50)),

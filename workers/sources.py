@@ -11,8 +11,8 @@ restored run starts the source there: `option("start", n)`).
 - `spindle_log`: the pipeline's input log (records pushed through the ingest API);
   offset = record position.
 - `spindle_files`: a directory of immutable files read in name order; offset = files
-  consumed. JSON and CSV files arrive as raw lines (`__line`, `__file`, `__lineno`) for Spark
-  to parse (so a malformed line is a dead letter, not a failed batch); Parquet as columns.
+  consumed. A micro-batch is its files' paths, one row each (`__file`, `__end`): Spark's own
+  readers read them (`file_batches.py`), not a Python worker.
 
 Readers run in Spark's Python worker processes: options are strings, state is per process.
 """
@@ -38,7 +38,7 @@ NEXMARK_SCHEMA = (
     "auction_id bigint, seller bigint, category bigint, bidder bigint, price double, "
     "__end bigint"
 )
-LINES_SCHEMA = "__line string, __file string, __lineno bigint, __end bigint"
+FILES_SCHEMA = "__file string, __end bigint"
 _STATES = np.array(["OR", "ID", "CA", "WA", "NY", "TX", "AZ", "NV"])
 _NAMES = np.array(["ann", "bob", "cyd", "dee", "eve", "fay", "gus", "hal", "ivy", "jon"])
 
@@ -242,15 +242,14 @@ class LogSource(DataSource):
         return _LogReader(dict(self.options))
 
 
-class _File(InputPartition):
-    def __init__(self, path: str, end: int) -> None:
-        self.path, self.end = path, end
+class _Files(InputPartition):
+    def __init__(self, paths: list[str], end: int) -> None:
+        self.paths, self.end = paths, end
 
 
 class _FilesReader(DataSourceStreamReader):
     def __init__(self, options: dict[str, str]) -> None:
         self.path = options["path"]
-        self.format = options.get("format", "json")
         self.max_files = int(options.get("max_files_per_step", "10"))
         self.first = int(options.get("start", "0"))
         self.cur = self.first
@@ -266,27 +265,15 @@ class _FilesReader(DataSourceStreamReader):
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
         a, b = int(start["offset"]), int(end["offset"])
         files = list_input_files(self.path)[a:b]
-        return [_File(os.path.join(self.path, f), b) for f in files]
+        return [_Files([os.path.join(self.path, f) for f in files], b)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, _File)
-        if self.format == "parquet":
-            import pyarrow.parquet as pq
-
-            for rb in pq.ParquetFile(partition.path).iter_batches():
-                yield rb.append_column(END, pa.array(np.full(rb.num_rows, partition.end)))
-            return
-        with open(partition.path, encoding="utf-8", errors="replace") as f:
-            lines = f.read().splitlines()
-        if self.format == "csv" and lines:
-            lines = lines[1:]  # the header names the columns; the spec's schema types them
-        keep = [(n, s) for n, s in enumerate(lines, start=1) if s.strip()]
+        assert isinstance(partition, _Files)
+        n = len(partition.paths)
         yield pa.record_batch(
             {
-                "__line": pa.array([s for _, s in keep], pa.string()),
-                "__file": pa.array([partition.path] * len(keep), pa.string()),
-                "__lineno": pa.array([n for n, _ in keep], pa.int64()),
-                END: pa.array([partition.end] * len(keep), pa.int64()),
+                "__file": pa.array(partition.paths, pa.string()),
+                END: pa.array(np.full(n, partition.end), pa.int64()),
             }
         )
 
@@ -300,7 +287,7 @@ class FilesSource(DataSource):
         return "spindle_files"
 
     def schema(self) -> str:
-        return self.options["schema"] if self.options.get("format") == "parquet" else LINES_SCHEMA
+        return FILES_SCHEMA
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         return _FilesReader(dict(self.options))

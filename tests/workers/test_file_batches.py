@@ -1,0 +1,177 @@
+"""A `files` source's micro-batch read by Spark's own readers (`workers.file_batches`), on
+real Spark and real files, against a plain-Python reading of the same bytes: line numbers,
+line endings, blank lines, CSV headers, invalid UTF-8, file names Hadoop paths cannot hold;
+and whole runs of CSV and Parquet pipelines against a Spark batch query over the input."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from storage_engine.schema import WEIGHT
+from workers.file_batches import FileBatches
+from workers.runner import Runner
+from workers.sinks import FilesSink
+from workers.sources import list_input_files
+from workers.spec import parse_spec
+
+# Names a Hadoop path cannot hold (a colon) or Spark would glob (brackets, braces, stars).
+ODD_NAMES = ["events-12:00:00.json", "x [1] {a,b} *?.json", "data#1 %20 + é.json"]
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    from workers.runner import spark_session
+
+    s = spark_session("spindle-tests-file-batches")
+    yield s
+    s.stop()
+
+
+def _expected(paths: list[str], header: bool) -> list[tuple[str, int, str]]:
+    """What a batch of `paths` must read: every non-blank line with its 1-based number."""
+    out = []
+    for p in paths:
+        text = Path(p).read_bytes().decode("utf-8", errors="replace")
+        for n, line in enumerate(re.split(r"\r\n|\n|\r", text), start=1):
+            if line.strip(" \t\v\f") and not (header and n == 1):
+                out.append((p, n, line))
+    return sorted(out)
+
+
+def _read(batches: FileBatches, paths: list[str], end: int) -> list[tuple[str, int, str]]:
+    t = batches.rows(paths, end).toArrow()
+    assert set(t.column("__end").to_pylist()) <= {end}
+    rows = zip(*(t.column(c).to_pylist() for c in ("__file", "__lineno", "__line")), strict=True)
+    return sorted((batches.path_of(f), n, line) for f, n, line in rows)
+
+
+def test_lines_and_names_match_a_python_reading(tmp_path: Path, spark: SparkSession) -> None:
+    d = tmp_path / "in"
+    d.mkdir()
+    (d / ODD_NAMES[0]).write_bytes(b'{"a": 1}\r\n{"a": 2}\r\n\r\n  \t \n{"a": "\xff"}\n')
+    (d / ODD_NAMES[1]).write_bytes(b'{"a": 3}\r{"a": 4}\r\r{"a": 5}')  # old Mac line ends
+    (d / ODD_NAMES[2]).write_bytes(b'\n\n{"a": 6}\n{"a": \n')
+    paths = [str(d / n) for n in list_input_files(str(d))]
+    batches = FileBatches(spark, "json", "a bigint")
+    try:
+        got = _read(batches, paths, 3)
+        assert got == _expected(paths, header=False)
+        assert len(got) == 8 and any("\ufffd" in line for _, _, line in got)
+        # The next batch replaces the last one's files.
+        assert _read(batches, paths[1:2], 4) == _expected(paths[1:2], header=False)
+    finally:
+        batches.close()
+
+
+def test_csv_header_lines_are_left_out(tmp_path: Path, spark: SparkSession) -> None:
+    d = tmp_path / "in"
+    d.mkdir()
+    (d / "a.csv").write_text("user,amount\nu1,1\n\nu2,2\n")
+    (d / "b.csv").write_text("user,amount\r\nuser,amount\r\nu3,3\r\n")  # a data row like the header
+    paths = [str(d / "a.csv"), str(d / "b.csv")]
+    batches = FileBatches(spark, "csv", "user string, amount bigint")
+    try:
+        assert _read(batches, paths, 2) == _expected(paths, header=True)
+    finally:
+        batches.close()
+
+
+def _doc(tmp: Path, fmt: str) -> dict[str, Any]:
+    return {
+        "name": f"files-{fmt}",
+        "source": {
+            "kind": "files",
+            "path": str(tmp / "in"),
+            "format": fmt,
+            "schema": {"user": "string", "amount": "bigint"},
+            "max_files_per_step": 2,
+        },
+        "state": [
+            {
+                "name": "per_user",
+                "kind": "aggregate",
+                "group_by": ["user"],
+                "aggregates": [
+                    {"name": "n", "func": "count"},
+                    {"name": "total", "func": "sum", "column": "amount"},
+                ],
+            }
+        ],
+        "sinks": [{"name": "out", "kind": "files", "from": "per_user", "path": "out"}],
+        "trigger": {"interval": "50ms"},
+        "checkpoint": {"every_steps": 1},
+    }
+
+
+def _run(tmp: Path, spark: SparkSession, fmt: str, steps: int) -> Counter[tuple[Any, ...]]:
+    r = Runner(parse_spec(_doc(tmp, fmt)), str(tmp / "state"), base_dir=str(tmp), spark=spark)
+    try:
+        r.run(max_steps=steps)
+    finally:
+        r.close()
+    sink = r.sinks["out"]
+    assert isinstance(sink, FilesSink)
+    t = sink.read_all()
+    assert t is not None
+    out: Counter[tuple[Any, ...]] = Counter()
+    for row in t.to_pylist():
+        out[(row["user"], row["n"], row["total"])] += row[WEIGHT]
+    return +out
+
+
+def _reference(spark: SparkSession, good: list[tuple[str, int | None]]) -> Counter[Any]:
+    df = spark.createDataFrame(good, "user string, amount bigint")
+    agg = df.groupBy("user").agg(F.count("*"), F.sum("amount")).collect()
+    return Counter(tuple(r) for r in agg)
+
+
+def test_a_csv_pipeline_equals_a_batch_query_and_names_its_dead_letters(
+    tmp_path: Path, spark: SparkSession
+) -> None:
+    d = tmp_path / "in"
+    d.mkdir()
+    good: list[tuple[str, int | None]] = []
+    bad: list[tuple[str, int, str]] = []
+    for f, name in enumerate([*ODD_NAMES, "z.csv"]):
+        lines = ["user,amount"]
+        for i in range(40):
+            if i % 13 == 5:
+                line = ["u1,not-a-number", "u2", "u3,4,5"][i % 3]
+                bad.append((str(d / name), len(lines) + 1, line))
+            else:
+                user, amount = f"u{(f * 40 + i) % 7}", None if i % 11 == 0 else i
+                line = f"{user},{'' if amount is None else amount}"
+                good.append((user, amount))
+            lines.append(line)
+        (d / name).write_text("\r\n".join(lines) + "\r\n")
+    assert _run(tmp_path, spark, "csv", steps=2) == _reference(spark, good)
+    letters = [
+        json.loads(x)
+        for p in sorted((tmp_path / "state" / "dead-letters").iterdir())
+        for x in p.read_text().splitlines()
+    ]
+    assert sorted((x["file"], x["line"], x["record"]) for x in letters) == sorted(bad)
+
+
+def test_a_parquet_pipeline_equals_a_batch_query(tmp_path: Path, spark: SparkSession) -> None:
+    d = tmp_path / "in"
+    d.mkdir()
+    good: list[tuple[str, int | None]] = []
+    for f, name in enumerate(ODD_NAMES):
+        rows = [(f"u{(f * 50 + i) % 5}", None if i % 9 == 0 else i) for i in range(50)]
+        good += rows
+        users, amounts = zip(*rows, strict=True)
+        table = pa.table({"user": list(users), "amount": pa.array(amounts, pa.int64())})
+        pq.write_table(table, d / name.replace(".json", ".parquet"))
+    assert _run(tmp_path, spark, "parquet", steps=2) == _reference(spark, good)
