@@ -704,6 +704,7 @@ class Runner:
             if isinstance(src, S.FilesSource)
             else None
         )
+        self._jobs: dict[bool, DataFrame] = {}  # pre-aggregated? -> a files batch's job
         tl.mark("sinks_rollback")
         self._reported = False
         self.pre_aggregate = pre_aggregate
@@ -826,7 +827,8 @@ class Runner:
         src = self.spec.source
         assert isinstance(src, S.FilesSource)
         names = list_input_files(src.path)[self.offset : end]
-        return self._files.rows([os.path.join(src.path, n) for n in names], end)
+        self._files.read([os.path.join(src.path, n) for n in names], end)
+        return self._files.rows()
 
     def _batch_end(self, batch_id: int) -> int:
         """A batch's end offset, from the last line of Spark's offset log entry of the
@@ -860,35 +862,48 @@ class Runner:
         every row; then either Spark's pre-aggregation of them (`PreAggregation`) or the
         rows, split in Arrow. (Arrow, not collect(): row pickling has overflowed the
         stream thread's stack.)"""
-        t = self.spec.transform
-        names = [f"`{f.name}`" for f in self.plan.source_schema.fields]
-        select = [x for e in t.select for x in (names if e.strip() == "*" else [e])]
-        keep = f"coalesce(({t.where}), false)" if t.where else "true"
-        width = len(self.plan.stream_schema)
         pre = self._pre_aggregation()
+        tab = self._one_job_frame(df, pre).toArrow()
         if pre is not None:
-            hidden = ["__keep", "__bad", "__file", "__lineno", "__line", END]
-            rows = self._flagged(df).selectExpr(*select, f"{keep} AS __keep", *hidden[1:])
-            rows = rows.toDF(*(f"__c{i}" for i in range(width)), *hidden)
-            return pre.split(pre.dataframe(rows).toArrow())
-        # Good rows' lines are not needed: shipping them took a third of a 200k-row step.
-        is_bad = "coalesce(__bad, false)"
-        letters = [
-            f"CASE WHEN {is_bad} THEN {c} END AS {c}" for c in ("__file", "__lineno", "__line")
-        ]
-        rows = self._flagged(df).selectExpr(*select, f"{keep} AS __keep", "__bad", *letters, END)
-        tab = rows.toArrow()
+            return pre.split(tab)
         if tab.num_rows == 0:
             return MicroBatch(None, 0, None, {}, tab)
         end = pc.max(tab.column(END)).as_py()
         bad = pc.fill_null(tab.column("__bad"), False)
         good = pc.and_(pc.invert(bad), pc.fill_null(tab.column("__keep"), False))
-        stream = tab.filter(good).select(list(range(width)))
+        stream = tab.filter(good).select(list(range(len(self.plan.stream_schema))))
         stream = stream.rename_columns(self.plan.stream_schema.names)
         stream = stream.cast(self.plan.stream_schema)
         et = self.plan.event_time
         oldest = None if et is None else _min_event_us(stream.column(et))
         return MicroBatch(end, stream.num_rows, oldest, {}, tab.filter(bad), {SOURCE: stream})
+
+    def _one_job_frame(self, df: DataFrame, pre: PreAggregation | None) -> DataFrame:
+        """`_one_job`'s DataFrame. A files source's is built once per path (rows or
+        pre-aggregated) and planned anew for each batch (`FileBatches`)."""
+        if self._files is not None and (job := self._jobs.get(pre is not None)) is not None:
+            return job.select("*")
+        t = self.spec.transform
+        names = [f"`{f.name}`" for f in self.plan.source_schema.fields]
+        select = [x for e in t.select for x in (names if e.strip() == "*" else [e])]
+        keep = f"coalesce(({t.where}), false)" if t.where else "true"
+        width = len(self.plan.stream_schema)
+        if pre is not None:
+            hidden = ["__keep", "__bad", "__file", "__lineno", "__line", END]
+            rows = self._flagged(df).selectExpr(*select, f"{keep} AS __keep", *hidden[1:])
+            rows = rows.toDF(*(f"__c{i}" for i in range(width)), *hidden)
+            job = pre.dataframe(rows)
+        else:
+            # Good rows' lines are not needed: shipping them took a third of a 200k-row step.
+            is_bad = "coalesce(__bad, false)"
+            letters = [
+                f"CASE WHEN {is_bad} THEN {c} END AS {c}" for c in ("__file", "__lineno", "__line")
+            ]
+            flagged = self._flagged(df)
+            job = flagged.selectExpr(*select, f"{keep} AS __keep", "__bad", *letters, END)
+        if self._files is not None:
+            self._jobs[pre is not None] = job
+        return job
 
     def _per_input_jobs(self, df: DataFrame) -> MicroBatch:
         """Joins read several inputs: the batch is cached and each input is one job (the

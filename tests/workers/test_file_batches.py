@@ -50,7 +50,8 @@ def _expected(paths: list[str], header: bool) -> list[tuple[str, int, str]]:
 
 
 def _read(batches: FileBatches, paths: list[str], end: int) -> list[tuple[str, int, str]]:
-    t = batches.rows(paths, end).toArrow()
+    batches.read(paths, end)
+    t = batches.rows().select("*").toArrow()
     assert set(t.column("__end").to_pylist()) <= {end}
     rows = zip(*(t.column(c).to_pylist() for c in ("__file", "__lineno", "__line")), strict=True)
     return sorted((batches.path_of(f), n, line) for f, n, line in rows)
