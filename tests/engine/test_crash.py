@@ -47,18 +47,20 @@ class ChainLog:
     retained: int = 0
 
 
-def _kill_delay(rng: np.random.Generator) -> tuple[bool, float]:
-    """(wait for the worker's imports first?, delay before SIGKILL)."""
+def _kill_delay(rng: np.random.Generator) -> tuple[str | None, float]:
+    """(the worker's line to wait for first, if any; delay before SIGKILL). Waiting for a
+    line rather than guessing how long the worker takes to reach it keeps the share of kills
+    in each phase the same on a loaded machine."""
     r = rng.random()
     if r < 0.08:
-        return False, float(rng.uniform(0.0, 0.4))  # while starting the interpreter
+        return None, float(rng.uniform(0.0, 0.4))  # while starting the interpreter
     if r < 0.30:
-        return True, float(rng.uniform(0.0, 0.06))  # open: manifest read, cleanup, restore
-    return True, float(rng.uniform(0.06, 1.1))  # steady state: inserts, merges, commits, gc
+        return "I", float(rng.uniform(0.0, 0.06))  # open: manifest read, cleanup, restore
+    return "O", float(rng.uniform(0.0, 1.0))  # steady state: inserts, merges, commits, gc
 
 
 def _run_child(loc: Path, seed: int, rng: np.random.Generator) -> tuple[list[str], str]:
-    wait_ready, delay = _kill_delay(rng)
+    wait_for, delay = _kill_delay(rng)
     proc = subprocess.Popen(
         [sys.executable, str(WORKER), str(loc), str(seed)],
         cwd=ROOT,
@@ -68,8 +70,11 @@ def _run_child(loc: Path, seed: int, rng: np.random.Generator) -> tuple[list[str
     )
     assert proc.stdout is not None
     first = ""
-    if wait_ready:
-        first = proc.stdout.readline()  # "I": imports done, the engine is about to open
+    while wait_for is not None:  # "I": imports done, about to open; "O <step>": opened
+        line = proc.stdout.readline()
+        first += line
+        if not line or line.startswith(wait_for):
+            break
     time.sleep(delay)
     proc.send_signal(signal.SIGKILL)
     out, err = proc.communicate(timeout=60)
@@ -82,7 +87,7 @@ def _run_child(loc: Path, seed: int, rng: np.random.Generator) -> tuple[list[str
 def _phase(lines: list[str]) -> str:
     if not lines:
         return "startup"
-    if lines[-1] == "I" or lines[-1].startswith("O "):
+    if not any(x.startswith("O ") for x in lines):
         return "open"
     return "running"
 
