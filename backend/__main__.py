@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -22,6 +23,7 @@ from .settings import Settings
 cli = typer.Typer(help="Spindle's control plane.", no_args_is_help=True, add_completion=False)
 
 WORKER_STOP_S = 60.0
+WORKER_GROUP_STOP_S = 5.0  # for the worker's children, once it has exited
 
 
 def _settings(data_dir: Path | None) -> Settings:
@@ -124,8 +126,14 @@ def serve(
         logs = settings.data_path / "logs"
         logs.mkdir(exist_ok=True)
         with open(logs / "worker.log", "ab") as out:
+            # Its own process group, so that stopping it ends every process it forked
+            # (pipeline drivers have sessions of their own and stop through the worker).
             proc = subprocess.Popen(
-                worker_command(settings), stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ)
+                worker_command(settings),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=dict(os.environ),
+                start_new_session=True,
             )
     typer.echo(
         f"Spindle is serving on http://{host}:{port}  (API: http://{host}:{port}/api/v1/docs)"
@@ -147,13 +155,36 @@ def serve(
     finally:
         if proc is not None:
             typer.echo("stopping the worker (running pipelines checkpoint first)...")
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(WORKER_STOP_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            _stop_worker(proc)
         typer.echo("stopped")
+
+
+def _stop_worker(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the worker (a warm shutdown: running pipelines checkpoint first), SIGKILL it
+    after WORKER_STOP_S; then end what is left of its process group. Celery's embedded beat
+    is a child process, and one forked just as the worker began shutting down is never told
+    to stop (seen: an orphaned beat scheduling tasks for good)."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(WORKER_STOP_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    if _signal_group(proc.pid, signal.SIGTERM):
+        deadline = time.monotonic() + WORKER_GROUP_STOP_S
+        while time.monotonic() < deadline and _signal_group(proc.pid, 0):
+            time.sleep(0.1)
+        _signal_group(proc.pid, signal.SIGKILL)
+
+
+def _signal_group(pgid: int, sig: int) -> bool:
+    """Send `sig` to process group `pgid` (0: none, only look); False if it has no process
+    left."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 if __name__ == "__main__":

@@ -18,10 +18,12 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import httpx
 
+from backend.__main__ import _stop_worker
 from tests.backend.platform import ROOT, free_port, wait_until
 
 DIST_INDEX = ROOT / "frontend" / "dist" / "index.html"
@@ -138,3 +140,41 @@ def test_make_run_serves_with_a_generated_admin_token(tmp_path: Path) -> None:
         assert token not in again.output
     finally:
         assert again.stop() == 0, again.output
+    assert not _worker_pids(data), "the worker outlived serve"
+
+
+# A stand-in worker: it forks a child, then exits on SIGTERM without stopping it, as a Celery
+# worker does with a beat process forked just as it began to shut down.
+_LEAKY_WORKER = """
+import os, signal, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+print(child.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"  # exited, not yet reaped
+    except FileNotFoundError:
+        return True
+
+
+def test_stopping_the_worker_ends_the_processes_it_forked() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _LEAKY_WORKER], stdout=subprocess.PIPE, start_new_session=True
+    )
+    assert proc.stdout is not None
+    child = int(proc.stdout.readline())
+    try:
+        _stop_worker(proc)
+        deadline = time.monotonic() + 10
+        while not _gone(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proc.returncode == 0
+        assert _gone(child), "the worker's child outlived it"
+    finally:
+        if not _gone(child):
+            os.kill(child, signal.SIGKILL)
