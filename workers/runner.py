@@ -62,7 +62,7 @@ from storage_engine.objstore import ObjectStoreLike, open_object_store
 
 from . import spark_cds
 from . import spec as S
-from .file_batches import FileBatches
+from .file_batches import CORRUPT, FileBatches
 from .sinks import FilesSink, PostgresSink, Sink, ViewSink
 from .sources import (
     END,
@@ -963,41 +963,42 @@ class Runner:
 
     def _flagged(self, df: DataFrame) -> DataFrame:
         """The batch with the source's columns parsed, `__bad` marking unparseable rows, and
-        `__file`, `__lineno`, `__line` for dead letters (nulls for sources without lines).
-        A JSON line is bad if it is not a JSON object or a present value does not convert to
-        its column's type (an empty string for a number included); a CSV line, if it has the
-        wrong number of fields or a non-empty value does not convert."""
+        `__file`, `__lineno`, `__line` for dead letters (nulls for sources without lines;
+        JSON's line numbers are found later, for bad rows only: `FileBatches`). A JSON
+        record is bad when Spark's JSON reader does not parse it: not an object (or an array
+        of objects), malformed, or a present value that does not convert to its column's
+        type (an empty string for a number included); a CSV line, if it has the wrong
+        number of fields or a non-empty value does not convert."""
         src = self.spec.source
         fields = self.plan.source_schema.fields
+        columns = [F.col(f"`{f.name}`") for f in fields]
         if not isinstance(src, S.FilesSource) or src.format == "parquet":
             return df.select(
-                *[F.col(f"`{f.name}`") for f in fields],
+                *columns,
                 F.lit(False).alias("__bad"),
                 F.lit(None).cast("string").alias("__file"),
                 F.lit(None).cast("bigint").alias("__lineno"),
                 F.lit(None).cast("string").alias("__line"),
                 F.col(END),
             )
-        ddl = _ddl(self.plan.source_schema)
-        line = F.col("__line")
         if src.format == "json":
-            # One parse: Spark's permissive mode keeps the line of a record it could not
-            # convert (not an object, malformed, a value of the wrong type) in the corrupt
-            # record column. (Three parses — from_json, try_parse_json, get_json_object per
-            # field — took 2.4x as long.)
-            corrupt = "__spindle_corrupt_record"
-            options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": corrupt}
-            parsed = df.withColumn("__p", F.from_json(line, f"{ddl}, `{corrupt}` string", options))
-            bad = F.col("__p").isNull() | F.col(f"__p.`{corrupt}`").isNotNull()
-        else:
-            parsed = df.withColumn("__p", F.from_csv(line, ddl))
-            raw = [F.get(F.split(line, ","), i) for i in range(len(fields))]  # NULL if short
-            bad = F.size(F.split(line, ",")) != len(fields)
-            for f, r in zip(fields, raw, strict=True):
-                value = F.col(f"__p.`{f.name}`")
-                present = r.isNotNull() & (F.lower(F.trim(r)) != "null") & (F.trim(r) != "")
-                bad = bad | (present & value.isNull())
-            bad = bad | F.col("__p").isNull()
+            return df.select(
+                *columns,
+                F.col(CORRUPT).isNotNull().alias("__bad"),
+                "__file",
+                F.lit(None).cast("bigint").alias("__lineno"),
+                F.col(CORRUPT).alias("__line"),
+                F.col(END),
+            )
+        line = F.col("__line")
+        parsed = df.withColumn("__p", F.from_csv(line, _ddl(self.plan.source_schema)))
+        raw = [F.get(F.split(line, ","), i) for i in range(len(fields))]  # NULL if short
+        bad = F.size(F.split(line, ",")) != len(fields)
+        for f, r in zip(fields, raw, strict=True):
+            value = F.col(f"__p.`{f.name}`")
+            present = r.isNotNull() & (F.lower(F.trim(r)) != "null") & (F.trim(r) != "")
+            bad = bad | (present & value.isNull())
+        bad = bad | F.col("__p").isNull()
         return parsed.select(
             *[F.col(f"__p.`{f.name}`").alias(f.name) for f in fields],
             bad.alias("__bad"),
@@ -1018,6 +1019,13 @@ class Runner:
         if bad is None or bad.num_rows == 0:
             return 0
         rows = bad.select(["__file", "__lineno", "__line"]).to_pylist()
+        files = self._files
+        if files is not None:
+            unnumbered = [r for r in rows if r["__lineno"] is None]
+            found = files.bad_line_numbers([(r["__file"], r["__line"]) for r in unnumbered])
+            for r, n in zip(unnumbered, found, strict=True):
+                r["__lineno"] = n
+            rows.sort(key=lambda r: (files.path_of(r["__file"]), r["__lineno"] or 0))
         src = self.spec.source
         kind = src.format if isinstance(src, S.FilesSource) else src.kind
         os.makedirs(self.dead_letters, exist_ok=True)

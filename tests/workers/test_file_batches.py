@@ -1,7 +1,8 @@
 """A `files` source's micro-batch read by Spark's own readers (`workers.file_batches`), on
-real Spark and real files, against a plain-Python reading of the same bytes: line numbers,
-line endings, blank lines, CSV headers, invalid UTF-8, file names Hadoop paths cannot hold;
-and whole runs of CSV and Parquet pipelines against a Spark batch query over the input."""
+real Spark and real files, against a plain-Python reading of the same bytes: CSV lines and
+their numbers, JSON records and the line numbers of bad ones, line endings, blank lines, CSV
+headers, a BOM, invalid UTF-8, file names Hadoop paths cannot hold; and whole runs of CSV and
+Parquet pipelines against a Spark batch query over the input."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from storage_engine.schema import WEIGHT
-from workers.file_batches import FileBatches
+from workers.file_batches import CORRUPT, FileBatches
 from workers.runner import Runner
 from workers.sinks import FilesSink
 from workers.sources import list_input_files
@@ -57,20 +58,20 @@ def _read(batches: FileBatches, paths: list[str], end: int) -> list[tuple[str, i
     return sorted((batches.path_of(f), n, line) for f, n, line in rows)
 
 
-def test_lines_and_names_match_a_python_reading(tmp_path: Path, spark: SparkSession) -> None:
+def test_csv_lines_and_names_match_a_python_reading(tmp_path: Path, spark: SparkSession) -> None:
     d = tmp_path / "in"
     d.mkdir()
-    (d / ODD_NAMES[0]).write_bytes(b'{"a": 1}\r\n{"a": 2}\r\n\r\n  \t \n{"a": "\xff"}\n')
-    (d / ODD_NAMES[1]).write_bytes(b'{"a": 3}\r{"a": 4}\r\r{"a": 5}')  # old Mac line ends
-    (d / ODD_NAMES[2]).write_bytes(b'\n\n{"a": 6}\n{"a": \n')
+    (d / ODD_NAMES[0]).write_bytes(b"u,a\r\nx,1\r\nx,2\r\n\r\n  \t \nx,\xff\n")
+    (d / ODD_NAMES[1]).write_bytes(b"u,a\rx,3\rx,4\r\rx,5")  # old Mac line ends
+    (d / ODD_NAMES[2]).write_bytes(b"u,a\n\n\nx,6\nx,\n")
     paths = [str(d / n) for n in list_input_files(str(d))]
-    batches = FileBatches(spark, "json", "a bigint")
+    batches = FileBatches(spark, "csv", "u string, a bigint")
     try:
         got = _read(batches, paths, 3)
-        assert got == _expected(paths, header=False)
+        assert got == _expected(paths, header=True)
         assert len(got) == 8 and any("\ufffd" in line for _, _, line in got)
         # The next batch replaces the last one's files.
-        assert _read(batches, paths[1:2], 4) == _expected(paths[1:2], header=False)
+        assert _read(batches, paths[1:2], 4) == _expected(paths[1:2], header=True)
     finally:
         batches.close()
 
@@ -84,6 +85,60 @@ def test_csv_header_lines_are_left_out(tmp_path: Path, spark: SparkSession) -> N
     batches = FileBatches(spark, "csv", "user string, amount bigint")
     try:
         assert _read(batches, paths, 2) == _expected(paths, header=True)
+    finally:
+        batches.close()
+
+
+# (line text, good rows' `a`, bad records it gives): what Spark's JSON reader makes of a line.
+JSON_LINES: list[tuple[bytes, list[int | None], int]] = [
+    (b'{"a": 1}', [1], 0),
+    (b'[{"a": 2}, {"a": 3}]', [2, 3], 0),  # an array of objects: a row each
+    (b'{"a": "x"}', [], 1),
+    (b"[1, 2]", [], 1),
+    (b"7", [], 1),
+    (b'{"a": ""}', [], 1),
+    (b'[{"a": "x"}, {"a": "y"}]', [], 2),  # one line, two bad records
+    (b'{"a": "\xff\xfe\xc3"}', [], 1),  # invalid UTF-8
+    (b'  {"a": 1.5}  ', [], 1),
+    (b'{"a": ', [], 1),
+    (b"{}", [None], 0),
+    (b"", [], 0),
+    (b" \t ", [], 0),
+]
+
+
+def test_json_records_and_bad_line_numbers_match_a_python_reading(
+    tmp_path: Path, spark: SparkSession
+) -> None:
+    """Good records as Spark's JSON reader parses them; every bad record's text and line
+    number, in files with a BOM, every kind of line end and bad lines repeated."""
+    d = tmp_path / "in"
+    d.mkdir()
+    good: list[tuple[str, int | None]] = []
+    bad: list[tuple[str, int, str]] = []
+    for f, (name, sep) in enumerate(zip(ODD_NAMES, [b"\n", b"\r\n", b"\r"], strict=True)):
+        order = JSON_LINES[f:] + JSON_LINES + JSON_LINES[:f]  # every bad line twice per file
+        lines = [line for line, _, _ in order]
+        data = (b"\xef\xbb\xbf" if f == 2 else b"") + sep.join(lines) + (sep if f else b"")
+        (d / name).write_bytes(data)
+        path = str(d / name)
+        for n, (line, values, errors) in enumerate(order, start=1):
+            good += [(path, a) for a in values]
+            text = line.decode("utf-8", errors="replace")
+            bad += [(path, n, text)] * errors
+    paths = [str(d / n) for n in list_input_files(str(d))]
+    batches = FileBatches(spark, "json", "a bigint")
+    try:
+        batches.read(paths, 3)
+        t = batches.rows().select("*").toArrow()
+        assert set(t.column("__end").to_pylist()) == {3}
+        rows = t.to_pylist()
+        ok = [r for r in rows if r[CORRUPT] is None]
+        assert Counter((batches.path_of(r["__file"]), r["a"]) for r in ok) == Counter(good)
+        broken = [(r["__file"], r[CORRUPT]) for r in rows if r[CORRUPT] is not None]
+        numbers = batches.bad_line_numbers(broken)
+        got = [(batches.path_of(f), n, text) for (f, text), n in zip(broken, numbers, strict=True)]
+        assert sorted(got, key=str) == sorted(bad, key=str)
     finally:
         batches.close()
 
