@@ -226,12 +226,13 @@ def dump_cmd(
         h, s = dump.header, dump.schema
         con.print(
             f"format v{h.format_version}, compression {h.compression or 'none'}, "
-            f"bloom {'yes' if h.bloom else 'no'}, {h.rows:,} rows in {h.blocks} block(s)"
+            f"bloom {f'yes ({h.bloom_probes} probes)' if h.bloom else 'no'}, "
+            f"{h.rows:,} rows in {h.blocks} block(s)"
         )
         cols = ", ".join(f"{c.name} {c.type}" for c in s.keys)
         vals = ", ".join(f"{c.name} {c.type}" for c in s.values) or "-"
         con.print(f"keys: {cols}; values: {vals}; schema fingerprint {s.fingerprint}")
-        t = Table("block", "offset", "length", "bloom", "rows", "crc32", "first key", "last key")
+        t = Table("block", "offset", "length", "bloom", "rows", "checksum", "first key", "last key")
         for b in dump.blocks:
             t.add_row(
                 str(b.block),

@@ -3,16 +3,21 @@
 Layout (little-endian; see docs/storage-format.md for the full specification):
 
     header   64 B   magic "SPNDLZS\\0", format version u16, flags u16, key column count u16,
-                    reserved u16, schema fingerprint 16 B, zero padding, crc32 of bytes 0..60
+                    bloom probes u16 (v3), schema fingerprint 16 B, zero padding, crc32 of
+                    bytes 0..60
     block 0         Arrow IPC record-batch message (optionally lz4/zstd compressed buffers),
                     then this block's bloom filter bytes, padded to 64 B
     ...
     schema          Arrow IPC schema message of the batch columns
     index           Arrow IPC record-batch message: per block offset, length, bloom offset and
-                    length, rows, crc32 (of message + bloom), first key columns, last key columns
+                    length, rows, checksum (of message + bloom), first key columns, last key
+                    columns
     footer   72 B   schema offset/len, index offset/len, total rows, block count (u64 each),
-                    reserved u64, crc32 of schema+index, crc32 of the footer's first 60 bytes,
-                    magic "SPNDLEND"
+                    reserved u64, checksum of schema+index, crc32 of the footer's first 60
+                    bytes, magic "SPNDLEND"
+
+Block and schema/index checksums are CRC-32C from version 3 on (CRC-32 before); the header's
+and footer's own are CRC-32 in every version.
 
 Block checksums are verified on first read; the footer, schema and index are verified at
 open. Files are written as `<name>.mut`, fsynced, renamed and the directory fsynced.
@@ -25,10 +30,11 @@ import itertools
 import os
 import struct
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import crc32c
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
@@ -44,10 +50,15 @@ from .schema import WEIGHT, ZSetSchema
 
 MAGIC = b"SPNDLZS\x00"
 END_MAGIC = b"SPNDLEND"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 """Version history: 1 — first release; 2 — bloom key hashes depend only on column types
 (version 1 hashed integer keys with pandas when any column of the schema was not integral,
-or when the block held a null). Readers keep the version-1 rule for version-1 files."""
+or when the block held a null); 3 — block and schema/index checksums are CRC-32C (the
+`crc32c` package uses the CPU's CRC instruction: 8x faster than zlib's CRC-32 here), the
+header's reserved field holds the bloom filters' probe count (3 written, was a fixed 7:
+building filters was a quarter of an over-budget ingest), and a key hash starts from its
+first column's hash instead of mixing it once more. Readers keep each earlier version's
+rules for its files."""
 HEADER_SIZE = 64
 FOOTER_SIZE = 72
 _ALIGN = 64
@@ -56,7 +67,17 @@ _COMPRESSION_CODES = {None: 0, "lz4": 1, "zstd": 2}
 _COMPRESSION_NAMES = {v: k for k, v in _COMPRESSION_CODES.items()}
 _FOOTER = struct.Struct("<QQQQQQQII")  # 7 u64 + 2 u32 = 64 bytes, then magic
 _BLOOM_BITS_PER_KEY = 10
-_BLOOM_HASHES = 7
+_BLOOM_PROBES = 3  # written by this build; at 10-20 bits per key, 0.3-1.7 % false positives
+_BLOOM_PROBES_V2 = 7  # versions 1 and 2
+
+
+def checksum(version: int) -> Callable[[Any, int], int]:
+    """The checksum of blocks and of the schema/index in files of `version`:
+    `f(data, previous)` extends a running checksum (start with 0)."""
+    return crc32c.crc32c if version >= 3 else zlib.crc32
+
+
+_CHECKSUM = checksum(FORMAT_VERSION)
 
 _file_ids = itertools.count(1)
 _VIEW_CHARGE = 1024  # cache budget charged for a zero-copy block (Python objects only)
@@ -87,7 +108,7 @@ def key_hashes(
     """
     if version == 1:
         return _key_hashes_v1(keys, schema)
-    h = np.zeros(keys.num_rows, dtype=np.uint64)
+    h: npt.NDArray[np.uint64] | None = None if version >= 3 else np.zeros(keys.num_rows, np.uint64)
     with np.errstate(over="ignore"):
         for f in schema.keys:
             col = keys.column(f.name)
@@ -104,7 +125,8 @@ def key_hashes(
                 part = encoding.string_hash(col)
             else:
                 part = _object_hash(col)
-            h = _mix64(h * np.uint64(31) + part)
+            h = part if h is None else _mix64(h * np.uint64(31) + part)
+    assert h is not None
     return h
 
 
@@ -128,11 +150,11 @@ def _key_hashes_v1(keys: pa.RecordBatch, schema: ZSetSchema) -> npt.NDArray[np.u
     return h
 
 
-def _bloom_positions(h: npt.NDArray[np.uint64], m: int) -> npt.NDArray[np.uint32]:
+def _bloom_positions(h: npt.NDArray[np.uint64], m: int, k: int) -> npt.NDArray[np.uint32]:
     """Probe bit positions, (k, n): double hashing in uint32, m a power of two."""
     h1 = (h & np.uint64(0xFFFFFFFF)).astype(np.uint32)
     h2 = ((h >> np.uint64(32)) | np.uint64(1)).astype(np.uint32)
-    i = np.arange(_BLOOM_HASHES, dtype=np.uint32)[:, None]
+    i = np.arange(k, dtype=np.uint32)[:, None]
     with np.errstate(over="ignore"):
         return (h1[None, :] + i * h2[None, :]) & np.uint32(m - 1)
 
@@ -140,13 +162,14 @@ def _bloom_positions(h: npt.NDArray[np.uint64], m: int) -> npt.NDArray[np.uint32
 def _bloom_positions_v1(h: npt.NDArray[np.uint64], m: int) -> npt.NDArray[np.uint64]:
     h1 = h & np.uint64(0xFFFFFFFF)
     h2 = (h >> np.uint64(32)) | np.uint64(1)
-    i = np.arange(_BLOOM_HASHES, dtype=np.uint64)[:, None]
+    i = np.arange(_BLOOM_PROBES_V2, dtype=np.uint64)[:, None]
     with np.errstate(over="ignore"):
         return (h1[None, :] + i * h2[None, :]) % np.uint64(m)
 
 
-def build_bloom(h: npt.NDArray[np.uint64]) -> bytes:
-    """A bloom filter of ~10-20 bits per key: m is the power of two >= 10 bits per key.
+def build_bloom(h: npt.NDArray[np.uint64], k: int = _BLOOM_PROBES) -> bytes:
+    """A bloom filter of ~10-20 bits per key (m is the power of two >= 10 bits per key) with
+    `k` probes per key.
 
     Sets the bits of `_bloom_positions` one hash at a time (h1 + i*h2 by repeated addition)
     instead of materialising the (k, n) position matrix: the same bits, in less time.
@@ -157,20 +180,24 @@ def build_bloom(h: npt.NDArray[np.uint64]) -> bytes:
     step = halves[:, 1].astype(np.uint32) | np.uint32(1)
     mask = np.uint32(m - 1)
     bits = np.zeros(m, dtype=bool)
-    for _ in range(_BLOOM_HASHES):
+    for _ in range(k):
         bits[pos & mask] = True
         pos += step  # wraps modulo 2**32, as in _bloom_positions
     return np.packbits(bits, bitorder="little").tobytes()
 
 
 def bloom_may_contain(
-    bloom: memoryview | bytes, h: npt.NDArray[np.uint64], version: int = FORMAT_VERSION
+    bloom: memoryview | bytes,
+    h: npt.NDArray[np.uint64],
+    version: int = FORMAT_VERSION,
+    k: int = _BLOOM_PROBES,
 ) -> npt.NDArray[np.bool_]:
+    """Which keys (by `key_hashes`) the filter may hold: the rules of `version`, `k` probes."""
     packed = np.frombuffer(bloom, dtype=np.uint8)
     if version == 1:
         bits = np.unpackbits(packed, bitorder="little")
         return np.asarray(bits[_bloom_positions_v1(h, len(bits))].all(axis=0), dtype=bool)
-    pos = _bloom_positions(h, len(packed) * 8)
+    pos = _bloom_positions(h, len(packed) * 8, k)
     hit = (packed[pos >> np.uint32(3)] >> (pos & np.uint32(7)).astype(np.uint8)) & np.uint8(1)
     return np.asarray(hit.all(axis=0), dtype=bool)
 
@@ -208,7 +235,8 @@ class BatchFileWriter:
         self.rows = 0
         flags = FLAG_BLOOM if options.bloom else 0
         flags |= _COMPRESSION_CODES[options.compression] << 1
-        head = MAGIC + struct.pack("<HHHH", FORMAT_VERSION, flags, len(schema.keys), 0)
+        probes = _BLOOM_PROBES if options.bloom else 0
+        head = MAGIC + struct.pack("<HHHH", FORMAT_VERSION, flags, len(schema.keys), probes)
         head += bytes.fromhex(schema.fingerprint())
         head = head.ljust(HEADER_SIZE - 4, b"\0")
         self._f.write(head + struct.pack("<I", zlib.crc32(head)))
@@ -234,7 +262,7 @@ class BatchFileWriter:
         keys = block.select(self.schema.key_names)
         bloom = build_bloom(key_hashes(keys, self.schema)) if self.options.bloom else b""
         offset = self._f.tell()
-        crc = zlib.crc32(bloom, zlib.crc32(msg))
+        crc = _CHECKSUM(bloom, _CHECKSUM(msg, 0))
         self._f.write(msg)
         self._f.write(bloom)
         self._f.write(b"\0" * _pad(msg.size + len(bloom)))
@@ -272,7 +300,7 @@ class BatchFileWriter:
             index_msg = _message_bytes(self._index_batch(), pa.ipc.IpcWriteOptions())
             self._f.write(index_msg)
             self._f.write(b"\0" * _pad(index_msg.size))
-            meta_crc = zlib.crc32(index_msg, zlib.crc32(schema_msg))
+            meta_crc = _CHECKSUM(index_msg, _CHECKSUM(schema_msg, 0))
             body = _FOOTER.pack(
                 schema_off,
                 schema_msg.size,
@@ -404,14 +432,18 @@ class BatchFile:
             raise CorruptionError(path, "bad magic in header")
         if zlib.crc32(head[:-4]) != struct.unpack("<I", head[-4:])[0]:
             raise CorruptionError(path, "header checksum mismatch")
-        version, flags, nkeys, _ = struct.unpack("<HHHH", head[8:16])
+        version, flags, nkeys, probes = struct.unpack("<HHHH", head[8:16])
         if version > FORMAT_VERSION:
             raise FormatVersionError(
                 f"{path}: format version {version} is newer than this build's {FORMAT_VERSION}"
             )
         self.format_version = version
+        self._checksum = checksum(version)
         self.compression = _COMPRESSION_NAMES.get((flags >> 1) & 3)
         self.has_bloom = bool(flags & FLAG_BLOOM)
+        self.bloom_probes = probes if version >= 3 else _BLOOM_PROBES_V2
+        if self.has_bloom and not 1 <= self.bloom_probes <= 32:
+            raise CorruptionError(path, f"bloom probe count {self.bloom_probes} out of range")
         fp = head[16:32].hex()
         foot = bytes(read(self.size - FOOTER_SIZE, FOOTER_SIZE))
         if foot[-8:] != END_MAGIC:
@@ -427,7 +459,7 @@ class BatchFile:
             schema_buf, index_buf = both[:s_len], both[s_len:]
         else:
             schema_buf, index_buf = read(s_off, s_len), read(i_off, i_len)
-        if zlib.crc32(index_buf, zlib.crc32(schema_buf)) != meta_crc:
+        if self._checksum(index_buf, self._checksum(schema_buf, 0)) != meta_crc:
             raise CorruptionError(path, "schema/index checksum mismatch")
         try:
             arrow_schema = pa.ipc.read_schema(pa.py_buffer(schema_buf))
@@ -474,7 +506,7 @@ class BatchFile:
         off, n, nb = int(self._offsets[i]), int(self._lengths[i]), int(self._bloom_lengths[i])
         region = memoryview(self._src.read(off, n + nb))
         if not self._verified[i]:
-            if zlib.crc32(region) != int(self._crcs[i]):
+            if self._checksum(region, 0) != int(self._crcs[i]):
                 raise CorruptionError(self.path, "block checksum mismatch", block=i)
             self._verified[i] = True
         try:
@@ -668,7 +700,9 @@ class BatchFile:
             if self.has_bloom and not self._cache.contains((self._id, i)):
                 sub = probes.slice(a, b - a)
                 hashes = key_hashes(sub, self.schema, self.format_version)
-                maybe = bloom_may_contain(self._bloom(i), hashes, self.format_version)
+                maybe = bloom_may_contain(
+                    self._bloom(i), hashes, self.format_version, self.bloom_probes
+                )
                 if not maybe.any():
                     continue
                 if not maybe.all():
@@ -744,7 +778,9 @@ class BatchFile:
             sub = probes.slice(a, b - a)
             if self.has_bloom and not self._cache.contains((self._id, i)):
                 hashes = key_hashes(sub, self.schema, self.format_version)
-                maybe = bloom_may_contain(self._bloom(i), hashes, self.format_version)
+                maybe = bloom_may_contain(
+                    self._bloom(i), hashes, self.format_version, self.bloom_probes
+                )
                 if not maybe.any():
                     continue
                 if not maybe.all():

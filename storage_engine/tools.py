@@ -164,6 +164,7 @@ class HeaderFacts:
     format_version: int
     compression: str | None
     bloom: bool
+    bloom_probes: int  # probes per key of the bloom filters (0 without them)
     key_columns: int
     rows: int
     blocks: int
@@ -703,6 +704,7 @@ def dump_batch_file(path: str | os.PathLike[str], limit: int = 20) -> BatchFileD
             format_version=bf.format_version,
             compression=bf.compression,
             bloom=bf.has_bloom,
+            bloom_probes=bf.bloom_probes if bf.has_bloom else 0,
             key_columns=len(schema.keys),
             rows=bf.rows,
             blocks=bf.num_blocks,
