@@ -1,8 +1,9 @@
 """A `files` source's micro-batch read by Spark's own readers (`workers.file_batches`), on
 real Spark and real files, against a plain-Python reading of the same bytes: CSV lines and
 their numbers, JSON records and the line numbers of bad ones, line endings, blank lines, CSV
-headers, a BOM, invalid UTF-8, file names Hadoop paths cannot hold; and whole runs of CSV and
-Parquet pipelines against a Spark batch query over the input."""
+headers, a BOM, invalid UTF-8, file names Hadoop paths cannot hold; whole runs of CSV and
+Parquet pipelines against a Spark batch query over the input; and the first batch of a run,
+read ahead while its query starts, used only for that batch."""
 
 from __future__ import annotations
 
@@ -176,6 +177,10 @@ def _run(tmp: Path, spark: SparkSession, fmt: str, steps: int) -> Counter[tuple[
         r.run(max_steps=steps)
     finally:
         r.close()
+    return _sink_rows(r)
+
+
+def _sink_rows(r: Runner) -> Counter[tuple[Any, ...]]:
     sink = r.sinks["out"]
     assert isinstance(sink, FilesSink)
     t = sink.read_all()
@@ -231,3 +236,46 @@ def test_a_parquet_pipeline_equals_a_batch_query(tmp_path: Path, spark: SparkSes
         table = pa.table({"user": list(users), "amount": pa.array(amounts, pa.int64())})
         pq.write_table(table, d / name.replace(".json", ".parquet"))
     assert _run(tmp_path, spark, "parquet", steps=2) == _reference(spark, good)
+
+
+@pytest.mark.parametrize("arrives", [False, True])
+def test_the_first_batch_read_ahead_serves_only_its_own_batch(
+    tmp_path: Path, spark: SparkSession, arrives: bool
+) -> None:
+    """A run reads its first batch while its query starts: the files present then, up to
+    max_files_per_step (2). Its first step uses that read, unless a file arrived meanwhile
+    and the batch holds more: then the step reads its batch itself."""
+    d = tmp_path / "in"
+    d.mkdir()
+    rows = [[(f"u{(f + i) % 3}", f * 100 + i) for i in range(20)] for f in range(2)]
+
+    def write(f: int) -> None:
+        lines = [json.dumps({"user": u, "amount": a}) for u, a in rows[f]]
+        (d / f"part-{f}.json").write_text("\n".join(lines) + "\n")
+
+    write(0)
+    r = Runner(
+        parse_spec(_doc(tmp_path, "json")),
+        str(tmp_path / "state"),
+        base_dir=str(tmp_path),
+        spark=spark,
+    )
+    try:
+        assert r._ahead is not None and r._ahead.paths == [str(d / "part-0.json")]
+        r._ahead.wait()
+        if arrives:
+            write(1)
+        jobs = 0
+        frame = r._one_job_frame
+
+        def counted(*args: Any) -> Any:
+            nonlocal jobs
+            jobs += 1
+            return frame(*args)
+
+        r._one_job_frame = counted  # type: ignore[method-assign]
+        r.run(max_steps=1)
+    finally:
+        r.close()
+    assert jobs == (1 if arrives else 0)
+    assert _sink_rows(r) == _reference(spark, rows[0] + rows[1] if arrives else rows[0])
