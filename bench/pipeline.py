@@ -61,7 +61,7 @@ PROFILES = {
 NOTES = [
     "Both sides read the same JSON-lines files, one file per micro-batch, and compute "
     "count(*) and sum(amount) per customer; both checkpoint after every micro-batch.",
-    "Spindle: workers.runner with the files source (lines parsed by Spark's from_json), the "
+    "Spindle: workers.runner with the files source (read by Spark's JSON reader), the "
     "group aggregate on the storage engine, commit every step (asynchronous), no sink.",
     "Spark: readStream.json(maxFilesPerTrigger=1), groupBy().agg() in update mode to the "
     "noop sink, RocksDBStateStoreProvider, checkpointLocation on local disk.",
