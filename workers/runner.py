@@ -79,6 +79,9 @@ PreAggregate = Literal["auto", "always", "never"]
 PRE_AGGREGATE_MIN_ROWS = 100_000
 STARTUP_GRACE_S = 15.0  # --stop-when-idle waits this long for a run's first step
 TAKEOVER_LOCK_WAIT_S = 30.0  # a standby taking over waits this long for the location's lock
+# A query that fails outside a step is started again (from the run's offset) this many times
+# in a row before the run fails: see Runner._run.
+QUERY_RESTARTS = 2
 
 # Exit codes the control plane's supervisor reads (backend.services.lifecycle).
 EXIT_STOPPED = 0
@@ -1236,6 +1239,7 @@ class Runner:
             self.spark.streams.removeListener(durations)
 
     def _run(self, max_steps: int | None, stop_when_idle: float | None) -> RunResult:
+        failed = 0  # queries in a row that failed outside a step
         while self.exit_code is None:
             if self.paused:
                 time.sleep(0.05)
@@ -1268,8 +1272,27 @@ class Runner:
                 shutil.rmtree(self._spark_ck, ignore_errors=True)
             if self.error is not None:
                 raise self.error
-            if q.exception() is not None:
-                raise RuntimeError(f"the Spark query failed: {q.exception()}")
+            error = q.exception()
+            if error is not None:
+                # Outside a step (a step's failure is `self.error`), e.g. a Python worker of
+                # the source that did not connect back in time on a starved machine: the
+                # state and offset are those of the last whole step, so a new query from
+                # there is what a pause and resume do, without a new driver's start-up.
+                failed += 1
+                if failed > QUERY_RESTARTS:
+                    raise RuntimeError(f"the Spark query failed: {error}")
+                first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+                log.warning(
+                    "the Spark query failed outside a step (%s); starting it again from "
+                    "offset %d (%d of %d)",
+                    first_line,
+                    self.offset,
+                    failed,
+                    QUERY_RESTARTS,
+                )
+                time.sleep(failed)
+                continue
+            failed = 0
             if not pausing:
                 break
         return RunResult(self.first_step, self.step, self.offset, self._commits)

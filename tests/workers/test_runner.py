@@ -1,5 +1,6 @@
 """The runner on real Spark: the examples run; planning errors name the spec field; a
-restore of an older checkpoint continues exactly as a run that never went past it."""
+restore of an older checkpoint continues exactly as a run that never went past it; a query
+that fails outside a step is started again."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ import yaml
 from pyspark.sql import SparkSession
 
 from storage_engine.schema import WEIGHT
-from workers.runner import Runner, spark_session
+from workers.runner import QUERY_RESTARTS, Runner, spark_session
+from workers.sinks import FilesSink
 from workers.spec import SpecError, load_spec, parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -202,3 +204,80 @@ def _until(cond: Any, what: str, timeout: float = 120) -> None:
     while not cond():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.01)
+
+
+def _files_doc(tmp: Path) -> dict[str, Any]:
+    return {
+        "name": "restarts",
+        "source": {
+            "kind": "files",
+            "path": str(tmp / "in"),
+            "format": "json",
+            "schema": {"user": "string", "amount": "bigint"},
+            "max_files_per_step": 1,
+        },
+        "state": [
+            {
+                "name": "per_user",
+                "kind": "aggregate",
+                "group_by": ["user"],
+                "aggregates": [{"name": "total", "func": "sum", "column": "amount"}],
+            }
+        ],
+        "sinks": [{"name": "out", "kind": "files", "from": "per_user", "path": "out"}],
+        "trigger": {"interval": "50ms"},
+        "checkpoint": {"every_steps": 1},
+    }
+
+
+@pytest.mark.parametrize("failures", [1, 3])
+def test_a_query_failing_outside_a_step_is_started_again(
+    tmp_path: Path, spark: SparkSession, failures: int
+) -> None:
+    """A query that fails before a step (here its source's reader cannot start, in the
+    source's Python worker, as when that worker does not connect back in time) is started
+    again from the run's offset, up to QUERY_RESTARTS times in a row; then the run fails."""
+    (tmp_path / "in").mkdir()
+    for f in range(2):
+        lines = [json.dumps({"user": f"u{i % 3}", "amount": f * 10 + i}) for i in range(9)]
+        (tmp_path / "in" / f"part-{f}.json").write_text("\n".join(lines) + "\n")
+    r = Runner(parse_spec(_files_doc(tmp_path)), str(tmp_path / "state"), spark=spark)
+    options = r.plan.spark_options
+    starts = 0
+    real = r._query
+
+    def query() -> Any:
+        nonlocal starts
+        starts += 1
+        if starts > failures:
+            return real()
+        good = options["max_files_per_step"]
+        options["max_files_per_step"] = "not a number"  # the reader's __init__ raises
+        try:
+            return real()
+        finally:
+            options["max_files_per_step"] = good
+
+    r._query = query  # type: ignore[method-assign]
+    try:
+        if failures > QUERY_RESTARTS:
+            with pytest.raises(RuntimeError, match="the Spark query failed"):
+                r.run(max_steps=2)
+            assert starts == QUERY_RESTARTS + 1 and r.step == 0
+            return
+        res = r.run(max_steps=2)
+    finally:
+        r.close()
+    assert starts == failures + 1 and res.last_step == 2
+    sink = r.sinks["out"]
+    assert isinstance(sink, FilesSink)
+    out = sink.read_all()
+    assert out is not None
+    integrated: Counter[tuple[Any, ...]] = Counter()
+    for row in out.to_pylist():
+        integrated[(row["user"], row["total"])] += row[WEIGHT]
+    want = Counter(
+        (f"u{u}", sum(f * 10 + i for f in range(2) for i in range(9) if i % 3 == u))
+        for u in range(3)
+    )
+    assert +integrated == want
