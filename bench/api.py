@@ -239,7 +239,36 @@ class Platform:
                 time.sleep(0.1)
             if self._group_alive(pgid):
                 os.killpg(pgid, signal.SIGKILL)
+        # serve runs its Celery worker in a process group of its own, which the signals to
+        # the server's group do not reach: if the server had to be killed before it stopped
+        # the worker (a slow warm shutdown), end what still runs on this platform's files.
+        left_pids = self._pids_using_root()
+        self.shutdown["processes_left_on_its_files"] = len(left_pids)
+        if left_pids:
+            self.log(f"processes left on the platform's files: {left_pids}: SIGTERM to them")
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                for pid in left_pids:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, sig)
+                deadline = time.monotonic() + timeout
+                while (left_pids := self._pids_using_root()) and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                if not left_pids:
+                    break
         self.shutdown["stopped_s"] = time.monotonic() - t0
+
+    def _pids_using_root(self) -> list[int]:
+        """Processes whose command line names this platform's directory (Linux)."""
+        mark = str(self.root).encode()
+        pids = []
+        for d in Path("/proc").iterdir():
+            if d.name.isdigit() and int(d.name) != os.getpid():
+                try:
+                    if mark in (d / "cmdline").read_bytes():
+                        pids.append(int(d.name))
+                except OSError:
+                    continue
+        return pids
 
 
 # -- the pipeline --
