@@ -757,16 +757,37 @@ class Runner:
 
     def _process(self, df: DataFrame, batch_id: int) -> None:
         t0 = time.perf_counter()
-        first = not self._reported
-        if first:
+        if not self._reported:
             self.timeline.mark("first_batch")
         rows = self._batch_rows(df, batch_id)
         if rows is None:
             return
         one = set(self.plan.inputs) == {SOURCE}
-        batch = self._one_job(rows) if one else self._per_input_jobs(rows)
+        self._step(self._one_job(rows) if one else self._per_input_jobs(rows), t0)
+
+    def _first_step_ahead(self, ahead: _ReadAhead) -> None:
+        """The run's first step, from the batch read ahead (`_read_ahead`), before the query
+        starts (`_run`): a restart's first output waits neither for the query's start-up
+        nor for its first batch (Python workers for the source and its planning, the offset
+        log: 2.5-3 s of bench.pipeline's recovery), and the batch's Spark job does not
+        compete with them for the machine. The step is a step like any other: it covers the
+        files the read-ahead took, and its offset is their end."""
+        with self.step_lock:
+            t0 = time.perf_counter()
+            table = ahead.result(ahead.paths, ahead.end)
+            self.timeline.mark("first_batch")
+            assert self._files is not None
+            if table is None:  # the read failed: read the batch again, and fail if it does
+                self._files.read(ahead.paths, ahead.end)
+            self._ahead_table = table
+            self._step(self._one_job(self._files.rows()), t0)
+        self._last_step_at = time.monotonic()
+
+    def _step(self, batch: MicroBatch, t0: float) -> None:
+        """One engine step over a micro-batch Spark computed (`t0`: when the batch began)."""
         if batch.end is None:
             return
+        first = not self._reported
         end, oldest = batch.end, batch.oldest
         bad_rows = self._dead_letters(batch.bad)
         spark_ms = (time.perf_counter() - t0) * 1000
@@ -834,19 +855,14 @@ class Runner:
         src = self.spec.source
         assert isinstance(src, S.FilesSource)
         paths = [os.path.join(src.path, n) for n in list_input_files(src.path)[self.offset : end]]
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None:
-            self._ahead_table = ahead.result(paths, end)
         self._files.read(paths, end)
         return self._files.rows()
 
     def _read_ahead(self) -> None:
         """Start reading the first batch of a files source read by one job (`_one_job`):
-        the files the source's next offset will take if no file arrives before the query
-        asks (`_FilesReader.latestOffset`). Its first step uses the table if its batch is
-        that one and it takes the same path (pre-aggregated or not); files are immutable,
-        so the table is the batch's. Measured in bench.pipeline's recovery (full): first
-        step 0.4-0.5 s sooner, although the query's own start-up slows down beside it."""
+        the files from the run's offset, as many as a step takes (those the source's next
+        offset would take). The run's first step is that batch (`_first_step_ahead`), and
+        its query starts after it; files are immutable, so the table is the batch's."""
         src = self.spec.source
         if self._files is None or set(self.plan.inputs) != {SOURCE}:
             return
@@ -1244,6 +1260,12 @@ class Runner:
             if self.paused:
                 time.sleep(0.05)
                 continue
+            ahead, self._ahead = self._ahead, None
+            if ahead is not None:
+                self._first_step_ahead(ahead)
+                if max_steps is not None and self.step - self.first_step >= max_steps:
+                    break
+                continue  # then the query, unless the run was told to exit or pause
             self._draining = False
             q = self._query()
             if not self._reported:
@@ -1251,6 +1273,7 @@ class Runner:
             # Why the query ends, read when it does: a resume may come while it is stopping
             # (seconds), and must not turn a pause into the end of the run.
             pausing = False
+            up_at: float | None = None  # when the query's first trigger ended
             try:
                 while q.isActive and self.exit_code is None and not self.paused:
                     if self.error is not None:
@@ -1258,10 +1281,15 @@ class Runner:
                     if max_steps is not None and self.step - self.first_step >= max_steps:
                         break
                     if stop_when_idle is not None and not self._busy:
-                        idle = time.monotonic() - self._last_step_at
-                        # Before this run's first step, Spark's start-up is not idleness.
-                        started = self.step > self.first_step
-                        limit = stop_when_idle if started else max(stop_when_idle, STARTUP_GRACE_S)
+                        # The query's start-up, up to its first trigger, is not idleness.
+                        if up_at is None and q.lastProgress is not None:
+                            up_at = time.monotonic()
+                        now = time.monotonic()
+                        if up_at is None:
+                            idle = now - self._last_step_at
+                            limit = max(stop_when_idle, STARTUP_GRACE_S)
+                        else:
+                            idle, limit = now - max(self._last_step_at, up_at), stop_when_idle
                         if idle > limit:
                             break
                     time.sleep(0.05)

@@ -90,7 +90,7 @@ class TakeoverListener:
 
 
 def warm_up(spark: SparkSession, spec: S.PipelineSpec, until: threading.Event) -> float:
-    """Run the spec's query once, to its first step, on a scratch storage location and
+    """Run the spec's query once, to its second step, on a scratch storage location and
     without sinks (nothing outside the scratch directory is written; sources are read-only),
     so that the run taking over finds Spark's code paths warm. Stops early when `until` is
     set. Best effort: a failure is logged, never raised. Returns the seconds it took."""
@@ -109,9 +109,11 @@ def warm_up(spark: SparkSession, spec: S.PipelineSpec, until: threading.Event) -
                         return
 
             threading.Thread(target=_cut_short, name="spindle-warm-up", daemon=True).start()
-            # An input with nothing to read yet (an empty directory or log) gives no step:
-            # the run then ends after its start-up grace, or when `until` is set.
-            runner.run(max_steps=1, stop_when_idle=0.1)
+            # Two steps: a files source's first is a batch read ahead, before the query
+            # starts (`Runner._first_step_ahead`); the second warms the query's path. An
+            # input with nothing (more) to read gives no step: the run then ends once its
+            # query is idle (or after its start-up grace), or when `until` is set.
+            runner.run(max_steps=2, stop_when_idle=0.1)
             done.set()
         finally:
             runner.close()

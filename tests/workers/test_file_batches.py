@@ -239,12 +239,12 @@ def test_a_parquet_pipeline_equals_a_batch_query(tmp_path: Path, spark: SparkSes
 
 
 @pytest.mark.parametrize("arrives", [False, True])
-def test_the_first_batch_read_ahead_serves_only_its_own_batch(
+def test_the_first_step_is_the_batch_read_ahead_and_the_query_starts_after_it(
     tmp_path: Path, spark: SparkSession, arrives: bool
 ) -> None:
     """A run reads its first batch while its query starts: the files present then, up to
-    max_files_per_step (2). Its first step uses that read, unless a file arrived meanwhile
-    and the batch holds more: then the step reads its batch itself."""
+    max_files_per_step (2). Its first step is that batch, with no Spark job of its own; the
+    query starts at the batch's end, so a file that arrived meanwhile is the next step's."""
     d = tmp_path / "in"
     d.mkdir()
     rows = [[(f"u{(f + i) % 3}", f * 100 + i) for i in range(20)] for f in range(2)]
@@ -274,8 +274,9 @@ def test_the_first_batch_read_ahead_serves_only_its_own_batch(
             return frame(*args)
 
         r._one_job_frame = counted  # type: ignore[method-assign]
-        r.run(max_steps=1)
+        result = r.run(max_steps=2 if arrives else 1)
     finally:
         r.close()
     assert jobs == (1 if arrives else 0)
+    assert (result.last_step, result.source_offset) == ((2, 2) if arrives else (1, 1))
     assert _sink_rows(r) == _reference(spark, rows[0] + rows[1] if arrives else rows[0])
