@@ -217,7 +217,7 @@ def source_schema(
 def _analyse(
     spark: SparkSession, schema: StructType, where: str | None, select: list[str], path: str
 ) -> StructType:
-    df = spark.createDataFrame([], schema)
+    df = _empty(spark, schema)
     try:
         if where:
             df = df.where(where)
@@ -229,6 +229,17 @@ def _analyse(
         return df.selectExpr(*select).schema
     except Exception as e:
         raise S.SpecError([(f"{path}.select", _short(e))]) from None
+
+
+def _empty(spark: SparkSession, schema: StructType) -> DataFrame:
+    """An empty DataFrame of `schema`, for analysis only. Not `createDataFrame([], schema)`:
+    that ships its (empty) rows through an RDD of pickled rows, a code path nothing else in
+    a run takes, 0.2 s on a cold JVM. (Typed nulls are nullable columns: a schema with a
+    NOT NULL column still takes that path, to keep its nullability.)"""
+    if not all(f.nullable for f in schema.fields):
+        return spark.createDataFrame([], schema)
+    cols = [F.lit(None).cast(f.dataType).alias(f.name) for f in schema.fields]
+    return spark.range(0).select(*cols)
 
 
 def _short(e: Exception) -> str:
