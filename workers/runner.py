@@ -136,15 +136,22 @@ _CHECKPOINT_FILE_MANAGER = (
 )
 
 
-def spark_session(app: str = "spindle", java_options: str | None = None) -> SparkSession:
+def spark_session(
+    app: str = "spindle", java_options: str | None = None, class_path: str | None = None
+) -> SparkSession:
     """A Spark session for pipelines: master from SPINDLE_SPARK_MASTER (default local[2]),
     Python workers on this interpreter, UTC, no UI; its JVM maps the class-data archive when
     one is built (`spark_cds`). `java_options`: more options for the driver's JVM (instead
-    of the archive's)."""
+    of the archive's); `class_path`: jars first on its class path (instead of the archive's
+    unsigned copies)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     extra = spark_cds.java_options() if java_options is None else java_options
+    first = spark_cds.driver_class_path() if class_path is None else class_path
+    builder = SparkSession.builder
+    if first:
+        builder = builder.config("spark.driver.extraClassPath", first)
     spark = (
-        SparkSession.builder.appName(app)
+        builder.appName(app)
         .master(os.environ.get("SPINDLE_SPARK_MASTER", "local[2]"))
         .config("spark.ui.enabled", "false")
         # Spark 4.0's stream thread overflows its default stack in a Java regex on some

@@ -64,7 +64,25 @@ def test_off_or_not_built_means_no_option(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setenv("SPINDLE_SPARK_CDS", "true")
     monkeypatch.setenv("SPINDLE_SPARK_CDS_DIR", str(tmp_path))
     assert spark_cds.java_options() == ""
+    assert spark_cds.driver_class_path() == ""
     assert spark_cds.archive_path().parent == tmp_path
+
+
+def test_the_unsigned_copies_hold_every_entry_but_the_signatures(tmp_path: Path) -> None:
+    """Janino's jars are signed (so the JVM would not archive their classes); the copies
+    hold the same entries, byte for byte, without the signature files."""
+    import zipfile
+
+    dest = tmp_path / "jars"
+    spark_cds._write_unsigned_copies(dest)
+    copies = sorted(dest.glob("*.jar"))
+    assert [c.name.rsplit("-", 1)[0] for c in copies] == ["commons-compiler", "janino"]
+    for copy in copies:
+        with zipfile.ZipFile(spark_cds._spark_jars() / copy.name) as a, zipfile.ZipFile(copy) as b:
+            signatures = [n for n in a.namelist() if spark_cds._SIGNATURE.match(n)]
+            assert signatures  # the original is signed
+            assert sorted(b.namelist()) == sorted(set(a.namelist()) - set(signatures))
+            assert all(a.read(n) == b.read(n) for n in b.namelist())
 
 
 def test_a_failed_build_says_why_and_leaves_no_file(
