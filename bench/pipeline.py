@@ -72,7 +72,9 @@ NOTES = [
     "Throughput: rows / sum of batch latencies.",
     "recovery_ms: SIGKILL of Spindle's runner in the middle of the input, then a new run: "
     "time from the kill to the new run's first completed step (Spark start-up included). "
-    "spark_startup_ms: a fresh process importing the runner and starting a Spark session; "
+    "spark_startup_ms: a fresh process importing the runner and starting a Spark session, "
+    "until the session is ready (as a plain PySpark driver does: imports, then the JVM; "
+    "the runner's own `run` starts its JVM before its imports, which counts in its favour); "
     "the target is recovery within Spark start-up + 2 s. recovery_phases_ms: the median "
     "recovery's start-up phases (its `started` record in metrics.jsonl; see workers/README).",
     "spark_recovery_ms: the same for Spark's own query (the peer above, in a process of its own "

@@ -17,12 +17,19 @@ outputs.
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__" and sys.argv[1:2] == ["run"]:
+    # A driver: its JVM starts while the modules below load (`driver_jvm`).
+    from workers import driver_jvm as _early
+
+    _early.launch(*_early.driver_options(None, None))
+
 import json
 import logging
 import os
 import shutil
 import signal
-import sys
 import tempfile
 import threading
 import time
@@ -60,7 +67,7 @@ from storage_engine.input_log import InputLog
 from storage_engine.manifest import MANIFEST
 from storage_engine.objstore import ObjectStoreLike, open_object_store
 
-from . import spark_cds
+from . import driver_jvm
 from . import spec as S
 from .file_batches import CORRUPT, FileBatches
 from .sinks import FilesSink, PostgresSink, Sink, ViewSink
@@ -145,18 +152,27 @@ def spark_session(
     of the archive's); `class_path`: jars first on its class path (instead of the archive's
     unsigned copies)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    extra = spark_cds.java_options() if java_options is None else java_options
-    first = spark_cds.driver_class_path() if class_path is None else class_path
+    java, first = driver_jvm.driver_options(java_options, class_path)
+    driver_jvm.attach(java, first)  # the JVM `python -m workers.runner run` started early
     builder = SparkSession.builder
     if first:
         builder = builder.config("spark.driver.extraClassPath", first)
-    spark = (
+    try:
+        spark = _build(builder, app, java)
+    finally:
+        driver_jvm.detach()
+    spark.sparkContext.setLogLevel("ERROR")
+    for ds in (DatagenSource, FilesSource, LogSource):
+        spark.dataSource.register(ds)
+    return spark
+
+
+def _build(builder: SparkSession.Builder, app: str, java_options: str) -> SparkSession:
+    return (
         builder.appName(app)
         .master(os.environ.get("SPINDLE_SPARK_MASTER", "local[2]"))
         .config("spark.ui.enabled", "false")
-        # Spark 4.0's stream thread overflows its default stack in a Java regex on some
-        # micro-batch plans (seen with JSON-parsing batches); a larger stack avoids it.
-        .config("spark.driver.extraJavaOptions", f"-Xss32m {extra}".strip())
+        .config("spark.driver.extraJavaOptions", java_options)
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", "2")
         # Streaming queries write two small files per micro-batch (offset and commit logs).
@@ -173,10 +189,6 @@ def spark_session(
         .config("spark.python.sql.dataFrameDebugging.enabled", "false")
         .getOrCreate()
     )
-    spark.sparkContext.setLogLevel("ERROR")
-    for ds in (DatagenSource, FilesSource, LogSource):
-        spark.dataSource.register(ds)
-    return spark
 
 
 # -- planning ------------------------------------------------------------------------------
@@ -1533,6 +1545,10 @@ def run_cmd(
         if control is not None:
             control.close()
         runner.close()
+        # Stop Spark while this process can still answer it: a JVM left to notice the
+        # process's exit may still send it a query's last progress event, and print the
+        # failure to deliver it.
+        runner.spark.stop()
     if code:
         raise typer.Exit(code)
 

@@ -11,6 +11,8 @@ starts in 4.6 s instead of 7.8 s and a first query completes 4.8 s sooner
     python -m workers.spark_cds path      # the archive every session maps, if it exists
 
 Contract:
+- Light to import (no pyspark, no spec models): a driver computes its JVM options from here
+  before its heavy imports (`driver_jvm`).
 - The archive lives in `SPINDLE_SPARK_CDS_DIR` (default: `share/spindle` of the running
   Python's prefix, i.e. inside `.venv/`), named by a key of the JDK and of Spark's jars. A
   changed JDK or Spark gets a new name, so it is never mapped stale: sessions start without
@@ -35,6 +37,7 @@ Contract:
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import os
 import re
@@ -45,11 +48,12 @@ import tempfile
 import time
 import zipfile
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from . import spec as S
+if TYPE_CHECKING:
+    from . import spec as S
 
 _JVM_EXIT_TIMEOUT_S = 300.0  # dumping takes a few seconds after the session stops
 # Signed jars of Spark's whose copies without signatures go first on drivers' class path.
@@ -68,10 +72,8 @@ def _settings() -> tuple[bool, Path]:
 def _key() -> str:
     """What the archive depends on: the `java` that Spark will start (its resolved path, size
     and time) and Spark's jars (names, sizes, times)."""
-    import pyspark
-
     java = shutil.which("java", path=_java_path())
-    parts: list[object] = [pyspark.__version__]
+    parts: list[object] = [importlib.metadata.version("pyspark")]
     if java is not None:
         real = os.path.realpath(java)
         st = os.stat(real)
@@ -84,9 +86,9 @@ def _key() -> str:
 
 
 def _spark_jars() -> Path:
-    import pyspark
+    from .driver_jvm import spark_home
 
-    return Path(pyspark.__file__).parent / "jars"
+    return spark_home() / "jars"
 
 
 def _java_path() -> str:
@@ -196,6 +198,7 @@ def _workload(dump_to: Path) -> None:
     from pyspark import SparkContext
 
     from .runner import Runner, spark_session
+    from .spec import parse_spec
 
     spark = spark_session(
         "spindle-cds",
@@ -204,7 +207,7 @@ def _workload(dump_to: Path) -> None:
     )
     with tempfile.TemporaryDirectory(prefix="spindle-cds-") as tmp:
         work = Path(tmp)
-        specs = [_files_spec(work), S.parse_spec(_NEXMARK_JOIN)]
+        specs = [_files_spec(work), parse_spec(_NEXMARK_JOIN)]
         for i, spec in enumerate(specs):
             runner = Runner(spec, str(work / f"storage-{i}"), spark=spark, base_dir=str(work))
             try:
@@ -250,7 +253,9 @@ def _files_spec(work: Path) -> S.PipelineSpec:
             for i in range(500)
         ]
         (inp / f"part-{f}.json").write_text("\n".join(lines) + "\n")
-    return S.parse_spec(
+    from .spec import parse_spec
+
+    return parse_spec(
         {
             "name": "cds-workload",
             "source": {
