@@ -6,6 +6,7 @@ release)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -18,6 +19,7 @@ import typer
 import uvicorn
 from uvicorn.supervisors import Multiprocess
 
+from .child_processes import die_with_parent
 from .settings import Settings
 
 cli = typer.Typer(help="Spindle's control plane.", no_args_is_help=True, add_completion=False)
@@ -128,12 +130,14 @@ def serve(
         with open(logs / "worker.log", "ab") as out:
             # Its own process group, so that stopping it ends every process it forked
             # (pipeline drivers have sessions of their own and stop through the worker).
+            # A serve that is killed outright gives it a warm shutdown all the same.
             proc = subprocess.Popen(
                 worker_command(settings),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=dict(os.environ),
                 start_new_session=True,
+                preexec_fn=functools.partial(die_with_parent, signal.SIGTERM),
             )
     typer.echo(
         f"Spindle is serving on http://{host}:{port}  (API: http://{host}:{port}/api/v1/docs)"

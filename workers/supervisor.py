@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import ctypes
 import functools
 import json
 import logging
@@ -36,6 +35,7 @@ from typing import Any
 
 from sqlalchemy import select, update
 
+from backend.child_processes import die_with_parent
 from backend.db import Database
 from backend.models import DesiredState, Pipeline, Run, RunState, utcnow
 from backend.services import checkpoints as cps
@@ -50,18 +50,6 @@ log = logging.getLogger("spindle.supervisor")
 
 # Set when the worker shuts down: supervisors ask their drivers to checkpoint and exit.
 SHUTDOWN = threading.Event()
-_PR_SET_PDEATHSIG = 1
-
-
-def _child_setup(nice: int) -> None:
-    """In the driver, before exec: die with the worker; and run below the control plane's
-    priority (inherited by Spark's JVM and Python workers), so a pipeline using every core
-    delays the API's answers and the worker's heartbeats by little, and pipelines still get
-    all the CPU nothing else wants."""
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if nice:
-        os.nice(nice)
 
 
 @dataclass(frozen=True)
@@ -155,7 +143,11 @@ def _spawn(
             stdin=stdin,
             cwd=root,
             env=_env(settings),
-            preexec_fn=functools.partial(_child_setup, settings.driver_nice),
+            # The driver dies with the worker, and runs below the control plane's priority
+            # (inherited by Spark's JVM and Python workers), so a pipeline using every core
+            # delays the API's answers and the worker's heartbeats by little, and pipelines
+            # still get all the CPU nothing else wants.
+            preexec_fn=functools.partial(die_with_parent, signal.SIGKILL, settings.driver_nice),
             # Its own process group: signals meant for the worker's group (a terminal's
             # Ctrl-C, a service manager's stop) must not reach Spark's processes; the
             # supervisor stops the driver itself, cleanly.

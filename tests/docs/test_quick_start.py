@@ -143,6 +143,22 @@ def test_make_run_serves_with_a_generated_admin_token(tmp_path: Path) -> None:
     assert not _worker_pids(data), "the worker outlived serve"
 
 
+def test_a_killed_serve_gives_its_worker_a_warm_shutdown(tmp_path: Path) -> None:
+    """serve killed outright (SIGKILL: no cleanup code of its own runs) still ends its worker:
+    the kernel sends the worker SIGTERM, Celery's warm shutdown."""
+    data = tmp_path / "spindle-data"
+    serve = Serve(data)
+    try:
+        wait_until(serve.ready, 90, "serve to be ready")
+        wait_until(lambda: bool(_worker_pids(data)), 60, "the worker to start")
+        serve.proc.send_signal(signal.SIGKILL)
+        serve.proc.wait()
+        wait_until(lambda: not _worker_pids(data), 60, "the worker to stop")
+    finally:
+        for pid in _worker_pids(data):
+            os.kill(pid, signal.SIGKILL)
+
+
 # A stand-in worker: it forks a child, then exits on SIGTERM without stopping it, as a Celery
 # worker does with a beat process forked just as it began to shut down.
 _LEAKY_WORKER = """
