@@ -64,9 +64,7 @@ def _duration_schema(bound: str) -> WithJsonSchema:
     )
 
 
-Seconds = Annotated[
-    float, BeforeValidator(_seconds), Field(ge=0), _duration_schema("minimum")
-]
+Seconds = Annotated[float, BeforeValidator(_seconds), Field(ge=0), _duration_schema("minimum")]
 PositiveSeconds = Annotated[
     float, BeforeValidator(_seconds), Field(gt=0), _duration_schema("exclusiveMinimum")
 ]

@@ -142,9 +142,7 @@ def upgrade() -> None:
         one_of("kind", OPERATION_KIND, "ck_operations_operation_kind"),
         one_of("status", OPERATION_STATUS, "ck_operations_operation_status"),
     )
-    op.create_index(
-        op.f("ix_operations_pipeline_status"), "operations", ["pipeline_id", "status"]
-    )
+    op.create_index(op.f("ix_operations_pipeline_status"), "operations", ["pipeline_id", "status"])
 
     op.create_table(
         "retention_policies",
@@ -212,9 +210,7 @@ def upgrade() -> None:
             ondelete="SET NULL",
         ),
     )
-    op.create_index(
-        op.f("ix_metric_samples_pipeline_id"), "metric_samples", ["pipeline_id", "id"]
-    )
+    op.create_index(op.f("ix_metric_samples_pipeline_id"), "metric_samples", ["pipeline_id", "id"])
     op.create_index(op.f("ix_metric_samples_run_id"), "metric_samples", ["run_id"])
     op.create_index(
         op.f("ix_metric_samples_pipeline_id_ts"), "metric_samples", ["pipeline_id", "ts"]

@@ -404,6 +404,7 @@ def test_auto_pre_aggregates_min_max_and_large_steps(tmp_path: Path, spark: Spar
     """`auto` (the default): Spark pre-aggregates when an operator keeps min/max, or once a
     step had PRE_AGGREGATE_MIN_ROWS rows; small steps of linear aggregates ship rows."""
     write_input(tmp_path / "in")
+
     def runner(op: dict[str, Any], d: str) -> Runner:
         spec = parse_spec(_doc(tmp_path, [op]))
         return Runner(spec, str(tmp_path / d), base_dir=str(tmp_path / d), spark=spark)
