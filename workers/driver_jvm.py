@@ -44,6 +44,8 @@ class _Launched:
 
 
 _launched: _Launched | None = None
+# JVMs handed to PySpark: their stdin pipes must stay open as long as this process lives.
+_keep: list[subprocess.Popen[bytes]] = []
 
 
 def spark_home() -> Path:
@@ -128,7 +130,7 @@ def attach(java_options: str, class_path: str) -> None:
         shutil.rmtree(got.info.parent, ignore_errors=True)
     os.environ["PYSPARK_GATEWAY_PORT"] = str(port)
     os.environ["PYSPARK_GATEWAY_SECRET"] = secret
-    _keep.append(got.proc)  # its stdin pipe must stay open as long as this process lives
+    _keep.append(got.proc)
 
 
 def detach() -> None:
@@ -136,6 +138,3 @@ def detach() -> None:
     own JVM, and child processes do not inherit the gateway's details."""
     os.environ.pop("PYSPARK_GATEWAY_PORT", None)
     os.environ.pop("PYSPARK_GATEWAY_SECRET", None)
-
-
-_keep: list[subprocess.Popen[bytes]] = []

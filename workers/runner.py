@@ -804,7 +804,7 @@ class Runner:
         files the read-ahead took, and its offset is their end."""
         with self.step_lock:
             t0 = time.perf_counter()
-            table = ahead.result(ahead.paths, ahead.end)
+            table = ahead.result()
             self.timeline.mark("first_batch")
             assert self._files is not None
             if table is None:  # the read failed: read the batch again, and fail if it does
@@ -1391,11 +1391,10 @@ class _ReadAhead:
     def wait(self) -> None:
         self._thread.join()
 
-    def result(self, paths: list[str], end: int) -> tuple[bool, pa.Table] | None:
-        """The batch read ahead if it is the batch of `paths` up to `end` (None if not, or
-        if the read failed), once the read has ended."""
+    def result(self) -> tuple[bool, pa.Table] | None:
+        """The batch read ahead (None if the read failed), once the read has ended."""
         self.wait()
-        return self._out if (paths, end) == (self.paths, self.end) else None
+        return self._out
 
 
 class _BatchDurations(StreamingQueryListener):
