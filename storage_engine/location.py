@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import re
 import tempfile
@@ -57,6 +58,8 @@ from .remote import RemoteTier, pull
 from .schema import ZSetSchema
 from .settings import EngineSettings
 from .spine import MemoryBudget, Merger, Spine, _Entry
+
+log = logging.getLogger(__name__)
 
 LOCK = "LOCK"
 BATCH_RE = re.compile(r"^[0-9a-f]{32}\.batch$")
@@ -97,6 +100,7 @@ class _CommitJob:
     identifier: str | None
     step: int
     metadata: dict[str, Any]
+    keep_last: int | None = None
 
 
 def spine_file(op_id: str) -> str:
@@ -478,12 +482,21 @@ class StorageLocation:
         identifier: str | None = None,
         step: int | None = None,
         metadata: dict[str, Any] | None = None,
+        keep_last: int | None = None,
     ) -> CommitHandle:
         """Request a checkpoint of the state as it is now; returns at once with a handle.
 
         The commit thread writes it while the caller goes on inserting; see `commit.py` for
         the ordering rules. Blocks only while `max_pending_commits` requests are queued.
+
+        `keep_last`: once the checkpoint is locally durable (its handle says so first), the
+        commit thread deletes the oldest checkpoints until this many remain, as
+        `gc_checkpoint` would, with one manifest replace. Retention then never makes the
+        caller wait: a `gc_checkpoint` on the caller's thread waits for a running commit
+        (both replace the manifest). A failed deletion is logged and left to the next one.
         """
+        if keep_last is not None and keep_last < 1:
+            raise ValueError(f"keep_last must be at least 1, not {keep_last}")
         self._check_writable()
         step = self.step if step is None else step
         # Not the location lock: the commit thread holds that across the manifest's fsync.
@@ -494,6 +507,7 @@ class StorageLocation:
                 identifier=identifier,
                 step=step,
                 metadata=dict(metadata or {}),
+                keep_last=keep_last,
             )
             self._pending.append(job)
         self.committer.submit(job.handle, job)
@@ -546,6 +560,19 @@ class StorageLocation:
             job.handle._set_local(info.uuid)
             if self.remote is not None:
                 self.remote.upload(info, job.handle)
+        keep = jobs[-1].keep_last  # the newest request's policy
+        if keep is not None:
+            self._retain(keep)
+
+    def _retain(self, keep_last: int) -> None:
+        """Delete the oldest checkpoints until `keep_last` remain (on the commit thread)."""
+        try:
+            with self._lock:
+                victims = [c.uuid for c in self._manifest.checkpoints[:-keep_last]]
+                if victims:
+                    self._delete(victims)
+        except (OSError, StorageError) as e:
+            log.warning("%s: deleting old checkpoints failed, left for later: %s", self.path, e)
 
     def _write_checkpoints(
         self, group: list[tuple[str, _CommitJob]], started: float
@@ -725,6 +752,11 @@ class StorageLocation:
     def wait_idle(self) -> None:
         for s in self._spines.values():
             s.wait_idle()
+
+    def wait_commits(self) -> None:
+        """Until every requested commit, and the retention it asked for, has run."""
+        if self._committer is not None:
+            self._committer.drain()
 
     def close(self) -> None:
         """Finish requested commits, stop merging, release memory and the lock.

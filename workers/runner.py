@@ -44,10 +44,10 @@ import pyarrow.compute as pc
 import tenacity
 import typer
 from pyspark.errors import AnalysisException
+from pyspark.java_gateway import ensure_callback_server_started
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.streaming.listener import StreamingQueryListener
 from pyspark.sql.types import StructType
 
 from storage_engine import StorageLocation
@@ -718,6 +718,7 @@ class Runner:
         # Under the control plane its retention policy decides what is deleted (it knows
         # pins); standalone, the spec's keep_last does.
         self.own_retention = own_retention
+        self._oldest_checkpoint: str | None = None  # as `_retention_ran` last saw it
         self.metrics_sinks: list[MetricsSink] = [self._metrics_file, *(metrics_sinks or [])]
         self._metrics_lock = threading.Lock()
         # Unique among the session's queries: Spark's progress events name their query.
@@ -1157,22 +1158,32 @@ class Runner:
         """Request a checkpoint of the state between steps; its handle and step."""
         with self.step_lock:
             step = self.step
+            # Standalone, the spec's keep_last is applied by the commit thread once the
+            # checkpoint is durable: a gc here would wait for the running commit.
+            keep = self.spec.retention.keep_last if self.own_retention else None
             h = self.plan.circuit.commit_async(
                 self.step,
                 {"source_offset": self.offset, "pipeline": self.spec.name},
                 identifier=identifier,
+                keep_last=keep,
             )
             self._since_commit = 0
             self._last_commit = time.monotonic()
             self._commits += 1
             if self.own_retention:
-                gone = False
-                while len(self.loc.list_checkpoints()) > self.spec.retention.keep_last:
-                    self.loc.gc_checkpoint()
-                    gone = True
-                if gone:
-                    self.checkpoints_deleted()
+                self._retention_ran()
         return h, step
+
+    def _retention_ran(self) -> None:
+        """Standalone retention runs on the commit thread (`checkpoint_async`): once it
+        has deleted the oldest checkpoint, the input log below the new oldest can go."""
+        if not isinstance(self.spec.source, S.LogSource):
+            return
+        cps = self.loc.list_checkpoints()
+        if not cps or cps[0].uuid == self._oldest_checkpoint:
+            return
+        self._oldest_checkpoint = cps[0].uuid
+        self.checkpoints_deleted()
 
     def checkpoints_deleted(self) -> None:
         """After a gc: the input log is needed only from the oldest checkpoint a run may
@@ -1278,11 +1289,11 @@ class Runner:
         restarts from the current offset on resume."""
         self._last_step_at = time.monotonic()
         durations = _BatchDurations(self._query_name, self._metrics_file)
-        self.spark.streams.addListener(durations)
+        durations.add(self.spark)
         try:
             return self._run(max_steps, stop_when_idle)
         finally:
-            self.spark.streams.removeListener(durations)
+            durations.remove(self.spark)
 
     def _run(self, max_steps: int | None, stop_when_idle: float | None) -> RunResult:
         failed = 0  # queries in a row that failed outside a step
@@ -1362,6 +1373,9 @@ class Runner:
             self._ahead.wait()  # it uses the scratch directory removed below
         if self._files is not None:
             self._files.close()
+        if self.own_retention and not self.loc.read_only:
+            self.loc.wait_commits()  # the last commits, and the retention they ran
+            self._retention_ran()
         self.loc.close()
 
 
@@ -1397,32 +1411,54 @@ class _ReadAhead:
         return self._out
 
 
-class _BatchDurations(StreamingQueryListener):
+class _BatchDurations:
     """Spark's own account of each micro-batch of one query that ran a step: its durationMs
     (triggerExecution = the whole batch: offsets, planning, our foreachBatch, Spark's offset
     and commit logs), as a `batch` record in the metrics file. A step's `step_ms` is only the
-    foreachBatch part; this is what Spark's own queries report as their batch time."""
+    foreachBatch part; this is what Spark's own queries report as their batch time.
+
+    It implements Spark's `PythonStreamingQueryListener` itself, through Py4J, instead of
+    subclassing PySpark's `StreamingQueryListener`, whose wrapper converts every progress
+    event field by field (each field, map entry and source a Py4J round trip: ~50 per
+    micro-batch, run while the next step runs and competing with it for the driver's GIL
+    and the JVM). Here an event costs one round trip: the progress as JSON."""
 
     def __init__(self, query_name: str, write: Callable[[dict[str, Any]], None]) -> None:
         self._query_name = query_name
         self._write = write
+        self._jlistener: Any = None
 
-    def onQueryStarted(self, event: Any) -> None:
+    def add(self, spark: SparkSession) -> None:
+        gateway = spark.sparkContext._gateway
+        assert gateway is not None
+        ensure_callback_server_started(gateway)  # type: ignore[no-untyped-call]
+        streaming = gateway.jvm.org.apache.spark.sql.streaming
+        self._jlistener = streaming.PythonStreamingQueryListenerWrapper(self)
+        spark._jsparkSession.streams().addListener(self._jlistener)
+
+    def remove(self, spark: SparkSession) -> None:
+        spark._jsparkSession.streams().removeListener(self._jlistener)
+
+    def onQueryStarted(self, jevent: Any) -> None:
         pass
 
-    def onQueryProgress(self, event: Any) -> None:
-        p = event.progress
+    def onQueryProgress(self, jevent: Any) -> None:
+        p = json.loads(jevent.progress().json())
+        durations = p.get("durationMs", {})
         # Triggers that found no input run no batch (no addBatch): not a step.
-        if p.name != self._query_name or "addBatch" not in p.durationMs:
+        if p.get("name") != self._query_name or "addBatch" not in durations:
             return
-        rec = {"ts": time.time(), "event": "batch", "batch_id": p.batchId}
-        self._write({**rec, "duration_ms": dict(p.durationMs)})
+        rec = {"ts": time.time(), "event": "batch", "batch_id": p["batchId"]}
+        self._write({**rec, "duration_ms": durations})
 
-    def onQueryIdle(self, event: Any) -> None:
+    def onQueryIdle(self, jevent: Any) -> None:
         pass
 
-    def onQueryTerminated(self, event: Any) -> None:
+    def onQueryTerminated(self, jevent: Any) -> None:
         pass
+
+    class Java:
+        implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
 
 
 # -- command line --------------------------------------------------------------------------

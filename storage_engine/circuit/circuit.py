@@ -85,13 +85,20 @@ class Circuit:
         return {STATE_KEY: {op.id: op.checkpoint_state() for op in self.operators}}
 
     def commit_async(
-        self, step: int, metadata: Mapping[str, Any] | None = None, identifier: str | None = None
+        self,
+        step: int,
+        metadata: Mapping[str, Any] | None = None,
+        identifier: str | None = None,
+        keep_last: int | None = None,
     ) -> CommitHandle:
-        """Checkpoint the state after `step`, with the operators' state and `metadata`."""
+        """Checkpoint the state after `step`, with the operators' state and `metadata`
+        (`keep_last`: see `StorageLocation.commit_async`)."""
         if self._loc is None:
             raise CircuitError("open() the circuit on a storage location first")
         meta = {**(metadata or {}), **self.checkpoint_metadata()}
-        return self._loc.commit_async(identifier=identifier, step=step, metadata=meta)
+        return self._loc.commit_async(
+            identifier=identifier, step=step, metadata=meta, keep_last=keep_last
+        )
 
     def metrics(self) -> dict[str, dict[str, Any]]:
         return {op.id: op.metrics() for op in self.operators}

@@ -12,7 +12,7 @@ import pytest
 from storage_engine import CommitFailedError, EngineSettings, PosixFileLayer, StorageLocation
 
 from .faulty_fs import FaultyFileLayer
-from .test_location import INT, open_loc, rows, state
+from .test_location import INT, open_loc, referenced, rows, state
 
 # Small batches and tiers, so that merges run (and replace files) while commits are written.
 SETTINGS = EngineSettings(
@@ -20,13 +20,14 @@ SETTINGS = EngineSettings(
 )
 
 
-class SlowSyncLayer(PosixFileLayer):
-    """fsync takes `delay` seconds while `gate` is set: commits stay in flight for a while."""
+class GatedSyncLayer(PosixFileLayer):
+    """While `gate` is set, every fsync first calls `hold()`: commits stay in flight."""
 
-    def __init__(self, delay: float) -> None:
-        self.delay = delay
+    def __init__(self) -> None:
         self.gate = threading.Event()
-        self.syncs_while_gated = 0
+
+    def hold(self) -> None:
+        raise NotImplementedError
 
     def create(self, path: str) -> Any:
         f = super().create(path)
@@ -35,12 +36,37 @@ class SlowSyncLayer(PosixFileLayer):
 
         def sync() -> None:
             if layer.gate.is_set():
-                layer.syncs_while_gated += 1
-                time.sleep(layer.delay)
+                layer.hold()
             inner_sync()
 
         f.sync = sync  # type: ignore[method-assign]
         return f
+
+
+class SlowSyncLayer(GatedSyncLayer):
+    """fsync takes `delay` seconds while `gate` is set."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__()
+        self.delay = delay
+        self.syncs_while_gated = 0
+
+    def hold(self) -> None:
+        self.syncs_while_gated += 1
+        time.sleep(self.delay)
+
+
+class BlockingSyncLayer(GatedSyncLayer):
+    """While `gate` is set, fsync blocks until `release` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+        self.blocked = threading.Event()  # a sync is waiting on `release`
+
+    def hold(self) -> None:
+        self.blocked.set()
+        self.release.wait()
 
 
 def model_after(steps: int) -> dict[Any, int]:
@@ -197,3 +223,62 @@ def test_merges_of_committed_batches_cost_commits_no_write(tmp_path: Path) -> No
     with open_loc(tmp_path, settings=narrow, checkpoint=second) as back:
         assert state(back) == expected
     assert first not in {p.name for p in tmp_path.iterdir()}
+
+
+def test_keep_last_deletes_the_oldest_checkpoints_once_the_new_one_is_durable(
+    tmp_path: Path,
+) -> None:
+    loc = open_loc(tmp_path, settings=SETTINGS)
+    sp = loc.spine("op", INT)
+    handles = []
+    for step in range(1, 7):
+        sp.insert(rows(0, 10 * step))
+        handles.append(loc.commit_async(step=step, keep_last=2))
+    loc.wait_commits()
+    assert all(h.state == "local_durable" for h in handles)
+    assert [c.step for c in loc.list_checkpoints()] == [5, 6]
+    # Every batch file left is one a checkpoint or the live state uses.
+    on_disk = {p.name for p in tmp_path.iterdir() if p.suffix == ".batch"}
+    assert on_disk <= referenced(loc) | set().union(sp.live_files())
+    loc.close()
+    for c in (5, 6):
+        uid = handles[c - 1].uuid
+        with open_loc(tmp_path, settings=SETTINGS, checkpoint=uid) as back:
+            assert state(back) == model_after(c)
+    with pytest.raises(ValueError, match="keep_last"):
+        open_loc(tmp_path / "other", settings=SETTINGS).commit_async(keep_last=0)
+
+
+def test_retention_never_makes_the_caller_wait_for_a_running_commit(tmp_path: Path) -> None:
+    """gc_checkpoint on the caller's thread waits for a commit in flight (both replace the
+    manifest); keep_last leaves the deletion to the commit thread, so a request returns
+    while the previous commit is still stuck in an fsync."""
+    fs = BlockingSyncLayer()
+    loc = open_loc(tmp_path, settings=SETTINGS, fs=fs)
+    sp = loc.spine("op", INT)
+    for step in (1, 2):
+        sp.insert(rows(0, 10 * step))
+        loc.commit(step=step)
+    fs.gate.set()
+    sp.insert(rows(0, 30))
+    stuck = loc.commit_async(step=3, keep_last=1)
+    assert fs.blocked.wait(timeout=60)
+    sp.insert(rows(0, 40))
+    got: list[Any] = []
+    # In a thread, so that a request that does wait fails the test instead of hanging it.
+    t = threading.Thread(
+        target=lambda: got.append(loc.commit_async(step=4, keep_last=1)), daemon=True
+    )
+    t.start()
+    t.join(timeout=60)
+    assert got, "commit_async waited for the commit in flight"
+    later = got[0]
+    assert stuck.state == "pending" and later.state == "pending"
+    assert [c.step for c in loc.list_checkpoints()] == [1, 2]
+    fs.gate.clear()
+    fs.release.set()
+    loc.wait_commits()
+    assert [c.step for c in loc.list_checkpoints()] == [4]
+    loc.close()
+    with open_loc(tmp_path, settings=SETTINGS) as back:
+        assert state(back) == model_after(4)
