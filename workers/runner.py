@@ -162,8 +162,6 @@ def spark_session(
     finally:
         driver_jvm.detach()
     spark.sparkContext.setLogLevel("ERROR")
-    for ds in (DatagenSource, FilesSource, LogSource):
-        spark.dataSource.register(ds)
     return spark
 
 
@@ -1265,10 +1263,12 @@ class Runner:
 
     def _query(self) -> Any:
         src = self.spec.source
-        fmt = {"datagen": "spindle_datagen", "files": "spindle_files", "log": "spindle_log"}[
-            src.kind
-        ]
-        reader = self.spark.readStream.format(fmt).option("start", str(self.offset))
+        source = {"datagen": DatagenSource, "files": FilesSource, "log": LogSource}[src.kind]
+        # Registered here, not with the session: a session's first registration costs ~1 s
+        # (Spark starts a Python worker to look for installed data sources), which a
+        # files source's first step (`_first_step_ahead`) need not wait for.
+        self.spark.dataSource.register(source)
+        reader = self.spark.readStream.format(source.name()).option("start", str(self.offset))
         if isinstance(src, S.LogSource):
             reader = reader.option("path", self.log_path(src.stream))
         for k, v in self.plan.spark_options.items():
