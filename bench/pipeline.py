@@ -13,6 +13,7 @@ the new run (which includes starting Spark).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -81,9 +82,9 @@ NOTES = [
     "recovery_phases_ms: the median "
     "recovery's start-up phases (its `started` record in metrics.jsonl; see workers/README).",
     "spark_recovery_ms: the same for Spark's own query (the peer above, in a process of its own "
-    "with a Python StreamingQueryListener): SIGKILL after 3 batches with input, a new process "
-    "restarting it from its checkpointLocation; from the kill to its first completed batch with "
-    "input (1 run in quick mode, 3 in full).",
+    "with a query listener, workers.runner.QueryProgress): SIGKILL after 3 batches with input, "
+    "a new process restarting it from its checkpointLocation; from the kill to its first "
+    "completed batch with input (1 run in quick mode, 3 in full).",
     "recovery_standby_ms: as recovery_ms, but the new run is a hot standby driver (`run "
     "--standby`: Spark started and warmed up) started before the kill and told to take over "
     "right after it, as the control plane does with SPINDLE_STANDBY_DRIVERS. Recoveries and "
@@ -304,29 +305,16 @@ def _wait_ready(spare: subprocess.Popen[bytes], timeout_s: float = 300) -> None:
 def _spark_peer(work: Path, checkpoint: Path, progress: Path) -> None:
     """The Spark side's query (as in `spark_rocksdb`) in this process until it is killed,
     appending `{"ts", "batch", "rows"}` to `progress` when a batch with input completes."""
-    from pyspark.sql.streaming.listener import StreamingQueryListener
+    from workers.runner import QueryProgress, spark_session
 
-    from workers.runner import spark_session
-
-    class Progress(StreamingQueryListener):
-        def onQueryStarted(self, event: Any) -> None:
-            pass
-
-        def onQueryProgress(self, event: Any) -> None:
-            p = event.progress
-            if p.numInputRows > 0:
-                rec = {"ts": time.time(), "batch": p.batchId, "rows": p.numInputRows}
-                with open(progress, "a") as f:
-                    f.write(json.dumps(rec) + "\n")
-
-        def onQueryIdle(self, event: Any) -> None:
-            pass
-
-        def onQueryTerminated(self, event: Any) -> None:
-            pass
+    def on_progress(p: dict[str, Any]) -> None:
+        if p.get("numInputRows", 0) > 0:
+            rec = {"ts": time.time(), "batch": p["batchId"], "rows": p["numInputRows"]}
+            with open(progress, "a") as f:
+                f.write(json.dumps(rec) + "\n")
 
     spark = spark_session("bench-spark-recovery")
-    spark.streams.addListener(Progress())
+    QueryProgress(on_progress).add(spark)
     _peer_query(spark, work, checkpoint).awaitTermination()
 
 
@@ -338,7 +326,18 @@ def _peer(work: Path, checkpoint: Path, progress: Path) -> subprocess.Popen[byte
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
+        start_new_session=True,  # its JVM in its group: see `_kill_group`
     )
+
+
+def _kill_group(p: subprocess.Popen[bytes]) -> None:
+    """Kill a peer process and its JVM once measuring is over. Killing the process alone
+    (the measured crash, as `recovery` does to Spindle's runner) leaves its JVM to exit on
+    its own when it notices, meanwhile still able to write to the checkpoint directory the
+    benchmark is about to remove."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
 
 
 def _lines(path: Path) -> int:
@@ -353,7 +352,7 @@ def spark_recovery_ms(work: Path) -> float:
     checkpoint, progress = work / "peer-recovery-ck", work / "peer-recovery.jsonl"
     shutil.rmtree(checkpoint, ignore_errors=True)
     progress.unlink(missing_ok=True)
-    p = _peer(work, checkpoint, progress)
+    p = first_run = _peer(work, checkpoint, progress)
     try:
         while _lines(progress) < 3:
             if p.poll() is not None:
@@ -371,9 +370,8 @@ def spark_recovery_ms(work: Path) -> float:
         first = json.loads(progress.read_text().splitlines()[before])["ts"]
         return float(first - killed) * 1000
     finally:
-        if p.poll() is None:
-            p.send_signal(signal.SIGKILL)
-            p.wait()
+        _kill_group(first_run)
+        _kill_group(p)
 
 
 _STARTUP = (

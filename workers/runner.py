@@ -1288,12 +1288,25 @@ class Runner:
         `request_exit`. While `paused` the query is stopped and the state stays open; it
         restarts from the current offset on resume."""
         self._last_step_at = time.monotonic()
-        durations = _BatchDurations(self._query_name, self._metrics_file)
+        durations = QueryProgress(self._batch_durations)
         durations.add(self.spark)
         try:
             return self._run(max_steps, stop_when_idle)
         finally:
             durations.remove(self.spark)
+
+    def _batch_durations(self, progress: dict[str, Any]) -> None:
+        """Spark's own account of each micro-batch of this run's query that ran a step: its
+        durationMs (triggerExecution = the whole batch: offsets, planning, our
+        foreachBatch, Spark's offset and commit logs), as a `batch` record in the metrics
+        file. A step's `step_ms` is only the foreachBatch part; this is what Spark's own
+        queries report as their batch time."""
+        durations = progress.get("durationMs", {})
+        # Triggers that found no input run no batch (no addBatch): not a step.
+        if progress.get("name") != self._query_name or "addBatch" not in durations:
+            return
+        rec = {"ts": time.time(), "event": "batch", "batch_id": progress["batchId"]}
+        self._metrics_file({**rec, "duration_ms": durations})
 
     def _run(self, max_steps: int | None, stop_when_idle: float | None) -> RunResult:
         failed = 0  # queries in a row that failed outside a step
@@ -1411,21 +1424,19 @@ class _ReadAhead:
         return self._out
 
 
-class _BatchDurations:
-    """Spark's own account of each micro-batch of one query that ran a step: its durationMs
-    (triggerExecution = the whole batch: offsets, planning, our foreachBatch, Spark's offset
-    and commit logs), as a `batch` record in the metrics file. A step's `step_ms` is only the
-    foreachBatch part; this is what Spark's own queries report as their batch time.
+class QueryProgress:
+    """A listener that calls `on_progress` with each progress event of a session's streaming
+    queries, as Spark's JSON (a dict: `name`, `batchId`, `numInputRows`, `durationMs`, ...),
+    on Spark's listener thread. `add(spark)`, then `remove(spark)`.
 
     It implements Spark's `PythonStreamingQueryListener` itself, through Py4J, instead of
-    subclassing PySpark's `StreamingQueryListener`, whose wrapper converts every progress
-    event field by field (each field, map entry and source a Py4J round trip: ~50 per
-    micro-batch, run while the next step runs and competing with it for the driver's GIL
-    and the JVM). Here an event costs one round trip: the progress as JSON."""
+    subclassing PySpark's `StreamingQueryListener`, whose wrapper converts every event field
+    by field (each field, map entry and source a Py4J round trip: ~50 per micro-batch, run
+    while the next micro-batch runs, competing with it for the driver's GIL and the JVM).
+    Here an event costs one round trip: the progress as JSON."""
 
-    def __init__(self, query_name: str, write: Callable[[dict[str, Any]], None]) -> None:
-        self._query_name = query_name
-        self._write = write
+    def __init__(self, on_progress: Callable[[dict[str, Any]], None]) -> None:
+        self._on_progress = on_progress
         self._jlistener: Any = None
 
     def add(self, spark: SparkSession) -> None:
@@ -1443,13 +1454,7 @@ class _BatchDurations:
         pass
 
     def onQueryProgress(self, jevent: Any) -> None:
-        p = json.loads(jevent.progress().json())
-        durations = p.get("durationMs", {})
-        # Triggers that found no input run no batch (no addBatch): not a step.
-        if p.get("name") != self._query_name or "addBatch" not in durations:
-            return
-        rec = {"ts": time.time(), "event": "batch", "batch_id": p["batchId"]}
-        self._write({**rec, "duration_ms": durations})
+        self._on_progress(json.loads(jevent.progress().json()))
 
     def onQueryIdle(self, jevent: Any) -> None:
         pass
