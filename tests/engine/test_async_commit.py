@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 import threading
 import time
 from pathlib import Path
@@ -20,14 +21,15 @@ SETTINGS = EngineSettings(
 )
 
 
-class GatedSyncLayer(PosixFileLayer):
+class GatedSyncLayer(PosixFileLayer, abc.ABC):
     """While `gate` is set, every fsync first calls `hold()`: commits stay in flight."""
 
     def __init__(self) -> None:
         self.gate = threading.Event()
 
+    @abc.abstractmethod
     def hold(self) -> None:
-        raise NotImplementedError
+        """What a gated fsync does before syncing (sleep, or wait to be released)."""
 
     def create(self, path: str) -> Any:
         f = super().create(path)
