@@ -9,8 +9,19 @@ file it names), with the driver options of `spark_session` that only a JVM launc
 session, waits for the gateway and hands it to PySpark through `PYSPARK_GATEWAY_PORT` and
 `PYSPARK_GATEWAY_SECRET`, as a Python driver under `spark-submit` is handed its JVM.
 
+The JVM is started without `bin/spark-submit`: that script and `bin/spark-class` are a shell,
+then a JVM of Spark's launcher library (`org.apache.spark.launcher.Main`) that prints the
+real `java` command line, then that command. `launch` runs the launcher itself once per
+distinct set of inputs and keeps its answer beside the class-data archive
+(`launch-<key>.json`), so a driver execs `java` at once: its gateway is up ~0.2 s sooner.
+
 Contract:
 - Imports only the standard library: it runs before the heavy imports it overlaps.
+- The command is the one `spark-submit` would exec, in the environment it would give: its
+  cache key covers everything the launcher reads (its arguments, the `java` it runs, Spark's
+  install, the environment variables of Spark, Hadoop, YARN and Java, the configuration
+  directory's `spark-defaults.conf`). Where the scripts do what the launcher cannot know (a
+  `spark-env.sh` to source, Spark's own test switches), `spark-submit` runs as before.
 - Best effort: a JVM that fails to start or to write its connection details is logged at
   debug level and left; `spark_session` then launches one as usual.
 - The JVM exits when this process does: its gateway ends when its standard input, a pipe
@@ -19,6 +30,8 @@ Contract:
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import shutil
@@ -81,15 +94,24 @@ def launch(java_options: str, class_path: str) -> None:
         return  # spark-submit arguments of the user's: PySpark's own launch applies them
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     info = Path(tempfile.mkdtemp(prefix="spindle-jvm-")) / "gateway"
-    command = [str(spark_home() / "bin" / "spark-submit")]
+    args = []
     if java_options:
-        command += ["--conf", f"spark.driver.extraJavaOptions={java_options}"]
+        args += ["--conf", f"spark.driver.extraJavaOptions={java_options}"]
     if class_path:
-        command += ["--conf", f"spark.driver.extraClassPath={class_path}"]
-    env = {**os.environ, "SPARK_CONNECT_MODE": "0", "_PYSPARK_DRIVER_CONN_INFO_PATH": str(info)}
+        args += ["--conf", f"spark.driver.extraClassPath={class_path}"]
+    args.append("pyspark-shell")
+    home = spark_home()
+    env = {**os.environ, "SPARK_CONNECT_MODE": "0"}
+    direct = _submit_env(home, env)
+    command = None if direct is None else _java_command(home, direct, args)
+    if command is None or direct is None:
+        command = [str(home / "bin" / "spark-submit"), *args]
+    else:
+        env = direct
+    env["_PYSPARK_DRIVER_CONN_INFO_PATH"] = str(info)
     try:
         proc = subprocess.Popen(
-            [*command, "pyspark-shell"],
+            command,
             stdin=subprocess.PIPE,
             env=env,
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
@@ -98,6 +120,96 @@ def launch(java_options: str, class_path: str) -> None:
         log.debug("could not start the driver's JVM early: %s", e)
         return
     _launched = _Launched(proc, info, (java_options, class_path))
+
+
+# What bin/spark-submit and bin/load-spark-env.sh export for the JVM, besides SPARK_HOME and
+# SPARK_CONF_DIR (`_submit_env`).
+_SCRIPT_ENV = {"PYTHONHASHSEED": "0", "SPARK_ENV_LOADED": "1", "SPARK_SCALA_VERSION": "2.13"}
+# Environment variables that the scripts act on themselves: with any of these set,
+# spark-submit runs.
+_SCRIPT_SWITCHES = ("SPARK_TESTING", "SPARK_SQL_TESTING", "SPARK_PREPEND_CLASSES")
+# Prefixes of the environment variables the launcher may read (its cache key).
+_LAUNCHER_ENV = ("SPARK_", "HADOOP_", "YARN_", "JAVA", "_JAVA", "JDK_", "PYSPARK_")
+
+
+def _submit_env(home: Path, env: dict[str, str]) -> dict[str, str] | None:
+    """The environment `spark-submit` gives Spark's launcher and the JVM, or None where only
+    the scripts can make it (a `spark-env.sh` to source, a script switch)."""
+    conf = env.get("SPARK_CONF_DIR") or str(home / "conf")
+    if os.path.exists(os.path.join(conf, "spark-env.sh")) or any(
+        env.get(k) for k in _SCRIPT_SWITCHES
+    ):
+        return None
+    return {**env, "SPARK_HOME": str(home), "SPARK_CONF_DIR": conf, **_SCRIPT_ENV}
+
+
+def _java_command(home: Path, env: dict[str, str], args: list[str]) -> list[str] | None:
+    """The command `spark-submit ARGS` would exec, from the cache or from Spark's launcher
+    (then cached); None if the launcher cannot say."""
+    java = (
+        os.path.join(env["JAVA_HOME"], "bin", "java")
+        if env.get("JAVA_HOME")
+        else shutil.which("java", path=env.get("PATH"))
+    )
+    if java is None or not os.path.exists(java):
+        return None
+    cache = _cache_file(home, env, args, java)
+    try:
+        cached = json.loads(cache.read_text()) if cache is not None else None
+        if isinstance(cached, list) and all(isinstance(a, str) for a in cached):
+            return cached
+    except (OSError, ValueError):
+        pass
+    launcher = [java, "-Xmx128m", *env.get("SPARK_LAUNCHER_OPTS", "").split()]
+    launcher += ["-cp", str(home / "jars" / "*"), "org.apache.spark.launcher.Main"]
+    try:
+        out = subprocess.run(
+            [*launcher, "org.apache.spark.deploy.SparkSubmit", *args],
+            env=env,
+            capture_output=True,
+            timeout=_WAIT_S,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        log.debug("Spark's launcher did not give a command: %s", e)
+        return None
+    # Lines for the user, then a NUL line, then the command's arguments, each NUL-ended.
+    _, sep, rest = out.partition(b"\0\n")
+    command = [a.decode() for a in rest.split(b"\0")[:-1]]
+    if not sep or not command:
+        return None
+    if cache is not None:
+        try:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            partial = cache.with_name(f"{cache.name}.{os.getpid()}.mut")
+            partial.write_text(json.dumps(command))
+            os.replace(partial, cache)
+        except OSError as e:  # e.g. a read-only install: every launch asks the launcher
+            log.debug("could not keep the launch command: %s", e)
+    return command
+
+
+def _cache_file(home: Path, env: dict[str, str], args: list[str], java: str) -> Path | None:
+    """Where the launcher's answer for these inputs is kept (beside the class-data archive)."""
+    from . import spark_cds
+
+    real = os.path.realpath(java)
+    defaults = Path(env["SPARK_CONF_DIR"]) / "spark-defaults.conf"
+    try:
+        st = os.stat(real)
+        conf = defaults.read_bytes() if defaults.exists() else b""
+        jars = os.stat(home / "jars").st_mtime_ns
+    except OSError:
+        return None
+    parts = [
+        args,
+        [real, st.st_size, st.st_mtime_ns],
+        [str(home), jars],
+        sorted((k, v) for k, v in env.items() if k.startswith(_LAUNCHER_ENV)),
+        hashlib.sha256(conf).hexdigest(),
+    ]
+    key = hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
+    return spark_cds.directory() / f"launch-{key}.json"
 
 
 def attach(java_options: str, class_path: str) -> None:

@@ -102,6 +102,11 @@ def archive_path() -> Path:
     return _archive_in(_settings()[1])
 
 
+def directory() -> Path:
+    """Where the archive and the drivers' other start-up data (`driver_jvm`) are kept."""
+    return _settings()[1]
+
+
 def _archive_in(directory: Path) -> Path:
     return directory / f"spark-{_key()}.jsa"
 
@@ -188,6 +193,8 @@ def build(force: bool = False) -> Path:
     for old in path.parent.glob("jars-*"):
         if old != copies:
             shutil.rmtree(old, ignore_errors=True)
+    for old in path.parent.glob("launch-*.json"):  # `driver_jvm`'s, for the options before
+        old.unlink(missing_ok=True)
     return path
 
 
