@@ -93,7 +93,11 @@ class Settings(BaseSettings):
     reap_interval_s: float = Field(5.0, gt=0)
     retention_interval_s: float = Field(60.0, gt=0)
     max_restarts: int = Field(5, ge=0, description="consecutive automatic restarts")
-    restart_backoff_s: float = Field(1.0, ge=0, description="first restart delay, doubling")
+    restart_backoff_s: float = Field(
+        1.0,
+        ge=0,
+        description="delay before the second consecutive restart, doubling (the first is at once)",
+    )
     restart_backoff_max_s: float = Field(60.0, ge=0)
     restart_reset_s: float = Field(
         600.0, gt=0, description="a run healthy this long resets the restart count"

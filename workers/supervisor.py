@@ -37,7 +37,7 @@ from sqlalchemy import select, update
 
 from backend.child_processes import die_with_parent
 from backend.db import Database
-from backend.models import DesiredState, Pipeline, Run, RunState, utcnow
+from backend.models import DesiredState, Pipeline, PipelineState, Run, RunState, utcnow
 from backend.services import checkpoints as cps
 from backend.services import lifecycle
 from backend.services import operations as ops
@@ -333,9 +333,52 @@ def supervise(db: Database, settings: Settings, queue: TaskQueue, run_id: int) -
         for op_id in leftover:  # commands that arrived as the run ended
             queue.execute(op_id)
         if outcome.restart_due:
-            # The reaper restarts it once the restart policy's backoff has passed: ask for
-            # that moment, not the next periodic reap (seconds later).
-            queue.reap(delay_s=delay)
+            next_run = _restart(db, settings, queue, launch.pipeline, delay)
+
+
+def _restart(
+    db: Database, settings: Settings, queue: TaskQueue, pipeline: str, delay_s: float
+) -> int | None:
+    """After a crash: once the restart policy's backoff has passed, the reaper's work, done
+    here; the pipeline's new run is returned for this thread to supervise (others are
+    queued). Through the queue it took a task with a countdown, then a launch task: two
+    broker deliveries (each up to a second with the embedded broker, which polls). If the
+    worker shuts down meanwhile, or this fails, the periodic reap restarts the pipeline."""
+    if SHUTDOWN.wait(delay_s):
+        return None
+    try:
+        return reap(db, settings, queue, supervise=pipeline)
+    except Exception:  # e.g. the database briefly unavailable: the periodic reap will do
+        log.exception("restarting pipeline %s", pipeline)
+        return None
+
+
+def reap(
+    db: Database, settings: Settings, queue: TaskQueue, supervise: str | None = None
+) -> int | None:
+    """Mark runs without heartbeats lost and launch the replacements of dead runs that the
+    restart policy allows now (`lifecycle.reap`), after reconciling crashed pipelines'
+    checkpoint lists with their manifests. The replacement run of pipeline `supervise`, if
+    any, is returned instead of launched: its caller supervises it."""
+    mine = None
+    with db.session() as s:
+        runs = lifecycle.reap(s, settings)
+        ids = [(r.id, r.pipeline.name) for r in runs]
+        # After a crash the manifest may hold checkpoints the dead run never mirrored (or
+        # have lost some it did): the manifest wins. (Stopped pipelines are reconciled when
+        # read, and every run reconciles as it starts.)
+        after_crash = (PipelineState.restarting, PipelineState.failed)
+        for p in s.scalars(select(Pipeline).where(Pipeline.state.in_(after_crash))):
+            if lifecycle.live_run(s, p) is None:
+                cps.reconcile_dir(s, p.id, settings.storage_dir(p.name))
+    for run_id, name in ids:
+        if name == supervise and mine is None:
+            log.info("restarting %s: run %s", name, run_id)
+            mine = run_id
+        else:
+            log.info("restarting %s: launching run %s", name, run_id)
+            queue.launch(run_id)
+    return mine
 
 
 def _starting_heartbeat(db: Database, run_id: int) -> bool:
@@ -381,4 +424,4 @@ def _wait(
                 asked = True
 
 
-__all__ = ["SHUTDOWN", "STANDBYS", "Standbys", "supervise"]
+__all__ = ["SHUTDOWN", "STANDBYS", "Standbys", "reap", "supervise"]

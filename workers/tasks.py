@@ -10,11 +10,8 @@ from typing import Any
 
 from celery import Celery
 from celery.signals import worker_shutting_down
-from sqlalchemy import select
 
 from backend.db import Database
-from backend.models import Pipeline, PipelineState
-from backend.services import checkpoints, lifecycle
 from backend.services import metrics as metric_history
 from backend.settings import Settings
 
@@ -42,9 +39,6 @@ class CeleryQueue:
 
     def execute(self, operation_id: str) -> None:
         self.celery.send_task(EXECUTE, kwargs={"operation_id": str(operation_id)})
-
-    def reap(self, delay_s: float = 0.0) -> None:
-        self.celery.send_task(REAP, countdown=delay_s if delay_s > 0 else None)
 
     def ready(self) -> str:
         try:
@@ -82,19 +76,7 @@ def execute_operation(operation_id: str) -> None:
 @app.task(name=REAP)
 def reap() -> None:
     settings, db, queue = _context()
-    with db.session() as s:
-        runs = lifecycle.reap(s, settings)
-        ids = [r.id for r in runs]
-        # After a crash the manifest may hold checkpoints the dead run never mirrored (or
-        # have lost some it did): the manifest wins. (Stopped pipelines are reconciled when
-        # read, and every run reconciles as it starts.)
-        after_crash = (PipelineState.restarting, PipelineState.failed)
-        for p in s.scalars(select(Pipeline).where(Pipeline.state.in_(after_crash))):
-            if lifecycle.live_run(s, p) is None:
-                checkpoints.reconcile_dir(s, p.id, settings.storage_dir(p.name))
-    for run_id in ids:
-        log.info("restarting: launching run %s", run_id)
-        queue.launch(run_id)
+    supervisor.reap(db, settings, queue)
 
 
 @app.task(name=RETENTION)

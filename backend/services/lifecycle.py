@@ -222,8 +222,13 @@ def _spec_error(tail: str) -> str:
 
 
 def backoff_s(settings: Settings, restarts: int) -> float:
-    """Delay before automatic restart number `restarts` (1, 2, ...)."""
-    delay = settings.restart_backoff_s * 2.0 ** max(restarts - 1, 0)
+    """Delay before automatic restart number `restarts` (1, 2, ...): none before the first
+    (a crash after a healthy run, or a first crash, restarts at once: recovery time is
+    Spark's start-up, not a wait), then `restart_backoff_s` doubling up to the maximum, so
+    a pipeline that keeps crashing is retried ever more slowly until it is given up."""
+    if restarts <= 1:
+        return 0.0
+    delay = settings.restart_backoff_s * 2.0 ** (restarts - 2)
     return float(min(delay, settings.restart_backoff_max_s))
 
 

@@ -14,8 +14,5 @@ class TaskQueue(Protocol):
     def execute(self, operation_id: str) -> None:
         """Perform a pending operation of a pipeline that has no live run."""
 
-    def reap(self, delay_s: float = 0.0) -> None:
-        """Look for dead runs in `delay_s` seconds (instead of at the next beat)."""
-
     def ready(self) -> str:
         """ "ok" if the broker is reachable, else "error: <why>"."""

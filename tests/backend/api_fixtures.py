@@ -67,7 +67,6 @@ class RecordingQueue:
     def __init__(self, status: str = "ok") -> None:
         self.launched: list[int] = []
         self.executed: list[str] = []
-        self.reaped: list[float] = []
         self.status = status
 
     def launch(self, run_id: int) -> None:
@@ -75,9 +74,6 @@ class RecordingQueue:
 
     def execute(self, operation_id: str) -> None:
         self.executed.append(operation_id)
-
-    def reap(self, delay_s: float = 0.0) -> None:
-        self.reaped.append(time.monotonic())
 
     def ready(self) -> str:
         return self.status

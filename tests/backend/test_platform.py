@@ -170,6 +170,31 @@ def test_lifecycle_over_http(any_mode: Platform) -> None:
     assert "spindle_pipeline_up" in p.client.get("/metrics").text
 
 
+@pytest.fixture
+def without_reaper(tmp_path: Path) -> Iterator[Platform]:
+    """Embedded; beat's reaper an hour apart, and so is every restart after the first."""
+    slow = {"SPINDLE_REAP_INTERVAL_S": "3600", "SPINDLE_RESTART_BACKOFF_S": "3600"}
+    yield from platform(tmp_path, None, None, slow)
+
+
+def test_a_crashed_driver_is_restarted_at_once_by_its_supervisor(without_reaper: Platform) -> None:
+    """No reaper runs and the backoff is an hour: the replacement comes from the supervisor
+    that ran the killed driver, and a first crash's restart does not wait."""
+    p = without_reaper
+    name = "again"
+    p.ok("POST", "/api/v1/pipelines", json={"spec": datagen_spec(name)})
+    p.ok("POST", f"/api/v1/pipelines/{name}/start")
+    step = p.wait_step(name, 2)
+    (pid,) = p.driver_pids(name)
+    os.kill(pid, signal.SIGKILL)
+    run = wait_until(lambda: restarted(p, name), 120, "the supervisor to restart it")
+    dead = p.runs(name)[1]
+    assert dead["state"] == "failed" and dead["exit_reason"] == "killed by SIGKILL"
+    assert run["number"] == 2 and run["restart_count"] == 1
+    p.wait_step(name, max(step, run["first_step"] or 0) + 2)
+    assert p.pipeline(name)["state"] == "running"
+
+
 def write_input(root: Path) -> customers.Aggregate:
     """The input files under the first file root, and the expected final aggregate."""
     return customers.write_input(root / "files" / "in", FILES, ROWS, customers=30, seed=7)

@@ -58,16 +58,12 @@ class RecordingQueue:
 
     launched: list[int] = field(default_factory=list)
     executed: list[str] = field(default_factory=list)
-    reaps: int = 0
 
     def launch(self, run_id: int) -> None:
         self.launched.append(run_id)
 
     def execute(self, operation_id: str) -> None:
         self.executed.append(operation_id)
-
-    def reap(self, delay_s: float = 0.0) -> None:
-        self.reaps += 1
 
     def ready(self) -> str:
         return "ok"

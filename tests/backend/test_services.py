@@ -264,25 +264,36 @@ def reap(db: Database, cfg: Settings, now: float) -> list[tuple[int, int, str, i
         return [(r.id, r.number, r.from_checkpoint, r.restart_count) for r in runs]
 
 
-def crash_by_silence(db: Database, cfg: Settings, run_id: int, started: float) -> float:
+def crash_by_silence(
+    db: Database, cfg: Settings, run_id: int, started: float, restarts: int
+) -> tuple[float, list[tuple[int, int, str, int]]]:
     """Let run `run_id` start at `started`, heartbeat for 5 s, then go silent; reap once
-    the heartbeat timeout passed. Returns that reap's time (the run's ended_at)."""
+    the heartbeat timeout passed, then once restart number `restarts`'s backoff has passed
+    (and just before). Returns the loss's time (the run's ended_at) and what the reap
+    launched."""
     update_run(db, run_id, state=RunState.running, started_at=at(started))
     update_run(db, run_id, heartbeat_at=at(started + 5))
     lost_at = started + 5 + cfg.heartbeat_timeout_s + 1
     assert reap(db, cfg, lost_at - 2) == []  # still within the timeout
     assert get_run(db, run_id).state == RunState.running
-    assert reap(db, cfg, lost_at) == []  # lost, but the backoff has not passed
+    at_loss = reap(db, cfg, lost_at)
     run = get_run(db, run_id)
     assert run.state == RunState.lost and run.ended_at == at(lost_at)
     assert run.exit_reason == "no heartbeat for 30s (driver or worker lost)"
-    return lost_at
+    due = lost_at + lifecycle.backoff_s(cfg, restarts)
+    if due == lost_at:
+        return lost_at, at_loss
+    assert at_loss == []  # lost, but the backoff has not passed
+    assert reap(db, cfg, due - 0.5) == []
+    return lost_at, reap(db, cfg, due)
 
 
-def test_backoff_doubles_up_to_the_maximum(policy: Settings) -> None:
-    assert [lifecycle.backoff_s(policy, n) for n in (1, 2, 3, 4)] == [10, 20, 40, 80]
+def test_the_first_restart_is_at_once_then_the_backoff_doubles_up_to_the_maximum(
+    policy: Settings,
+) -> None:
+    assert [lifecycle.backoff_s(policy, n) for n in (1, 2, 3, 4)] == [0, 10, 20, 40]
     capped = policy.model_copy(update={"restart_backoff_max_s": 25.0})
-    assert [lifecycle.backoff_s(capped, n) for n in (1, 2, 3, 9)] == [10, 20, 25, 25]
+    assert [lifecycle.backoff_s(capped, n) for n in (1, 2, 3, 4, 9)] == [0, 10, 20, 25, 25]
 
 
 def test_reap_restarts_lost_runs_with_doubling_backoff_then_gives_up(
@@ -293,14 +304,11 @@ def test_reap_restarts_lost_runs_with_doubling_backoff_then_gives_up(
     run = add_run(db, pid, created_at=at(0))
     t = 0.0
     for restarts in (1, 2, 3):
-        lost = crash_by_silence(db, policy, run, started=t)
-        assert get_pipeline(db, pid).state == PipelineState.restarting
+        lost, launched = crash_by_silence(db, policy, run, started=t, restarts=restarts)
         due = lost + lifecycle.backoff_s(policy, restarts)
-        assert due - lost == 10 * 2 ** (restarts - 1)
-        # The supervisor asks for a reap at that moment (a crash it saw).
+        assert due - lost == (0 if restarts == 1 else 10 * 2 ** (restarts - 2))
+        # The supervisor restarts at that moment (a crash it saw).
         assert lifecycle.restart_delay_s(policy, get_run(db, run)) == due - lost
-        assert reap(db, policy, due - 0.5) == []
-        launched = reap(db, policy, due)
         assert len(launched) == 1
         run, number, frm, count = launched[0]
         assert (number, frm, count) == (restarts + 1, "latest", restarts)
@@ -337,8 +345,7 @@ def test_a_run_started_elsewhere_that_crashed_before_committing_restarts_there(
             s.add(Checkpoint(pipeline_id=pid, uuid=uid, step=i + 1, created_at=at(-100 + i)))
     frm = "none" if started_from == "none" else older
     run = add_run(db, pid, from_checkpoint=frm, created_at=at(0))
-    lost = crash_by_silence(db, policy, run, started=0)
-    launched = reap(db, policy, lost + lifecycle.backoff_s(policy, 1))
+    lost, launched = crash_by_silence(db, policy, run, started=0, restarts=1)
     assert [(f, n) for _, n, f, _ in launched] == [(frm, 2)]
     # Once the run has committed, the newest checkpoint is its own: restart from it.
     run = launched[0][0]
@@ -352,8 +359,7 @@ def test_a_run_started_elsewhere_that_crashed_before_committing_restarts_there(
                 created_at=at(lost + 20),
             )
         )
-    lost = crash_by_silence(db, policy, run, started=lost + 15)
-    launched = reap(db, policy, lost + lifecycle.backoff_s(policy, 2))
+    _, launched = crash_by_silence(db, policy, run, started=lost + 15, restarts=2)
     assert [(f, n) for _, n, f, _ in launched] == [("latest", 3)]
 
 
@@ -363,10 +369,8 @@ def test_reap_resets_the_count_after_a_healthy_run(sqlite_db: Database, policy: 
     run = add_run(db, pid, created_at=at(0), restart_count=3)
     # Up for 700 s (more than restart_reset_s), then silent.
     update_run(db, run, started_at=at(0), heartbeat_at=at(700))
-    assert reap(db, policy, 731) == []
+    launched = reap(db, policy, 731)  # the first restart: at once, not the fourth's backoff
     assert get_run(db, run).state == RunState.lost
-    assert reap(db, policy, 740.9) == []
-    launched = reap(db, policy, 741)  # the first restart's backoff, not the fourth's
     assert [(n, c) for _, n, _, c in launched] == [(2, 1)]
 
 
@@ -394,19 +398,25 @@ def test_reap_leaves_healthy_and_starting_runs_alone(sqlite_db: Database, policy
     assert reap(db, policy, 100) == []
     with db.session() as s:
         assert {r.state for r in s.scalars(select(Run))} == {RunState.running, RunState.starting}
-    # A starting run that never heartbeats is lost like any other.
-    assert reap(db, policy, 120) == []
+    # A starting run that never heartbeats is lost like any other (and replaced).
+    assert [n for _, n, _, _ in reap(db, policy, 120)] == [2]
     with db.session() as s:
-        states = {pid: state for pid, state in s.execute(select(Run.pipeline_id, Run.state))}
-    assert states == {beating: RunState.running, starting: RunState.lost}
+        states = {
+            (pid, n): state
+            for pid, n, state in s.execute(select(Run.pipeline_id, Run.number, Run.state))
+        }
+    assert states == {
+        (beating, 1): RunState.running,
+        (starting, 1): RunState.lost,
+        (starting, 2): RunState.starting,
+    }
 
 
 def test_reap_restarts_paused_pipelines_too(sqlite_db: Database, policy: Settings) -> None:
     db = sqlite_db
     pid = add_pipeline(db, desired=DesiredState.paused, state=PipelineState.paused)
     add_run(db, pid, created_at=at(0), started_at=at(0), heartbeat_at=at(0))
-    assert reap(db, policy, 31) == []
-    assert [(n, c) for _, n, _, c in reap(db, policy, 41)] == [(2, 1)]
+    assert [(n, c) for _, n, _, c in reap(db, policy, 31)] == [(2, 1)]
 
 
 # -- run_exited -----------------------------------------------------------------------------
@@ -527,7 +537,9 @@ def test_exit_4_while_stopping_just_stops(sqlite_db: Database) -> None:
     assert get_pipeline(sqlite_db, pid).state == PipelineState.stopped
 
 
-def test_killed_run_is_restarted_after_the_backoff(sqlite_db: Database, policy: Settings) -> None:
+def test_killed_run_is_restarted_at_once_and_its_replacement_after_the_backoff(
+    sqlite_db: Database, policy: Settings
+) -> None:
     pid, run = started_pipeline(sqlite_db)
     out = exited(sqlite_db, run, -9, "some output\nthe last line\n")
     assert (out.relaunch, out.restart_due) == (None, True)
@@ -536,10 +548,18 @@ def test_killed_run_is_restarted_after_the_backoff(sqlite_db: Database, policy: 
     assert get_pipeline(sqlite_db, pid).state == PipelineState.restarting
     assert r.ended_at is not None
     with sqlite_db.session() as s:
-        assert lifecycle.reap(s, policy, r.ended_at + dt.timedelta(seconds=9)) == []
-    with sqlite_db.session() as s:
-        launched = lifecycle.reap(s, policy, r.ended_at + dt.timedelta(seconds=10))
+        launched = lifecycle.reap(s, policy, r.ended_at)
         assert [(x.number, x.restart_count) for x in launched] == [(2, 1)]
+        again = launched[0].id
+    update_run(sqlite_db, again, state=RunState.running, started_at=utcnow())
+    exited(sqlite_db, again, -9)  # crashed again before restart_reset_s: wait this time
+    ended = get_run(sqlite_db, again).ended_at
+    assert ended is not None
+    with sqlite_db.session() as s:
+        assert lifecycle.reap(s, policy, ended + dt.timedelta(seconds=9)) == []
+    with sqlite_db.session() as s:
+        launched = lifecycle.reap(s, policy, ended + dt.timedelta(seconds=10))
+        assert [(x.number, x.restart_count) for x in launched] == [(3, 2)]
 
 
 def test_crash_reason_is_the_last_log_line(sqlite_db: Database) -> None:
