@@ -48,7 +48,7 @@ from pyspark.java_gateway import ensure_callback_server_started
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import StructType
+from pyspark.sql.types import LongType, StructField, StructType
 
 from storage_engine import StorageLocation
 from storage_engine.circuit import (
@@ -78,6 +78,7 @@ from .sources import (
     LogSource,
     arrow_schema_option,
     list_input_files,
+    log_batches,
 )
 
 SOURCE = "source"
@@ -798,18 +799,20 @@ class Runner:
         """The run's first step, from the batch read ahead (`_read_ahead`), before the query
         starts (`_run`): a restart's first output waits neither for the query's start-up
         nor for its first batch (Python workers for the source and its planning, the offset
-        log: 2.5-3 s of bench.pipeline's recovery), and the batch's Spark job does not
-        compete with them for the machine. The step is a step like any other: it covers the
-        files the read-ahead took, and its offset is their end."""
+        log: 2.5-3 s of bench.pipeline's recovery; 4-6 s with a log source, whose batches
+        Python workers read), and the batch's Spark job does not compete with them for the
+        machine. The step is a step like any other: it covers the files or records the
+        read-ahead took, and its offset is their end."""
         with self.step_lock:
             t0 = time.perf_counter()
             table = ahead.result()
             self.timeline.mark("first_batch")
-            assert self._files is not None
-            if table is None:  # the read failed: read the batch again, and fail if it does
-                self._files.read(ahead.paths, ahead.end)
+            if table is None:
+                if self._files is None:
+                    return  # the query reads the batch, and reports what fails
+                self._files.read(ahead.paths, ahead.end)  # read again, and fail if it does
             self._ahead_table = table
-            self._step(self._one_job(self._files.rows()), t0)
+            self._step(self._one_job(ahead.rows()), t0)
         self._last_step_at = time.monotonic()
 
     def _step(self, batch: MicroBatch, t0: float) -> None:
@@ -888,12 +891,20 @@ class Runner:
         return self._files.rows()
 
     def _read_ahead(self) -> None:
-        """Start reading the first batch of a files source read by one job (`_one_job`):
-        the files from the run's offset, as many as a step takes (those the source's next
+        """Start reading the first batch of a source read by one job (`_one_job`): a files
+        source's files from the run's offset, as many as a step takes, or a log source's
+        records, as many as a step takes of those in the log now (what the source's next
         offset would take). The run's first step is that batch (`_first_step_ahead`), and
-        its query starts after it; files are immutable, so the table is the batch's."""
+        its query starts after it; files are immutable, and log records too, so the table
+        is the batch's. A log's records are read here, in the driver, by the source's own
+        function, and reach Spark as Arrow (`createDataFrame`): no Python worker."""
         src = self.spec.source
-        if self._files is None or set(self.plan.inputs) != {SOURCE}:
+        if set(self.plan.inputs) != {SOURCE}:
+            return
+        if isinstance(src, S.LogSource):
+            self._log_ahead(src)
+            return
+        if self._files is None:
             return
         assert isinstance(src, S.FilesSource)
         names = list_input_files(src.path)[self.offset : self.offset + src.max_files_per_step]
@@ -908,7 +919,26 @@ class Runner:
             files.read(paths, end)
             return pre is not None, self._one_job_frame(files.rows(), pre).toArrow()
 
-        self._ahead = _ReadAhead(paths, end, job)
+        self._ahead = _ReadAhead(end, job, files.rows, paths)
+
+    def _log_ahead(self, src: S.LogSource) -> None:
+        """`_read_ahead` of a log source."""
+        start = self.offset
+        input_log = self.input_log()
+        end = min(input_log.end(), start + src.max_records_per_step)
+        if end <= start:
+            return  # nothing to read: the query waits for records
+        schema = StructType([*self.plan.source_schema.fields, StructField(END, LongType())])
+        frame: list[DataFrame] = []
+
+        def job() -> tuple[bool, pa.Table]:
+            pre = self._pre_aggregation()
+            batches = list(log_batches(input_log, start, end))
+            table = pa.Table.from_batches(batches, schema=batches[0].schema)
+            frame.append(self.spark.createDataFrame(table, schema=schema))
+            return pre is not None, self._one_job_frame(frame[0], pre).toArrow()
+
+        self._ahead = _ReadAhead(end, job, lambda: frame[0])
 
     def _batch_end(self, batch_id: int) -> int:
         """A batch's end offset, from the last line of Spark's offset log entry of the
@@ -1393,16 +1423,20 @@ class Runner:
 
 
 class _ReadAhead:
-    """A files source's first batch of a run, read by Spark in a thread of its own while the
-    query starts: `job` gives (pre-aggregated?, the batch's Arrow table). A cold JVM spends
-    about a second on its first read of a batch (class loading, JIT, code generation), and
-    the query's start-up until its first batch (Python workers for the source and its
-    planning, one after another) leaves the JVM mostly idle."""
+    """A run's first batch (a files or log source's), computed by Spark in a thread of its
+    own while the run starts: `job` gives (pre-aggregated?, the batch's Arrow table), and
+    `rows` is then the batch's DataFrame (a files source's `paths`: the batch's files, to
+    read again if the job failed). A cold JVM spends about a second on its first batch
+    (class loading, JIT, code generation)."""
 
     def __init__(
-        self, paths: list[str], end: int, job: Callable[[], tuple[bool, pa.Table]]
+        self,
+        end: int,
+        job: Callable[[], tuple[bool, pa.Table]],
+        rows: Callable[[], DataFrame],
+        paths: list[str] | None = None,
     ) -> None:
-        self.paths, self.end = paths, end
+        self.end, self.rows, self.paths = end, rows, paths or []
         self._out: tuple[bool, pa.Table] | None = None
         self._thread = threading.Thread(
             target=self._run, args=(job,), name="spindle-read-ahead", daemon=True

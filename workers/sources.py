@@ -192,6 +192,13 @@ def list_input_files(path: str) -> list[str]:
     )
 
 
+def log_batches(log: Any, start: int, stop: int) -> Iterator[pa.RecordBatch]:
+    """The rows of input log records [start, stop), each with `__end` = stop: a micro-batch
+    of the `spindle_log` source (also read by the runner for a run's first step)."""
+    for rb in log.read(start, stop):
+        yield rb.append_column(END, pa.array(np.full(rb.num_rows, stop)))
+
+
 class _LogRange(InputPartition):
     def __init__(self, start: int, stop: int) -> None:
         self.start, self.stop = start, stop
@@ -221,8 +228,7 @@ class _LogReader(DataSourceStreamReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, _LogRange)
-        for rb in self.log.read(partition.start, partition.stop):
-            yield rb.append_column(END, pa.array(np.full(rb.num_rows, partition.stop)))
+        yield from log_batches(self.log, partition.start, partition.stop)
 
     def commit(self, end: dict[str, int]) -> None:
         pass
