@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,12 +103,7 @@ def launch(java_options: str, class_path: str) -> None:
     args.append("pyspark-shell")
     home = spark_home()
     env = {**os.environ, "SPARK_CONNECT_MODE": "0"}
-    direct = _submit_env(home, env)
-    command = None if direct is None else _java_command(home, direct, args)
-    if command is None or direct is None:
-        command = [str(home / "bin" / "spark-submit"), *args]
-    else:
-        env = direct
+    command, env = _direct(home, env, args) or ([str(home / "bin" / "spark-submit"), *args], env)
     env["_PYSPARK_DRIVER_CONN_INFO_PATH"] = str(info)
     try:
         proc = subprocess.Popen(
@@ -132,6 +128,26 @@ _SCRIPT_SWITCHES = ("SPARK_TESTING", "SPARK_SQL_TESTING", "SPARK_PREPEND_CLASSES
 _LAUNCHER_ENV = ("SPARK_", "HADOOP_", "YARN_", "JAVA", "_JAVA", "JDK_", "PYSPARK_")
 
 
+def java_binary(env: Mapping[str, str]) -> str | None:
+    """The `java` that bin/spark-class runs: JAVA_HOME's, else the first on PATH (None if
+    there is none)."""
+    home = env.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java", path=env.get("PATH"))
+    return java if java is not None and os.path.exists(java) else None
+
+
+def _direct(
+    home: Path, env: dict[str, str], args: list[str]
+) -> tuple[list[str], dict[str, str]] | None:
+    """The `java` command and environment that `spark-submit ARGS` would exec, or None
+    where spark-submit itself must run."""
+    direct = _submit_env(home, env)
+    if direct is None:
+        return None
+    command = _java_command(home, direct, args)
+    return None if command is None else (command, direct)
+
+
 def _submit_env(home: Path, env: dict[str, str]) -> dict[str, str] | None:
     """The environment `spark-submit` gives Spark's launcher and the JVM, or None where only
     the scripts can make it (a `spark-env.sh` to source, a script switch)."""
@@ -146,12 +162,8 @@ def _submit_env(home: Path, env: dict[str, str]) -> dict[str, str] | None:
 def _java_command(home: Path, env: dict[str, str], args: list[str]) -> list[str] | None:
     """The command `spark-submit ARGS` would exec, from the cache or from Spark's launcher
     (then cached); None if the launcher cannot say."""
-    java = (
-        os.path.join(env["JAVA_HOME"], "bin", "java")
-        if env.get("JAVA_HOME")
-        else shutil.which("java", path=env.get("PATH"))
-    )
-    if java is None or not os.path.exists(java):
+    java = java_binary(env)
+    if java is None:
         return None
     cache = _cache_file(home, env, args, java)
     try:

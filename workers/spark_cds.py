@@ -72,7 +72,9 @@ def _settings() -> tuple[bool, Path]:
 def _key() -> str:
     """What the archive depends on: the `java` that Spark will start (its resolved path, size
     and time) and Spark's jars (names, sizes, times)."""
-    java = shutil.which("java", path=_java_path())
+    from .driver_jvm import java_binary
+
+    java = java_binary(os.environ)
     parts: list[object] = [importlib.metadata.version("pyspark")]
     if java is not None:
         real = os.path.realpath(java)
@@ -89,13 +91,6 @@ def _spark_jars() -> Path:
     from .driver_jvm import spark_home
 
     return spark_home() / "jars"
-
-
-def _java_path() -> str:
-    """Where Spark's launcher finds `java`: JAVA_HOME's first, then PATH."""
-    home = os.environ.get("JAVA_HOME")
-    path = os.environ.get("PATH", "")
-    return f"{home}/bin{os.pathsep}{path}" if home else path
 
 
 def archive_path() -> Path:
