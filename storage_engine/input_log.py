@@ -41,6 +41,10 @@ class Segment:
         return self.first + self.count
 
 
+def _fields(schema: pa.Schema) -> str:
+    return ", ".join(f"{f.name} {f.type}" for f in schema)
+
+
 class InputLog:
     def __init__(self, path: str, schema: pa.Schema, fs: FileLayer | None = None) -> None:
         self.path = path
@@ -107,8 +111,23 @@ class InputLog:
                 raise CorruptionError(p, f"unreadable log segment: {e}") from e
             if table.num_rows != seg.count:
                 raise CorruptionError(p, f"{table.num_rows} records, its name says {seg.count}")
+            table = self._conform(table, p)
             lo, hi = max(start, seg.first) - seg.first, min(stop, seg.end) - seg.first
             yield from table.slice(lo, hi - lo).to_batches()
+
+    def _conform(self, table: pa.Table, path: str) -> pa.Table:
+        """`table` in this log's schema: a segment written under another field order (or
+        compatible types) is read as the reader expects, since readers address columns by
+        position; one that lacks a field or cannot be cast is a clear error, not garbage."""
+        if table.schema.equals(self.schema):
+            return table
+        try:
+            return table.select(self.schema.names).cast(self.schema)
+        except (KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise StorageError(
+                f"{path}: the segment's schema ({_fields(table.schema)}) does not match the "
+                f"stream's ({_fields(self.schema)}): {e}"
+            ) from None
 
     def truncate_below(self, offset: int) -> int:
         """Delete segments entirely below `offset`; returns how many. The newest segment is

@@ -874,18 +874,23 @@ class Runner:
         self._metrics_file(rec)
 
     def _batch_rows(self, df: DataFrame, batch_id: int) -> DataFrame | None:
-        """The micro-batch's rows: the source's own, or a files source's files read by Spark
-        (`FileBatches`; None if the batch has none). Which files: those from this run's
-        offset to the batch's end offset, read from the query's offset log (Spark writes it
-        before the batch runs). The source's own rows name the same files, but reading them
-        is a Spark job through a Python worker: 190 ms a batch, measured."""
-        if self._files is None:
+        """The micro-batch's rows (None if it has none): the source's own; or a files
+        source's files read by Spark (`FileBatches`); or a log source's records read here,
+        in the driver (`_log_frame`), when one job takes the batch (`_one_job`). Which files
+        or records: those from this run's offset to the batch's end offset, read from the
+        query's offset log (Spark writes it before the batch runs). The source's own rows
+        are the same, but reading them is a Spark job through a Python worker: 190 ms a
+        batch, measured with files."""
+        src = self.spec.source
+        driver_log = isinstance(src, S.LogSource) and set(self.plan.inputs) == {SOURCE}
+        if self._files is None and not driver_log:
             return df
         end = self._batch_end(batch_id)
         if end <= self.offset:
             return None
-        src = self.spec.source
-        assert isinstance(src, S.FilesSource)
+        if driver_log:
+            return self._log_frame(self.input_log(), self.offset, end)
+        assert isinstance(src, S.FilesSource) and self._files is not None
         paths = [os.path.join(src.path, n) for n in list_input_files(src.path)[self.offset : end]]
         self._files.read(paths, end)
         return self._files.rows()
@@ -928,17 +933,22 @@ class Runner:
         end = min(input_log.end(), start + src.max_records_per_step)
         if end <= start:
             return  # nothing to read: the query waits for records
-        schema = StructType([*self.plan.source_schema.fields, StructField(END, LongType())])
         frame: list[DataFrame] = []
 
         def job() -> tuple[bool, pa.Table]:
             pre = self._pre_aggregation()
-            batches = list(log_batches(input_log, start, end))
-            table = pa.Table.from_batches(batches, schema=batches[0].schema)
-            frame.append(self.spark.createDataFrame(table, schema=schema))
+            frame.append(self._log_frame(input_log, start, end))
             return pre is not None, self._one_job_frame(frame[0], pre).toArrow()
 
         self._ahead = _ReadAhead(end, job, lambda: frame[0])
+
+    def _log_frame(self, input_log: InputLog, start: int, end: int) -> DataFrame:
+        """A log source's records [start, end) as the source's rows (`log_batches`), read in
+        the driver and handed to Spark as Arrow."""
+        batches = list(log_batches(input_log, start, end))
+        table = pa.Table.from_batches(batches, schema=batches[0].schema)
+        schema = StructType([*self.plan.source_schema.fields, StructField(END, LongType())])
+        return self.spark.createDataFrame(table, schema=schema)
 
     def _batch_end(self, batch_id: int) -> int:
         """A batch's end offset, from the last line of Spark's offset log entry of the

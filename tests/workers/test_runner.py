@@ -16,8 +16,9 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
+from storage_engine.input_log import InputLog
 from storage_engine.schema import WEIGHT
 from workers.runner import QUERY_RESTARTS, Runner, spark_session
 from workers.sinks import FilesSink
@@ -176,12 +177,13 @@ def test_log_example_runs_on_appended_records(tmp_path: Path, spark: SparkSessio
 
 
 def test_a_log_sources_first_step_is_read_ahead_in_the_driver_and_a_restart_loses_nothing(
-    tmp_path: Path, spark: SparkSession
+    tmp_path: Path, spark: SparkSession, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Records already in the input log when a run starts: its first step is read ahead, in
     the driver (no Python worker), before the query starts at its end; then the query takes
-    the rest. A second run, restored from the first one's checkpoint, does the same from
-    there. Nothing lost, nothing counted twice: the view equals the aggregate computed here."""
+    the rest, each batch's records read in the driver too. A second run, restored from the
+    first one's checkpoint, does the same from there. Nothing lost, nothing counted twice:
+    the view equals the aggregate computed here."""
     import datetime as dt
 
     import pyarrow as pa
@@ -201,6 +203,14 @@ def test_a_log_sources_first_step_is_read_ahead_in_the_driver_and_a_restart_lose
             e["max_price"] = max(e["max_price"], price)
             e["bids"] += 1
     state = str(tmp_path / "state")
+    read: list[tuple[int, int]] = []  # the record ranges read in the driver
+    driver_read = Runner._log_frame
+
+    def spy(self: Runner, input_log: InputLog, start: int, end: int) -> DataFrame:
+        read.append((start, end))
+        return driver_read(self, input_log, start, end)
+
+    monkeypatch.setattr(Runner, "_log_frame", spy)
 
     def runner() -> Runner:
         return Runner(spec, state, base_dir=str(tmp_path), spark=spark)
@@ -221,11 +231,13 @@ def test_a_log_sources_first_step_is_read_ahead_in_the_driver_and_a_restart_lose
     steps = [json.loads(x) for x in (tmp_path / "state" / "metrics.jsonl").read_text().splitlines()]
     first = sum(1 for _, _, price, _ in records[:4] if price > 2)
     assert [s["rows_in"] for s in steps if "step" in s][:1] == [first]  # records 0-3
+    assert read == [(0, 4), (4, 8)]
     r = runner()
     try:
         assert r.step == 2 and r._ahead is not None and r._ahead.end == 12
         res = r.run(stop_when_idle=2)
         assert res.source_offset == 18
+        assert read[2:] == [(8, 12), (12, 16), (16, 18)]
         view = r.sinks["latest"]
         assert isinstance(view, ViewSink)
         assert [row for a in sorted(expected) for row in view.get([a])] == [
