@@ -28,11 +28,16 @@ print(json.dumps({
     "env_left": "PYSPARK_GATEWAY_PORT" in os.environ,
     "rows": spark.range(3).count(),
     "counts": sorted(pairs.reduceByKey(lambda a, b: a + b).collect()),
+    "collectors": sorted(
+        b.getName() for b in spark._jvm.java.lang.management.ManagementFactory
+        .getGarbageCollectorMXBeans()
+    ),
 }))
 print(json.dumps({"early_program": os.path.basename(early.args[0]) if early else None}))
 spark.stop()
 """
 COUNTS = [["a", 2], ["b", 1]]
+PARALLEL = ["PS MarkSweep", "PS Scavenge"]
 
 
 def _run_probe(
@@ -61,10 +66,12 @@ def test_the_session_connects_to_the_jvm_started_early() -> None:
         "env_left": False,
         "rows": 3,
         "counts": COUNTS,
+        "collectors": PARALLEL,  # driver_jvm._COLLECTOR
     }
 
 
 def test_a_session_with_other_options_starts_its_own_jvm() -> None:
+    # Options that pick a collector keep it (two would stop the JVM from starting).
     got = _probe(java_options="-XX:+UseSerialGC")
     assert got == {
         "own_launch": True,
@@ -72,6 +79,7 @@ def test_a_session_with_other_options_starts_its_own_jvm() -> None:
         "env_left": False,
         "rows": 3,
         "counts": COUNTS,
+        "collectors": ["Copy", "MarkSweepCompact"],
     }
 
 
