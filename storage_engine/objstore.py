@@ -27,18 +27,16 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import BinaryIO, Protocol
+from typing import TYPE_CHECKING, BinaryIO, Protocol
 from urllib.parse import unquote, urlsplit
 
-import urllib3
-from minio import Minio
-from minio.datatypes import Object
-from minio.deleteobjects import DeleteObject
-from minio.error import MinioException, S3Error
 from pydantic import BaseModel, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import StorageError
+
+if TYPE_CHECKING:
+    from minio import Minio
 
 
 class ObjectMissingError(StorageError):
@@ -157,6 +155,11 @@ class ObjectStore:
         self.settings = settings
         self.bucket = settings.bucket
         self.prefix = settings.prefix.strip("/")
+        # minio (and urllib3) load here, not with the module: a driver without an S3 tier
+        # does not pay their 0.15-0.2 s of imports on its start-up, a restart's critical path.
+        import urllib3
+        from minio import Minio
+
         self._client = client or Minio(
             settings.endpoint,
             access_key=settings.access_key,
@@ -223,7 +226,7 @@ class ObjectStore:
     def size(self, key: str) -> int | None:
         try:
             with self._errors(key):
-                st: Object = self._client.stat_object(self.bucket, self._key(key))
+                st = self._client.stat_object(self.bucket, self._key(key))
         except ObjectMissingError:
             return None
         return int(st.size or 0)
@@ -239,6 +242,8 @@ class ObjectStore:
             ]
 
     def remove(self, keys: Iterable[str]) -> None:
+        from minio.deleteobjects import DeleteObject
+
         batch = [DeleteObject(self._key(k)) for k in keys]
         if not batch:
             return
@@ -250,6 +255,9 @@ class ObjectStore:
 
     @contextlib.contextmanager
     def _errors(self, key: str) -> Iterator[None]:
+        import urllib3
+        from minio.error import MinioException, S3Error
+
         try:
             yield
         except (StorageError, FileNotFoundError):
@@ -263,6 +271,8 @@ class ObjectStore:
 
 
 def _describe(exc: BaseException) -> str:
+    from minio.error import S3Error
+
     if isinstance(exc, S3Error):
         return f"{exc.code}: {exc.message}"
     return f"{type(exc).__name__}: {exc}".replace(os.linesep, " ")
