@@ -181,11 +181,6 @@ def _build(builder: SparkSession.Builder, app: str, java_options: str) -> SparkS
         # the JVM per batch, 50-100 ms. The FileSystem-based manager renames with
         # File.renameTo (atomic on POSIX file systems).
         .config("spark.sql.streaming.checkpointFileManagerClass", _CHECKPOINT_FILE_MANAGER)
-        # Local paths without Hadoop's checksum layer: it writes a `.crc` beside each of
-        # those files (and renames and deletes it with it) and looks for one beside every
-        # input file it opens. The logs are the run's own scratch (Spindle's checkpoints
-        # hold the offsets) and its own files are checksummed by the engine: 5-7 ms a batch.
-        .config("spark.hadoop.fs.file.impl", "org.apache.hadoop.fs.RawLocalFileSystem")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         # PySpark's DataFrame debugging sends the Python call site of every DataFrame and
         # Column function to the JVM (to name it in error messages): about eight Py4J round
