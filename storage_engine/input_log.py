@@ -116,14 +116,20 @@ class InputLog:
             yield from table.slice(lo, hi - lo).to_batches()
 
     def _conform(self, table: pa.Table, path: str) -> pa.Table:
-        """`table` in this log's schema: a segment written under another field order (or
-        compatible types) is read as the reader expects, since readers address columns by
-        position; one that lacks a field or cannot be cast is a clear error, not garbage."""
+        """`table` in this log's schema, as readers address columns by position: a segment
+        written under another schema (a spec that reordered, added or widened fields) is
+        read by field name, a field it lacks as nulls (as Parquet files are read); one whose
+        values do not cast is a clear error, not garbage."""
         if table.schema.equals(self.schema):
             return table
+        present = set(table.schema.names)
+        columns = [
+            table.column(f.name) if f.name in present else pa.nulls(table.num_rows, f.type)
+            for f in self.schema
+        ]
         try:
-            return table.select(self.schema.names).cast(self.schema)
-        except (KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            return pa.Table.from_arrays(columns, names=self.schema.names).cast(self.schema)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
             raise StorageError(
                 f"{path}: the segment's schema ({_fields(table.schema)}) does not match the "
                 f"stream's ({_fields(self.schema)}): {e}"

@@ -61,17 +61,21 @@ def test_schema_mismatch_is_refused(tmp_path: Path) -> None:
     assert log.end() == 0
 
 
-def test_a_reader_with_another_field_order_or_a_missing_field(tmp_path: Path) -> None:
-    # Segments written before a spec reordered its fields read in the reader's order (readers
-    # address columns by position); a field the segments lack is named, not read as garbage.
+def test_segments_written_under_another_schema_read_in_the_readers(tmp_path: Path) -> None:
+    # Segments written before a spec reordered or added fields read in the reader's order
+    # (readers address columns by position), a missing field as nulls; values that do not
+    # cast to the reader's type are an error naming the segment, not garbage.
     InputLog(str(tmp_path), SCHEMA).append(recs(0, 3))
     swapped = InputLog(str(tmp_path), pa.schema([("s", pa.string()), ("k", pa.int64())]))
     (batch,) = swapped.read(0, 3)
     assert batch.schema.names == ["s", "k"] and batch.column("k").to_pylist() == [0, 1, 2]
-    wider = InputLog(str(tmp_path), SCHEMA.append(pa.field("extra", pa.int64())))
-    (seg,) = wider.segments()
-    with pytest.raises(StorageError, match=f"{seg.name}.*extra"):
-        list(wider.read(0, 3))
+    wider = InputLog(str(tmp_path), pa.schema([("extra", pa.int64()), *SCHEMA]))
+    (batch,) = wider.read(1, 3)
+    assert batch.to_pydict() == {"extra": [None, None], "k": [1, 2], "s": ["r1", "r2"]}
+    retyped = InputLog(str(tmp_path), pa.schema([("k", pa.int64()), ("s", pa.int32())]))
+    (seg,) = retyped.segments()
+    with pytest.raises(StorageError, match=f"{seg.name}.*s string.*s int32"):
+        list(retyped.read(0, 3))
 
 
 def test_a_damaged_segment_is_named(tmp_path: Path) -> None:
