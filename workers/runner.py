@@ -77,6 +77,7 @@ from .sources import (
     FilesSource,
     LogSource,
     arrow_schema_option,
+    datagen_batches,
     list_input_files,
     log_batches,
 )
@@ -777,7 +778,9 @@ class Runner:
             self._busy = True
         try:
             with self.step_lock:
-                self._process(df, batch_id)
+                # `df`, the source's rows, is never read: `_batch_rows` reads the same rows
+                # without a Python worker.
+                self._process(batch_id)
         except BaseException as e:
             self.error = e
             raise
@@ -785,11 +788,11 @@ class Runner:
             self._busy = False
             self._last_step_at = time.monotonic()
 
-    def _process(self, df: DataFrame, batch_id: int) -> None:
+    def _process(self, batch_id: int) -> None:
         t0 = time.perf_counter()
         if not self._reported:
             self.timeline.mark("first_batch")
-        rows = self._batch_rows(df, batch_id)
+        rows = self._batch_rows(batch_id)
         if rows is None:
             return
         one = set(self.plan.inputs) == {SOURCE}
@@ -873,24 +876,20 @@ class Runner:
         log.debug("run started: %s", rec)
         self._metrics_file(rec)
 
-    def _batch_rows(self, df: DataFrame, batch_id: int) -> DataFrame | None:
-        """The micro-batch's rows (None if it has none): the source's own; or a files
-        source's files read by Spark (`FileBatches`); or a log source's records read here,
-        in the driver (`_log_frame`), when one job takes the batch (`_one_job`). Which files
-        or records: those from this run's offset to the batch's end offset, read from the
-        query's offset log (Spark writes it before the batch runs). The source's own rows
-        are the same, but reading them is a Spark job through a Python worker: 190 ms a
-        batch, measured with files."""
+    def _batch_rows(self, batch_id: int) -> DataFrame | None:
+        """The micro-batch's rows (None if it has none): a files source's files read by
+        Spark (`FileBatches`), or a log or datagen source's rows read here, in the driver
+        (`_driver_frame`). Which: those from this run's offset to the batch's end offset,
+        read from the query's offset log (Spark writes it before the batch runs). The
+        source's own rows are the same, but reading them is a Spark job through a Python
+        worker: 190 ms a batch, measured with files."""
         src = self.spec.source
-        driver_log = isinstance(src, S.LogSource) and set(self.plan.inputs) == {SOURCE}
-        if self._files is None and not driver_log:
-            return df
         end = self._batch_end(batch_id)
         if end <= self.offset:
             return None
-        if driver_log:
-            return self._log_frame(self.input_log(), self.offset, end)
-        assert isinstance(src, S.FilesSource) and self._files is not None
+        if not isinstance(src, S.FilesSource):
+            return self._driver_frame(self.offset, end)
+        assert self._files is not None
         paths = [os.path.join(src.path, n) for n in list_input_files(src.path)[self.offset : end]]
         self._files.read(paths, end)
         return self._files.rows()
@@ -937,15 +936,19 @@ class Runner:
 
         def job() -> tuple[bool, pa.Table]:
             pre = self._pre_aggregation()
-            frame.append(self._log_frame(input_log, start, end))
+            frame.append(self._driver_frame(start, end))
             return pre is not None, self._one_job_frame(frame[0], pre).toArrow()
 
         self._ahead = _ReadAhead(end, job, lambda: frame[0])
 
-    def _log_frame(self, input_log: InputLog, start: int, end: int) -> DataFrame:
-        """A log source's records [start, end) as the source's rows (`log_batches`), read in
-        the driver and handed to Spark as Arrow."""
-        batches = list(log_batches(input_log, start, end))
+    def _driver_frame(self, start: int, end: int) -> DataFrame:
+        """A log or datagen source's rows [start, end), as its reader gives them (the log's
+        records, `log_batches`; generated rows, `datagen_batches`), made here in the driver
+        and handed to Spark as Arrow: no Python worker."""
+        if isinstance(self.spec.source, S.LogSource):
+            batches = list(log_batches(self.input_log(), start, end))
+        else:
+            batches = list(datagen_batches(self.plan.spark_options, start, end, end))
         table = pa.Table.from_batches(batches, schema=batches[0].schema)
         schema = StructType([*self.plan.source_schema.fields, StructField(END, LongType())])
         return self.spark.createDataFrame(table, schema=schema)

@@ -4,6 +4,7 @@ that fails outside a step is started again."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import threading
@@ -18,7 +19,6 @@ import pytest
 import yaml
 from pyspark.sql import DataFrame, SparkSession
 
-from storage_engine.input_log import InputLog
 from storage_engine.schema import WEIGHT
 from workers.runner import QUERY_RESTARTS, Runner, spark_session
 from workers.sinks import FilesSink
@@ -35,6 +35,20 @@ def spark() -> Iterator[SparkSession]:
     s.stop()
 
 
+@pytest.fixture
+def read(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """The row ranges a runner reads in the driver (`Runner._driver_frame`), as it reads them."""
+    ranges: list[tuple[int, int]] = []
+    driver_read = Runner._driver_frame
+
+    def spy(self: Runner, start: int, end: int) -> DataFrame:
+        ranges.append((start, end))
+        return driver_read(self, start, end)
+
+    monkeypatch.setattr(Runner, "_driver_frame", spy)
+    return ranges
+
+
 def _fast(doc: dict[str, Any]) -> dict[str, Any]:
     """An example made quick to run: a fixed number of rows, short triggers."""
     if doc["source"]["kind"] == "datagen":
@@ -45,7 +59,9 @@ def _fast(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("name", ["clicks-per-user", "clicks-per-minute", "nexmark-q3"])
-def test_datagen_examples_run(tmp_path: Path, spark: SparkSession, name: str) -> None:
+def test_datagen_examples_run(
+    tmp_path: Path, spark: SparkSession, name: str, read: list[tuple[int, int]]
+) -> None:
     doc = _fast(yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text()))
     spec = parse_spec(doc)
     r = Runner(spec, str(tmp_path / "state"), base_dir=str(tmp_path), spark=spark)
@@ -54,6 +70,10 @@ def test_datagen_examples_run(tmp_path: Path, spark: SparkSession, name: str) ->
     finally:
         r.close()
     assert res.last_step >= 3 and res.source_offset >= 3 * 3000 - 3000
+    # Every step's rows were generated in the driver, one range after the other (for the
+    # join of nexmark-q3 too, whose inputs are jobs over the one batch).
+    assert read and read[0][0] == 0 and read[-1][1] == res.source_offset
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(read))
     recs = [json.loads(x) for x in (tmp_path / "state" / "metrics.jsonl").read_text().splitlines()]
     assert len([r for r in recs if "step" in r]) >= 3
     # One `started` record per run, right after its first step: where the start-up went.
@@ -177,7 +197,7 @@ def test_log_example_runs_on_appended_records(tmp_path: Path, spark: SparkSessio
 
 
 def test_a_log_sources_first_step_is_read_ahead_in_the_driver_and_a_restart_loses_nothing(
-    tmp_path: Path, spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, spark: SparkSession, read: list[tuple[int, int]]
 ) -> None:
     """Records already in the input log when a run starts: its first step is read ahead, in
     the driver (no Python worker), before the query starts at its end; then the query takes
@@ -203,15 +223,6 @@ def test_a_log_sources_first_step_is_read_ahead_in_the_driver_and_a_restart_lose
             e["max_price"] = max(e["max_price"], price)
             e["bids"] += 1
     state = str(tmp_path / "state")
-    read: list[tuple[int, int]] = []  # the record ranges read in the driver
-    driver_read = Runner._log_frame
-
-    def spy(self: Runner, input_log: InputLog, start: int, end: int) -> DataFrame:
-        read.append((start, end))
-        return driver_read(self, input_log, start, end)
-
-    monkeypatch.setattr(Runner, "_log_frame", spy)
-
     def runner() -> Runner:
         return Runner(spec, state, base_dir=str(tmp_path), spark=spark)
 
