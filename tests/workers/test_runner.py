@@ -223,6 +223,7 @@ def test_a_log_sources_first_step_is_read_ahead_in_the_driver_and_a_restart_lose
             e["max_price"] = max(e["max_price"], price)
             e["bids"] += 1
     state = str(tmp_path / "state")
+
     def runner() -> Runner:
         return Runner(spec, state, base_dir=str(tmp_path), spark=spark)
 
