@@ -63,6 +63,13 @@ class Settings(BaseSettings):
         "warmed up, waiting): a crashed run's restart and a restore take it over instead of "
         "starting Spark; costs a second driver's memory (a JVM) per running pipeline",
     )
+    spare_driver: bool = Field(
+        True,
+        description="keep one spare driver per worker while it runs pipelines (Spark started "
+        "and warmed up on a built-in pipeline, waiting): any pipeline's next run (a start, a "
+        "crash's restart, a restore) takes it over instead of starting Spark; costs one idle "
+        "driver's memory (a JVM) per worker",
+    )
     cors_origins: list[str] = Field(default_factory=list)
     max_body_bytes: int = Field(1 << 20, gt=0, description="request bodies, except ingest")
     max_ingest_bytes: int = Field(16 << 20, gt=0, description="one ingest request")

@@ -91,16 +91,19 @@ NOTES = [
     "log holds the same rows (appended before the run, one file's rows a step; the ingest "
     "API's path into a pipeline), each measured right after a files recovery and paired "
     "with the same start-up.",
-    "recovery_platform_ms: as recovery_ms, through the control plane: `python -m backend "
-    "serve` in embedded mode (SQLite, the SQLite broker, the object-store mirror in a "
-    "directory; as bench.api starts it) runs the same spec with a 1 s trigger (the input "
-    "must outlast the kills), and its driver is killed with SIGKILL once the run has "
-    "completed 3 steps and been up 2 s (SPINDLE_RESTART_RESET_S=2, so each crash is a first "
-    "restart: no backoff); from the kill to the new run's first step, restarted by the "
-    "worker's supervisor. recovery_platform_driver_ms: the new driver's own part (process "
-    "start to first step), recovery_platform_restart_ms: the rest (the supervisor noticing "
-    "the exit, recording it, starting the driver). 3 kills in full mode, 1 otherwise. Its "
-    "target compares medians (not pairs) with spark_startup_ms.",
+    "recovery_platform_ms: as recovery_ms, through the control plane: `python -m backend serve` in"
+    " embedded mode (SQLite, the SQLite broker, the object-store mirror in a directory; as "
+    "bench.api starts it) runs the same spec with a 1 s trigger over the input files repeated (the"
+    " input must outlast the kills and the spare's warm-ups), and its driver is killed with "
+    "SIGKILL once the run has completed 3 steps and been up 2 s (SPINDLE_RESTART_RESET_S=2, so "
+    "each crash is a first restart: no backoff) and the worker's spare driver "
+    "(SPINDLE_SPARE_DRIVER, on by default) is ready; from the kill to the new run's first step, "
+    "restarted by the worker's supervisor on the spare. recovery_platform_driver_ms: the new "
+    "driver's own part (from the takeover, or a cold driver's process start, to its first step), "
+    "recovery_platform_restart_ms: the rest (the supervisor noticing the exit, recording it, "
+    "handing the run to the spare or starting a driver); recovery_platform_spare_runs: how many of"
+    " the kills' runs the spare took over. 3 kills in full mode, 1 otherwise. Its target compares "
+    "medians (not pairs) with spark_startup_ms.",
     "recovery_standby_ms: as recovery_ms, but the new run is a hot standby driver (`run "
     "--standby`: Spark started and warmed up) started before the kill and told to take over "
     "right after it, as the control plane does with SPINDLE_STANDBY_DRIVERS. Recoveries and "
@@ -426,25 +429,25 @@ def spark_recovery_ms(work: Path) -> float:
 
 PLATFORM_TRIGGER = "1s"  # the platform's input must outlast its kills: ~1 file a second
 PLATFORM_RESET_S = 2.0  # a run up this long makes its crash a first restart again
+# Steps (seconds) of input per kill: 3 steps, the reset, the next spare's start and warm-up.
+PLATFORM_STEPS_PER_KILL = 60
 
 
-def _driver_pids(root: Path) -> list[int]:
-    """Pipeline drivers (`workers.runner run`) started from a platform under `root`."""
-    pids = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            args = (d / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if (
-            b"workers.runner" in args
-            and b"run" in args
-            and any(str(root).encode() in a for a in args)
-        ):
-            pids.append(int(d.name))
-    return pids
+def _platform_input(work: Path, files: int) -> Path:
+    """`files` input files for the platform's pipeline: links to the input's, over and over
+    (the kills and the spare's warm-ups take more steps than the input has files)."""
+    inp = sorted((work / "in").iterdir())
+    d = work / "platform-in"
+    d.mkdir()
+    for i in range(files):
+        (d / f"part-{i:05d}.json").symlink_to(inp[i % len(inp)])
+    return d
+
+
+def _spare_ready(root: Path) -> bool:
+    """Whether the platform's worker has a spare driver ready (warmed up, not taken yet)."""
+    logs = (root / "data" / "spares").glob("spare-*.log")
+    return any("spare: ready" in f.read_text(errors="replace") for f in logs)
 
 
 def _wait_steps(metrics: Path, n: int, timeout_s: float = 300) -> None:
@@ -455,15 +458,17 @@ def _wait_steps(metrics: Path, n: int, timeout_s: float = 300) -> None:
         time.sleep(0.05)
 
 
-def platform_recovery(work: Path, repeats: int, log: Log) -> list[dict[str, float]]:
-    """Cold recoveries through the control plane: `python -m backend serve` in embedded mode
-    (as bench.api starts it) runs the same pipeline on the same input (one file a second),
-    and its driver is killed with SIGKILL `repeats` times, each once the run has completed 3
-    steps and been up PLATFORM_RESET_S (so that each crash is a first restart: no backoff).
-    Per kill: ms from the kill to the new run's first step (`recovery_ms`), of which the new
-    driver's own start-up (`driver_ms`: its `started` record, from its process's start) and
-    the platform's part (`platform_ms`: the supervisor seeing the exit, recording it,
-    starting the new run's driver)."""
+def platform_recovery(work: Path, repeats: int, log: Log) -> list[dict[str, Any]]:
+    """Recoveries through the control plane, as it runs by default: `python -m backend serve`
+    in embedded mode (as bench.api starts it) runs the same pipeline on the same input, its
+    files repeated (`_platform_input`) and read one a second, and its driver is killed with
+    SIGKILL `repeats` times, each once the run has completed 3 steps and been up
+    PLATFORM_RESET_S (so that each crash is a first restart: no backoff) and the worker's
+    spare driver is ready. Per kill: ms from the kill
+    to the new run's first step (`recovery_ms`), of which the new driver's own part
+    (`driver_ms`: its `started` record, from the takeover, or from a cold driver's process
+    start) and the platform's part (`platform_ms`: the supervisor seeing the exit, recording
+    it, handing the run over); `spare`: whether the spare took the run over."""
     import httpx
 
     from .api import API, Platform
@@ -474,6 +479,7 @@ def platform_recovery(work: Path, repeats: int, log: Log) -> list[dict[str, floa
     platform = Platform(root, log, settings=settings)
     spec = yaml.safe_load(spindle_spec(work).read_text())
     spec["trigger"] = {"interval": PLATFORM_TRIGGER}
+    spec["source"]["path"] = str(_platform_input(work, PLATFORM_STEPS_PER_KILL * (repeats + 1)))
     metrics = root / "data" / "pipelines" / spec["name"] / "storage" / "metrics.jsonl"
     out = []
     try:
@@ -487,7 +493,12 @@ def platform_recovery(work: Path, repeats: int, log: Log) -> list[dict[str, floa
             _wait_steps(metrics, len(_records(metrics)) + 3)
             started = _events(metrics, "started")[-1]["ts"]
             time.sleep(max(0.0, started + PLATFORM_RESET_S - time.time()))
-            (pid,) = _driver_pids(root)
+            deadline = time.monotonic() + 300
+            while not _spare_ready(root):  # as the platform runs: its spare driver ready
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the platform's spare driver was not ready in time")
+                time.sleep(0.1)
+            pid = int(_events(metrics, "started")[-1]["pid"])  # a spare's run, or a cold one
             before, runs = len(_records(metrics)), len(_events(metrics, "started"))
             os.kill(pid, signal.SIGKILL)
             killed = time.time()
@@ -495,9 +506,17 @@ def platform_recovery(work: Path, repeats: int, log: Log) -> list[dict[str, floa
             first = _records(metrics)[before]["ts"]
             while len(_events(metrics, "started")) <= runs:  # written right after that step
                 time.sleep(0.02)
-            driver = float(_events(metrics, "started")[-1]["total_ms"])
+            new_run = _events(metrics, "started")[-1]
+            driver, spare = float(new_run["total_ms"]), bool(new_run["standby"])
             total = (first - killed) * 1000
-            out.append({"recovery_ms": total, "driver_ms": driver, "platform_ms": total - driver})
+            out.append(
+                {
+                    "recovery_ms": total,
+                    "driver_ms": driver,
+                    "platform_ms": total - driver,
+                    "spare": spare,
+                }
+            )
             log(f"platform recovery: {total:,.0f} ms ({total - driver:,.0f} ms the platform's)")
     except Exception as e:
         raise RuntimeError(f"{e}\n{platform.log_tail()}") from e
@@ -601,6 +620,7 @@ def run_benchmark(
     report["recovery_platform_ms_runs"] = [r["recovery_ms"] for r in plat]
     report["recovery_platform_restart_ms"] = median([r["platform_ms"] for r in plat])
     report["recovery_platform_driver_ms"] = median([r["driver_ms"] for r in plat])
+    report["recovery_platform_spare_runs"] = sum(1 for r in plat if r["spare"])
     # Not paired with start-ups: the medians of the two series.
     report["recovery_platform_minus_spark_startup_ms"] = (
         report["recovery_platform_ms"] - report["spark_startup_ms"]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import sys
 
-if __name__ == "__main__" and sys.argv[1:2] == ["run"]:
+if __name__ == "__main__" and sys.argv[1:2] in (["run"], ["spare"]):
     # A driver: its JVM starts while the modules below load (`driver_jvm`).
     from workers import driver_jvm as _early
 
@@ -867,6 +867,7 @@ class Runner:
         rec = {
             "ts": time.time(),
             "event": "started",
+            "pid": os.getpid(),  # the driver's: a spare's keeps its own command line
             "first_step": self.step,
             "restored": self.loc.restored.uuid if self.loc.restored is not None else None,
             "standby": tl.standby,
@@ -1520,7 +1521,27 @@ app = typer.Typer(help="Run a Spindle pipeline on Spark (standalone).", no_args_
 
 @app.callback()
 def _commands() -> None:
-    """Subcommands: run."""
+    """Subcommands: run, spare."""
+
+
+# A spare's Spark session and when its takeover arrived, for the `run` it turns into.
+_SPARE: tuple[SparkSession, float] | None = None
+
+
+@app.command("spare")
+def spare_cmd() -> None:
+    """A spare driver: start Spark and warm up on a built-in pipeline, then wait for one line
+    on standard input, {"argv": [...]}, the arguments of a `run`, and become that run on the
+    Spark already started; exit 0 if the input ends first (workers/standby.py)."""
+    global _SPARE
+    from .standby import stand_by_spare
+
+    spark, takeover = stand_by_spare()
+    if takeover is None:
+        spark.stop()
+        return  # not needed
+    _SPARE = (spark, takeover.at)
+    app(["run", *takeover.argv], prog_name="python -m workers.runner")
 
 
 @app.command("run")
@@ -1585,6 +1606,9 @@ def run_cmd(
             from_checkpoint = takeover.from_checkpoint or from_checkpoint
             run_id = takeover.run_id if takeover.run_id is not None else run_id
             timeline = Timeline(takeover.at, standby=True)
+        elif _SPARE is not None:
+            spark, at = _SPARE
+            timeline = Timeline(at, standby=True)
         if run_id is not None:
             from backend.db import Database
             from backend.settings import Settings
@@ -1597,7 +1621,7 @@ def run_cmd(
         # the location's lock is then released within moments.
         opening = tenacity.Retrying(
             retry=tenacity.retry_if_exception_type(LockedError),
-            stop=tenacity.stop_after_delay(TAKEOVER_LOCK_WAIT_S if standby else 0),
+            stop=tenacity.stop_after_delay(TAKEOVER_LOCK_WAIT_S if spark is not None else 0),
             wait=tenacity.wait_fixed(0.05),
             reraise=True,
         )

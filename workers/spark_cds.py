@@ -209,7 +209,7 @@ def _workload(dump_to: Path) -> None:
     )
     with tempfile.TemporaryDirectory(prefix="spindle-cds-") as tmp:
         work = Path(tmp)
-        specs = [_files_spec(work), parse_spec(_NEXMARK_JOIN)]
+        specs = [files_spec(work), parse_spec(_NEXMARK_JOIN)]
         for i, spec in enumerate(specs):
             runner = Runner(spec, str(work / f"storage-{i}"), spark=spark, base_dir=str(work))
             try:
@@ -244,7 +244,7 @@ _NEXMARK_JOIN = {
 }
 
 
-def _files_spec(work: Path) -> S.PipelineSpec:
+def files_spec(work: Path) -> S.PipelineSpec:
     inp = work / "in"
     inp.mkdir()
     for f in range(2):

@@ -13,19 +13,35 @@ What a restart saves this way (`docs/benchmarks.md` § Pipeline): the interprete
 the JVM and Spark session, the first analysis, and most of the first micro-batch's cold work.
 Kafka Streams' standby replicas and Flink's standby TaskManagers are the same trade: memory
 for failover time.
+
+A spare is the same for no pipeline in particular:
+
+    python -m workers.runner spare
+
+starts Spark, warms up on a small built-in pipeline (`warm_up_spare`: JSON files, a group
+and a window aggregate, in a scratch directory), then waits for one line
+(`SpareTakeover`: `{"argv": [...]}`, the arguments of a `run`) and becomes that run, on its
+already started Spark. End of input first means not needed (exit 0). The control plane keeps
+one per worker while it runs pipelines (`SPINDLE_SPARE_DRIVER`): any pipeline's next driver
+skips Spark's start-up and most of its first micro-batch's cold work, for one idle driver's
+memory per worker rather than one per pipeline.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import os
 import shutil
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO
+from pathlib import Path
+from typing import IO, TypeVar
 
 import typer
 from pyspark.sql import SparkSession
@@ -34,6 +50,7 @@ from . import spec as S
 from .runner import EXIT_SPEC, EXIT_STOPPED, Runner, spark_session
 
 log = logging.getLogger("spindle.standby")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -82,11 +99,35 @@ class TakeoverListener:
         self._line = line if line else None
         self.arrived.set()
 
-    def wait(self) -> Takeover | None:
-        """The takeover (None: the input ended without one). Raises ValueError on a line that
-        is not a takeover."""
+    def wait(self, parse: Callable[[str, float], T]) -> T | None:
+        """The takeover, `parse`d from the line and its arrival time (None: the input ended
+        without one). Raises ValueError on a line that is not a takeover."""
         self.arrived.wait()
-        return None if self._line is None else Takeover.parse(self._line, self._at)
+        return None if self._line is None else parse(self._line, self._at)
+
+
+@dataclass(frozen=True)
+class SpareTakeover:
+    """The line that turns a spare into a run: the run's arguments, as `run` takes them."""
+
+    at: float  # wall clock when it arrived
+    argv: list[str]
+
+    @classmethod
+    def parse(cls, line: str, at: float) -> SpareTakeover:
+        """`line` is a JSON object `{"argv": [...]}`: `run`'s arguments (a spec file, then
+        options), without `--standby` (a spare takes over as a plain run)."""
+        text = line.strip()
+        try:
+            fields = json.loads(text)
+        except ValueError:
+            fields = None
+        argv = fields.get("argv") if isinstance(fields, dict) and set(fields) == {"argv"} else None
+        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+            raise ValueError(f'not a spare\'s takeover ({{"argv": [...]}}): {text!r}')
+        if "--standby" in argv:
+            raise ValueError("a spare takes over as a run, not as a standby: --standby")
+        return cls(at, list(argv))
 
 
 def warm_up(spark: SparkSession, spec: S.PipelineSpec, until: threading.Event) -> float:
@@ -125,21 +166,68 @@ def warm_up(spark: SparkSession, spec: S.PipelineSpec, until: threading.Event) -
 
 
 def stand_by(spec: S.PipelineSpec) -> tuple[SparkSession, Takeover | None]:
-    """`run --standby` up to the takeover: Spark started and warmed up, then the takeover
-    line from standard input (None: the input ended first). A line that is not a takeover
-    ends the process with EXIT_SPEC."""
+    """`run --standby` up to the takeover: Spark started and warmed up on the spec's query,
+    then the takeover line from standard input (None: the input ended first). A line that is
+    not a takeover ends the process with EXIT_SPEC."""
+    return _stand_by(
+        "standby", f"spindle:{spec.name}", functools.partial(warm_up, spec=spec), Takeover.parse
+    )
+
+
+def stand_by_spare() -> tuple[SparkSession, SpareTakeover | None]:
+    """`spare` up to the takeover: Spark started and warmed up on a built-in pipeline
+    (`warm_up_spare`), then the takeover line from standard input (None: the input ended
+    first). A line that is not a spare's takeover ends the process with EXIT_SPEC."""
+    return _stand_by("spare", "spindle", warm_up_spare, SpareTakeover.parse)
+
+
+def _stand_by(
+    role: str,
+    app: str,
+    warm: Callable[..., float],
+    parse: Callable[[str, float], T],
+) -> tuple[SparkSession, T | None]:
     listener = TakeoverListener(sys.stdin)
-    spark = spark_session(f"spindle:{spec.name}")
-    took = warm_up(spark, spec, until=listener.arrived)
-    typer.echo(f"standby: ready (Spark started, warm-up {took:.1f} s); waiting to take over")
+    spark = spark_session(app)
+    took = warm(spark, until=listener.arrived)
+    _preload_control_plane()
+    pid = os.getpid()
+    typer.echo(f"{role}: ready (pid {pid}, Spark started, warm-up {took:.1f} s); waiting")
     try:
-        takeover = listener.wait()
+        takeover = listener.wait(parse)
     except ValueError as e:
-        typer.echo(f"standby: {e}", err=True)
+        typer.echo(f"{role}: {e}", err=True)
         raise typer.Exit(EXIT_SPEC) from None
     if takeover is not None:
-        typer.echo(f"standby: taking over: {json.dumps(takeover.__dict__)}")
+        typer.echo(f"{role}: taking over: {json.dumps(vars(takeover))}")
     return spark, takeover
 
 
-__all__ = ["Takeover", "TakeoverListener", "stand_by", "warm_up"]
+def _preload_control_plane() -> None:
+    """Import what a run under the control plane imports (`workers.control`: its database
+    and settings modules, 0.3 s and more) before the takeover, which then does not wait for
+    them: the control plane is what starts standbys and spares."""
+    from . import control  # noqa: F401
+
+
+def warm_up_spare(spark: SparkSession, until: threading.Event) -> float:
+    """`warm_up` on the class-data archive's files workload (`spark_cds.files_spec`: JSON
+    lines, a transform, a group and a window aggregate), its input in a scratch directory:
+    the code paths most pipelines' first micro-batch needs (Spark's first job, its JSON
+    reader, Arrow, the circuit), with nothing outside scratch directories read or written.
+    Returns the seconds it took."""
+    from .spark_cds import files_spec
+
+    with tempfile.TemporaryDirectory(prefix="spindle-spare-") as scratch:
+        return warm_up(spark, files_spec(Path(scratch)), until)
+
+
+__all__ = [
+    "SpareTakeover",
+    "Takeover",
+    "TakeoverListener",
+    "stand_by",
+    "stand_by_spare",
+    "warm_up",
+    "warm_up_spare",
+]

@@ -11,7 +11,13 @@ With `SPINDLE_STANDBY_DRIVERS`, each running pipeline also gets a hot standby dr
 restart or a restore's relaunch — takes it over with one line on its input instead of
 starting Spark, and a new standby is spawned for the run after that. A standby is only used
 for the exact command line and spec it was started with; a stop, a failure or a changed spec
-retires it (its input is closed: it exits without touching the storage location)."""
+retires it (its input is closed: it exits without touching the storage location).
+
+With `SPINDLE_SPARE_DRIVER` (the default), the worker also keeps one spare driver while it
+supervises runs (`python -m workers.runner spare`: Spark started and warmed up on a built-in
+pipeline), spawned once a run is up. Any pipeline's next run without a standby of its own
+takes it over (its `run` arguments on one line), and another spare is spawned once that run
+is up; the worker's last run ending retires it."""
 
 from __future__ import annotations
 
@@ -27,7 +33,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,21 +163,75 @@ def _spawn(
 
 @dataclass
 class _Standby:
-    key: str
+    """A driver started ahead of its run: a pipeline's standby, or the worker's spare."""
+
+    key: str  # what it serves: a standby's launch key, or SPARE
     proc: subprocess.Popen[bytes]
     log_path: str
 
+    @property
+    def kind(self) -> str:
+        return "spare" if self.key == SPARE else "standby"
+
+
+SPARE = "spare"
+
+# Standbys and spares are spawned from one long-lived thread: a driver's parent-death signal
+# follows the thread that started it, and they outlive the tasks that ask for them.
+_SPAWNER = ThreadPoolExecutor(1, thread_name_prefix="spindle-standby")
+
+
+def _spawn_ahead(cmd: list[str], settings: Settings, log_path: str) -> subprocess.Popen[bytes]:
+    return _SPAWNER.submit(_spawn, cmd, settings, log_path, subprocess.PIPE).result()
+
+
+def _hand_over(sb: _Standby, launch: _Launch, line: dict[str, Any]) -> bool:
+    """Make `sb`'s log the run's and tell it to take over with `line` (False, and `sb`
+    retired, if it died meanwhile)."""
+    try:
+        os.replace(sb.log_path, launch.log_path)  # open file: the driver writes on
+        sb.log_path = launch.log_path
+    except OSError:
+        log.warning("%s: the driver's log stays at %s", launch.pipeline, sb.log_path)
+    assert sb.proc.stdin is not None
+    try:
+        sb.proc.stdin.write((json.dumps(line) + "\n").encode())
+        sb.proc.stdin.close()
+    except OSError:  # it died just now
+        _retire(sb)
+        return False
+    return True
+
+
+def _retire(sb: _Standby) -> None:
+    """Close its input (it exits at once, or after its warm-up), and reap it."""
+    try:
+        if sb.proc.stdin is not None:
+            sb.proc.stdin.close()
+    except OSError:
+        pass
+
+    def _reap() -> None:
+        try:
+            code = sb.proc.wait(timeout=RETIRE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            sb.proc.kill()
+            code = sb.proc.wait()
+        if code == 0:  # it was not needed: nothing to read in its log
+            with contextlib.suppress(OSError):
+                os.remove(sb.log_path)
+        else:
+            log.warning("standby pid %s ended with %s; log: %s", sb.proc.pid, code, sb.log_path)
+
+    threading.Thread(target=_reap, name="spindle-standby-reaper", daemon=True).start()
+
 
 class Standbys:
-    """The worker's hot standby drivers, at most one per pipeline (see the module's doc).
-
-    Spawned from one long-lived thread of their own: a driver's parent-death signal follows
-    the thread that started it, and a standby outlives the task that asked for it."""
+    """The worker's hot standby drivers, at most one per pipeline (see the module's doc)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._by_pipeline: dict[str, _Standby] = {}
-        self._spawner = ThreadPoolExecutor(1, thread_name_prefix="spindle-standby")
 
     def ensure(self, launch: _Launch, settings: Settings, db: Database) -> None:
         """A standby for the run after `launch`'s, unless one for the same key is alive."""
@@ -180,10 +240,9 @@ class Standbys:
             if have is not None and have.key == launch.key and have.proc.poll() is None:
                 return
             if have is not None:
-                self._retire(self._by_pipeline.pop(launch.pipeline))
+                _retire(self._by_pipeline.pop(launch.pipeline))
             log_path = str(Path(launch.log_path).with_name(f"standby-{time.time_ns()}.log"))
-            cmd = [*launch.driver, "--standby"]
-            proc = self._spawner.submit(_spawn, cmd, settings, log_path, subprocess.PIPE).result()
+            proc = _spawn_ahead([*launch.driver, "--standby"], settings, log_path)
             sb = _Standby(launch.key, proc, log_path)
             self._by_pipeline[launch.pipeline] = sb
         log.info("%s: standby driver pid %s", launch.pipeline, proc.pid)
@@ -217,7 +276,7 @@ class Standbys:
                         return
                     del self._by_pipeline[pipeline]
                 log.info("%s: not meant to run any more; retiring its standby", pipeline)
-                self._retire(sb)
+                _retire(sb)
                 return
 
     def take(self, launch: _Launch) -> _Standby | None:
@@ -228,22 +287,10 @@ class Standbys:
         if sb is None:
             return None
         if sb.key != launch.key or sb.proc.poll() is not None:
-            self._retire(sb)
+            _retire(sb)
             return None
-        try:
-            os.replace(sb.log_path, launch.log_path)  # open file: the driver writes on
-            sb.log_path = launch.log_path
-        except OSError:
-            log.warning("%s: the standby's log stays at %s", launch.pipeline, sb.log_path)
         line = {"from_checkpoint": launch.from_checkpoint, "run_id": launch.run_id}
-        assert sb.proc.stdin is not None
-        try:
-            sb.proc.stdin.write((json.dumps(line) + "\n").encode())
-            sb.proc.stdin.close()
-        except OSError:  # it died just now
-            self._retire(sb)
-            return None
-        return sb
+        return sb if _hand_over(sb, launch, line) else None
 
     def pid(self, pipeline: str) -> int | None:
         """The process id of the pipeline's standby, if it has one."""
@@ -255,45 +302,94 @@ class Standbys:
         with self._lock:
             sb = self._by_pipeline.pop(pipeline, None)
         if sb is not None:
-            self._retire(sb)
+            _retire(sb)
 
     def discard_all(self) -> None:
         with self._lock:
             gone, self._by_pipeline = list(self._by_pipeline.values()), {}
         for sb in gone:
-            self._retire(sb)
+            _retire(sb)
 
-    @staticmethod
-    def _retire(sb: _Standby) -> None:
-        """Close its input (it exits at once, or after its warm-up), and reap it."""
+
+class Spares:
+    """The worker's spare driver (`python -m workers.runner spare`, workers/standby.py): at
+    most one, kept while the worker supervises runs (SPINDLE_SPARE_DRIVER). Any pipeline's
+    next driver (a start, a crash's restart, a restore's relaunch) takes it over, unless the
+    pipeline has a standby of its own; another is spawned once that run is up. Retired when
+    the worker's last run ends: an idle worker keeps no JVM."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._spare: _Standby | None = None
+        self._runs = 0  # runs being supervised
+
+    @contextlib.contextmanager
+    def supervising(self) -> Iterator[None]:
+        """Around the supervision of runs: the spare is kept while one is."""
+        with self._lock:
+            self._runs += 1
         try:
-            if sb.proc.stdin is not None:
-                sb.proc.stdin.close()
-        except OSError:
-            pass
+            yield
+        finally:
+            with self._lock:
+                self._runs -= 1
+                idle = self._spare if self._runs == 0 else None
+                if idle is not None:
+                    self._spare = None
+            if idle is not None:
+                log.info("no run left to serve: retiring spare driver pid %s", idle.proc.pid)
+                _retire(idle)
 
-        def _reap() -> None:
-            try:
-                code = sb.proc.wait(timeout=RETIRE_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                sb.proc.kill()
-                code = sb.proc.wait()
-            if code == 0:  # it was not needed: nothing to read in its log
-                with contextlib.suppress(OSError):
-                    os.remove(sb.log_path)
-            else:
-                log.warning("standby pid %s ended with %s; log: %s", sb.proc.pid, code, sb.log_path)
+    def ensure(self, settings: Settings) -> None:
+        """A spare, unless a live one exists or no run is being supervised."""
+        with self._lock:
+            have = self._spare
+            if self._runs == 0 or (have is not None and have.proc.poll() is None):
+                return
+            logs = settings.data_path / "spares"
+            logs.mkdir(parents=True, exist_ok=True)
+            log_path = str(logs / f"spare-{time.time_ns()}.log")
+            proc = _spawn_ahead([*_DRIVER, "spare"], settings, log_path)
+            self._spare = _Standby(SPARE, proc, log_path)
+        log.info("spare driver pid %s", proc.pid)
 
-        threading.Thread(target=_reap, name="spindle-standby-reaper", daemon=True).start()
+    def take(self, launch: _Launch) -> _Standby | None:
+        """Hand `launch`'s run to the spare: its log becomes the run's and it is told the
+        run's arguments. None if there is no live spare."""
+        with self._lock:
+            sb, self._spare = self._spare, None
+        if sb is None:
+            return None
+        if launch.cmd[: len(_DRIVER) + 1] != [*_DRIVER, "run"] or sb.proc.poll() is not None:
+            _retire(sb)
+            return None
+        return sb if _hand_over(sb, launch, {"argv": launch.cmd[len(_DRIVER) + 1 :]}) else None
+
+    def pid(self) -> int | None:
+        with self._lock:
+            return self._spare.proc.pid if self._spare is not None else None
+
+    def discard_all(self) -> None:
+        with self._lock:
+            sb, self._spare = self._spare, None
+        if sb is not None:
+            _retire(sb)
 
 
 RETIRE_TIMEOUT_S = 180.0  # a retired standby still warming up is killed after this long
 WATCH_BEATS = 5  # a standby's pipeline is checked every this many heartbeat intervals
 STANDBYS = Standbys()
+SPARES = Spares()
+_DRIVER = [sys.executable, "-m", "workers.runner"]
 
 
 def supervise(db: Database, settings: Settings, queue: TaskQueue, run_id: int) -> None:
     """Run the driver of `run_id` until it exits, then any relaunch (restore) it asks for."""
+    with SPARES.supervising():
+        _supervise(db, settings, queue, run_id)
+
+
+def _supervise(db: Database, settings: Settings, queue: TaskQueue, run_id: int) -> None:
     next_run: int | None = run_id
     while next_run is not None:
         run_id, next_run = next_run, None
@@ -301,10 +397,10 @@ def supervise(db: Database, settings: Settings, queue: TaskQueue, run_id: int) -
         if launch is None:
             log.info("run %s is not starting; launch ignored", run_id)
             return
-        standby = STANDBYS.take(launch)
+        standby = STANDBYS.take(launch) or SPARES.take(launch)
         if standby is not None:
             proc = standby.proc
-            log.info("run %s: taken over by standby driver pid %s", run_id, proc.pid)
+            log.info("run %s: taken over by %s driver pid %s", run_id, standby.kind, proc.pid)
         else:
             proc = _spawn(launch.cmd, settings, launch.log_path, subprocess.DEVNULL)
             log.info("run %s: driver pid %s", run_id, proc.pid)
@@ -315,9 +411,7 @@ def supervise(db: Database, settings: Settings, queue: TaskQueue, run_id: int) -
             run.log_path = launch.log_path if standby is None else standby.log_path
             log_path = run.log_path
         beat = functools.partial(_starting_heartbeat, db, run_id)
-        up = None
-        if settings.standby_drivers:  # once the run is up: a standby for the next one
-            up = functools.partial(STANDBYS.ensure, launch, settings, db)
+        up = functools.partial(_ahead, launch, settings, db)
         code = _wait(proc, beat, settings.heartbeat_s, up)
         with db.session() as s:
             run = s.get(Run, run_id)
@@ -334,6 +428,14 @@ def supervise(db: Database, settings: Settings, queue: TaskQueue, run_id: int) -
             queue.execute(op_id)
         if outcome.restart_due:
             next_run = _restart(db, settings, queue, launch.pipeline, delay)
+
+
+def _ahead(launch: _Launch, settings: Settings, db: Database) -> None:
+    """Once a run is up: the drivers that the next runs will take over, as configured."""
+    if settings.standby_drivers:
+        STANDBYS.ensure(launch, settings, db)
+    if settings.spare_driver:
+        SPARES.ensure(settings)
 
 
 def _restart(
@@ -424,4 +526,4 @@ def _wait(
                 asked = True
 
 
-__all__ = ["SHUTDOWN", "STANDBYS", "Standbys", "reap", "supervise"]
+__all__ = ["SHUTDOWN", "SPARES", "STANDBYS", "Spares", "Standbys", "reap", "supervise"]

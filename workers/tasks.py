@@ -59,6 +59,7 @@ def _context() -> tuple[Settings, Database, CeleryQueue]:
 def _on_shutdown(**_: Any) -> None:
     supervisor.SHUTDOWN.set()
     supervisor.STANDBYS.discard_all()
+    supervisor.SPARES.discard_all()
 
 
 @app.task(name=LAUNCH)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -18,7 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from sqlalchemy import select
 
+from backend.db import Database
+from backend.models import Pipeline, Run
 from backend.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -124,15 +128,60 @@ class Platform:
         return [int(x) for x in out.stdout.split()]
 
     def driver_pids(self, pipeline: str, standby: bool = False) -> list[int]:
-        """The pipeline's driver processes (with `standby`: only those started as standbys,
-        taken over or not)."""
+        """The pipeline's driver processes: by command line, and its newest run's driver as
+        the database has it (a spare that took a run over keeps its own command line). With
+        `standby`: only those started as standbys, taken over or not."""
         storage = self.settings.storage_dir(pipeline)
         out = subprocess.run(
             ["pgrep", "-f", f"workers.runner run .*--storage {storage} {'.*--standby' * standby}"],
             capture_output=True,
             text=True,
         )
-        return [int(x) for x in out.stdout.split()]
+        pids = [int(x) for x in out.stdout.split()]
+        run = None if standby else self._newest_run_pid(pipeline)
+        if run is not None and run not in pids and os.path.exists(f"/proc/{run}"):
+            pids.append(run)
+        return pids
+
+    def _newest_run_pid(self, pipeline: str) -> int | None:
+        db = Database(self.settings.db_url)
+        try:
+            with db.session() as s:
+                pid: int | None = s.scalar(
+                    select(Run.pid)
+                    .join(Pipeline, Run.pipeline_id == Pipeline.id)
+                    .where(Pipeline.name == pipeline)
+                    .order_by(Run.id.desc())
+                    .limit(1)
+                )
+                return pid
+        finally:
+            db.dispose()
+
+    def spare_pids(self) -> list[int]:
+        """The worker's spare drivers (`workers.runner spare`: waiting, or running the run
+        they took over)."""
+        out = subprocess.run(
+            ["pgrep", "-f", "workers.runner spare"], capture_output=True, text=True
+        )
+        root = os.path.realpath(self.settings.roots[0])  # drivers' working directory
+        mine = []
+        for pid in (int(x) for x in out.stdout.split()):
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{pid}/cwd") == root:
+                    mine.append(pid)
+        return mine
+
+    def ready_spare(self) -> int | None:
+        """The worker's one spare driver waiting to take over, once it has said it is ready
+        (warmed up): its log stays in `spares/` until a run takes it over."""
+        ready = [
+            int(m.group(1))
+            for f in (self.data_dir / "spares").glob("spare-*.log")
+            if (m := re.search(r"spare: ready \(pid (\d+)", f.read_text()))
+        ]
+        alive = [pid for pid in ready if pid in self.spare_pids()]
+        return alive[0] if len(alive) == 1 else None
 
     def start_worker(self) -> None:
         """Another worker with beat (as an operator would after one died)."""
@@ -165,12 +214,14 @@ class Platform:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
-        # Nothing may outlive the platform: drivers die with their worker.
+        # Nothing may outlive the platform: drivers (spares too) die with their worker.
+        left = self.spare_pids()
         for pattern in (f"--storage {self.data_dir}", f"--schedule {self.data_dir}"):
             found = subprocess.run(["pgrep", "-f", "--", pattern], capture_output=True, text=True)
-            for pid in found.stdout.split():
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(pid), signal.SIGKILL)
+            left += [int(pid) for pid in found.stdout.split()]
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
     # -- HTTP helpers --
 

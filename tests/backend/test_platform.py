@@ -4,6 +4,7 @@ embedded (SQLite + kombu's SQLAlchemy transport). Crash tests kill real processe
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from collections.abc import Iterator
@@ -177,22 +178,47 @@ def without_reaper(tmp_path: Path) -> Iterator[Platform]:
     yield from platform(tmp_path, None, None, slow)
 
 
-def test_a_crashed_driver_is_restarted_at_once_by_its_supervisor(without_reaper: Platform) -> None:
+def test_a_crashed_driver_is_restarted_at_once_by_its_supervisor_on_the_spare(
+    without_reaper: Platform,
+) -> None:
     """No reaper runs and the backoff is an hour: the replacement comes from the supervisor
-    that ran the killed driver, and a first crash's restart does not wait."""
+    that ran the killed driver, a first crash's restart does not wait, and it takes over the
+    worker's spare driver (on by default), which stops once the worker runs nothing."""
     p = without_reaper
     name = "again"
     p.ok("POST", "/api/v1/pipelines", json={"spec": datagen_spec(name)})
     p.ok("POST", f"/api/v1/pipelines/{name}/start")
+    p.wait_step(name, 2)
+    spare = wait_until(p.ready_spare, 180, "a ready spare driver")
     step = p.wait_step(name, 2)
     (pid,) = p.driver_pids(name)
+    assert os.getpriority(os.PRIO_PROCESS, spare) == p.settings.driver_nice
     os.kill(pid, signal.SIGKILL)
     run = wait_until(lambda: restarted(p, name), 120, "the supervisor to restart it")
     dead = p.runs(name)[1]
     assert dead["state"] == "failed" and dead["exit_reason"] == "killed by SIGKILL"
     assert run["number"] == 2 and run["restart_count"] == 1
+    # The spare is the new run's driver (it keeps the spare's command line): no other.
+    assert p.driver_pids(name) == [spare]
+    wait_until(lambda: len(started(p, name)) == 2 or None, 60, "the new run's first step")
+    assert started(p, name)[-1]["pid"] == spare and started(p, name)[-1]["standby"]
+    lines = p.ok("GET", f"/api/v1/pipelines/{name}/logs")["lines"]
+    assert any("spare: taking over" in x for x in lines)
     p.wait_step(name, max(step, run["first_step"] or 0) + 2)
     assert p.pipeline(name)["state"] == "running"
+    # Once the new run is up, another spare for the next one; none once nothing runs.
+    wait_until(lambda: (x := p.ready_spare()) is not None and x != spare, 180, "the next spare")
+    stop = p.ok("POST", f"/api/v1/pipelines/{name}/stop")
+    p.wait_operation(stop["id"])
+    p.wait_state(name, "stopped")
+    wait_until(lambda: not p.spare_pids() or None, 120, "the spare to be retired")
+
+
+def started(p: Platform, name: str) -> list[dict[str, Any]]:
+    """The `started` records of the pipeline's runs (metrics.jsonl), oldest first."""
+    path = p.settings.storage_dir(name) / "metrics.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in records if r.get("event") == "started"]
 
 
 def write_input(root: Path) -> customers.Aggregate:

@@ -26,9 +26,11 @@ def test_smoke_report_has_every_figure(tmp_path: Path) -> None:
     assert "imports" not in report["recovery_standby_phases_ms"]
     # A log source's first step is read ahead too: no query start before it.
     assert "query_start" not in report["recovery_log_phases_ms"]
-    # Through the platform: the new driver's start-up and the platform's own part.
+    # Through the platform: the new driver's start-up and the platform's own part; the
+    # worker's spare driver (ready before the kill) took the new run over.
     assert 0 < report["recovery_platform_driver_ms"] < report["recovery_platform_ms"]
     assert report["recovery_platform_restart_ms"] > 0
+    assert report["recovery_platform_spare_runs"] == 1
     for side in ("spindle", "spark_rocksdb"):
         assert _finite(report["p50_batch_ms"][side])
         assert report[side]["batches"] >= 3

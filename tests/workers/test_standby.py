@@ -1,12 +1,14 @@
-"""Hot standby drivers (`run --standby`, workers/standby.py): the takeover line; a standby
-that is not needed, or is told nonsense, does not take over; the warm-up writes nothing
-outside its scratch directory. (A standby taking over a SIGKILLed run, with exactly-once
-output: tests/backend/test_platform.py; the standalone takeover: bench.pipeline's
-recovery_standby_ms, run by tests/bench.)"""
+"""Hot standby drivers (`run --standby`) and spare drivers (`spare`), workers/standby.py: the
+takeover lines; a standby or spare that is not needed, or is told nonsense, does not take
+over; the warm-up writes nothing outside its scratch directory; the worker keeps its spare
+only while it supervises runs, and hands it any run. (Standbys and spares taking over a
+SIGKILLed run, with exactly-once output: tests/backend/test_platform.py; the standalone
+takeover: bench.pipeline's recovery_standby_ms, run by tests/bench.)"""
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import sys
 import threading
@@ -28,7 +30,7 @@ from backend.settings import Settings
 from workers import supervisor
 from workers.runner import EXIT_SPEC, spark_session
 from workers.spec import parse_spec
-from workers.standby import Takeover, stand_by, warm_up
+from workers.standby import SpareTakeover, Takeover, stand_by, stand_by_spare, warm_up
 
 from .. import customers
 from ..backend.api_fixtures import clicks_spec, sqlite_url
@@ -120,3 +122,71 @@ def test_a_standby_is_retired_once_its_pipeline_is_not_meant_to_run(tmp_path: Pa
         time.sleep(0.05)
     assert not list((tmp_path / "runs").glob("standby-*.log"))  # it exited 0: log removed
     db.dispose()
+
+
+def test_spare_takeover_lines() -> None:
+    got = SpareTakeover.parse('{"argv": ["spec.json", "--storage", "s"]}\n', 3.0)
+    assert got == SpareTakeover(3.0, ["spec.json", "--storage", "s"])
+    bad = ["", "{}", '{"argv": []}', '{"argv": "spec.json"}', '{"argv": [1]}', "[]", "{not"]
+    bad += ['{"argv": ["s.json"], "run_id": 1}', '{"argv": ["s.json", "--standby"]}']
+    for line in bad:
+        with pytest.raises(ValueError):
+            SpareTakeover.parse(line, 0.0)
+
+
+def test_a_spare_not_needed_or_told_nonsense_never_takes_over(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a standby: the end of its input means not needed; a line that is not a spare's
+    takeover, exit 2; a takeover gives the run's arguments."""
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    assert stand_by_spare()[1] is None
+    monkeypatch.setattr(sys, "stdin", io.StringIO('{"from_checkpoint": "latest"}\n'))
+    with pytest.raises(typer.Exit) as exit_:
+        stand_by_spare()
+    assert exit_.value.exit_code == EXIT_SPEC
+    monkeypatch.setattr(sys, "stdin", io.StringIO('{"argv": ["p.json", "--storage", "s"]}\n'))
+    assert stand_by_spare()[1] == SpareTakeover(ANY, ["p.json", "--storage", "s"])
+
+
+def test_the_spare_serves_any_run_and_is_kept_only_while_runs_are_supervised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One spare per worker, spawned only while a run is supervised; a run's launch hands it
+    the run's arguments and its log; retired (input closed) when the last supervision ends."""
+    told = tmp_path / "told"
+    # A stand-in for `python -m workers.runner spare`: it records its input, then exits.
+    code = f"import sys, pathlib; pathlib.Path({str(told)!r}).write_text(sys.stdin.read())"
+    monkeypatch.setattr(supervisor, "_DRIVER", [sys.executable, "-c", code])
+    settings = Settings(data_dir=tmp_path)
+    spares = supervisor.Spares()
+    spares.ensure(settings)
+    assert spares.pid() is None  # the worker supervises nothing: no spare
+    (tmp_path / "runs").mkdir()
+    with spares.supervising():
+        spares.ensure(settings)
+        first = spares.pid()
+        assert first is not None
+        spares.ensure(settings)
+        assert spares.pid() == first  # one per worker
+        driver = [*supervisor._DRIVER, "run", "p.json", "--storage", "s"]
+        log_path = str(tmp_path / "runs" / "1.log")
+        launch = supervisor._Launch("p", driver, ["--run-id", "7"], "{}", log_path, "latest", 7)
+        sb = spares.take(launch)
+        assert sb is not None and sb.proc.pid == first and spares.pid() is None
+        assert sb.proc.wait(timeout=60) == 0
+        assert json.loads(told.read_text()) == {
+            "argv": ["p.json", "--storage", "s", "--run-id", "7"]
+        }
+        assert sb.log_path == log_path and os.path.exists(log_path)  # its log is the run's
+        assert spares.take(launch) is None  # taken: none left until the next is spawned
+        spares.ensure(settings)
+        second = spares.pid()
+        assert second is not None and second != first
+    assert spares.pid() is None
+    deadline = time.monotonic() + 60
+    # Retired: its input ended without a takeover; it exited 0, so its log is removed.
+    while list((tmp_path / "spares").glob("spare-*.log")):
+        assert time.monotonic() < deadline, "the spare was not retired"
+        time.sleep(0.05)
+    assert told.read_text() == "" and not os.path.exists(f"/proc/{second}")
