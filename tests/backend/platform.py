@@ -70,6 +70,9 @@ class Platform:
             "SPINDLE_HEARTBEAT_TIMEOUT_S": "8",
             "SPINDLE_REAP_INTERVAL_S": "1",
             "SPINDLE_RESTART_BACKOFF_S": "0.5",
+            # Off unless a test asks: a spare costs a JVM's warm-up (10-20 s of CPU) beside
+            # every pipeline a test starts, on machines the suite shares with itself.
+            "SPINDLE_SPARE_DRIVER": "false",
         }
         self.env.update(extra_env or {})
         if database_url:

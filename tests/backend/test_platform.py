@@ -173,9 +173,10 @@ def test_lifecycle_over_http(any_mode: Platform) -> None:
 
 @pytest.fixture
 def without_reaper(tmp_path: Path) -> Iterator[Platform]:
-    """Embedded; beat's reaper an hour apart, and so is every restart after the first."""
+    """Embedded; beat's reaper an hour apart, and so is every restart after the first; the
+    worker's spare driver on (as by default)."""
     slow = {"SPINDLE_REAP_INTERVAL_S": "3600", "SPINDLE_RESTART_BACKOFF_S": "3600"}
-    yield from platform(tmp_path, None, None, slow)
+    yield from platform(tmp_path, None, None, {**slow, "SPINDLE_SPARE_DRIVER": "true"})
 
 
 def test_a_crashed_driver_is_restarted_at_once_by_its_supervisor_on_the_spare(
