@@ -464,11 +464,11 @@ def platform_recovery(work: Path, repeats: int, log: Log) -> list[dict[str, Any]
     files repeated (`_platform_input`) and read one a second, and its driver is killed with
     SIGKILL `repeats` times, each once the run has completed 3 steps and been up
     PLATFORM_RESET_S (so that each crash is a first restart: no backoff) and the worker's
-    spare driver is ready. Per kill: ms from the kill
-    to the new run's first step (`recovery_ms`), of which the new driver's own part
-    (`driver_ms`: its `started` record, from the takeover, or from a cold driver's process
-    start) and the platform's part (`platform_ms`: the supervisor seeing the exit, recording
-    it, handing the run over); `spare`: whether the spare took the run over."""
+    spare driver is ready. Per kill: ms from the kill to the new run's first step
+    (`recovery_ms`), of which the new driver's own part (`driver_ms`: its `started` record,
+    from the takeover, or from a cold driver's process start) and the platform's part
+    (`platform_ms`: the supervisor seeing the exit, recording it, handing the run over);
+    `spare`: whether the spare took the run over."""
     import httpx
 
     from .api import API, Platform

@@ -81,6 +81,7 @@ class Platform:
             self.env["SPINDLE_BROKER_URL"] = broker_url
         self.proc: subprocess.Popen[bytes] | None = None
         self.workers: list[subprocess.Popen[bytes]] = []
+        self._db: Database | None = None  # the platform's database, once a test reads it
         self.client = httpx.Client(
             base_url=f"http://127.0.0.1:{self.port}",
             headers={"Authorization": f"Bearer {self.token}"},
@@ -147,19 +148,17 @@ class Platform:
         return pids
 
     def _newest_run_pid(self, pipeline: str) -> int | None:
-        db = Database(self.settings.db_url)
-        try:
-            with db.session() as s:
-                pid: int | None = s.scalar(
-                    select(Run.pid)
-                    .join(Pipeline, Run.pipeline_id == Pipeline.id)
-                    .where(Pipeline.name == pipeline)
-                    .order_by(Run.id.desc())
-                    .limit(1)
-                )
-                return pid
-        finally:
-            db.dispose()
+        if self._db is None:  # one engine for the platform's life: callers poll
+            self._db = Database(self.settings.db_url)
+        with self._db.session() as s:
+            pid: int | None = s.scalar(
+                select(Run.pid)
+                .join(Pipeline, Run.pipeline_id == Pipeline.id)
+                .where(Pipeline.name == pipeline)
+                .order_by(Run.id.desc())
+                .limit(1)
+            )
+            return pid
 
     def spare_pids(self) -> list[int]:
         """The worker's spare drivers (`workers.runner spare`: waiting, or running the run
@@ -183,7 +182,8 @@ class Platform:
             for f in (self.data_dir / "spares").glob("spare-*.log")
             if (m := re.search(r"spare: ready \(pid (\d+)", f.read_text()))
         ]
-        alive = [pid for pid in ready if pid in self.spare_pids()]
+        running = self.spare_pids()
+        alive = [pid for pid in ready if pid in running]
         return alive[0] if len(alive) == 1 else None
 
     def start_worker(self) -> None:
@@ -207,6 +207,8 @@ class Platform:
 
     def stop(self) -> None:
         self.client.close()
+        if self._db is not None:
+            self._db.dispose()
         procs = [p for p in (self.proc, *self.workers) if p is not None]
         for p in procs:
             if p.poll() is None:
