@@ -1,1 +1,5 @@
 """Benchmarks that run Spindle beside its peers in one process and print JSON (see README.md)."""
+
+# The engine chooses NumPy's CPU kernels; it must be imported before NumPy is
+# (storage_engine/cpu_dispatch.py).
+import storage_engine  # noqa: F401

@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from storage_engine import cpu_dispatch
+
 Log = Callable[[str], None]
 
 
@@ -67,7 +69,15 @@ def machine_info() -> dict[str, Any]:
         "memory_bytes": _mem_total(),
         "platform": platform.platform(),
         "load_average_at_start": list(os.getloadavg()),
+        "numpy_simd": _numpy_simd(),
     }
+
+
+def _numpy_simd() -> dict[str, Any]:
+    """The SIMD kernels NumPy dispatches to, and the features turned off for it
+    (storage_engine/cpu_dispatch.py turns AVX-512 off on AMD Zen 4)."""
+    found = np.__config__.CONFIG.get("SIMD Extensions", {}).get("found", [])
+    return {"found": list(found), "disabled": os.environ.get(cpu_dispatch.VARIABLE)}
 
 
 def engine_revision() -> dict[str, Any]:

@@ -1,5 +1,10 @@
 """Spindle's storage engine: Z-set batches, LSM spines, checkpoints. See README.md."""
 
+# First, before any import of NumPy: it picks its CPU kernels when imported.
+from . import cpu_dispatch  # noqa: F401
+
+# isort: split
+
 from .batch import Batch
 from .batch_file import BatchFile, WriteOptions
 from .commit import CommitHandle

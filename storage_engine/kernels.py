@@ -236,11 +236,16 @@ def empty(schema: ZSetSchema) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist([], schema=schema.arrow)
 
 
-def key_table(keys: Any, schema: ZSetSchema) -> pa.RecordBatch:
+def key_table(
+    keys: Any, schema: ZSetSchema, lead_range: tuple[Any, Any] | None = None
+) -> pa.RecordBatch:
     """Probe keys as a record batch of the key columns, sorted and unique.
 
     Accepts a record batch or table with the key columns, a dict of columns, a NumPy array
-    or a list (single key column), or a list of tuples (composite keys).
+    or a list (single key column), or a list of tuples (composite keys). `lead_range`: the
+    inclusive (min, max) of the first key column over the data to be probed; probes outside
+    it cannot match and are dropped before the sort, which is most of a lookup's own work
+    when many probed keys are absent.
     """
     ks = schema.key_schema
     if isinstance(keys, pa.Table):
@@ -258,7 +263,35 @@ def key_table(keys: Any, schema: ZSetSchema) -> pa.RecordBatch:
         rb = pa.record_batch(
             [pa.array(c, type=f.type) for c, f in zip(cols, schema.keys, strict=True)], schema=ks
         )
+    if lead_range is not None:
+        rb = _within(rb, *lead_range)
     return _unique_sorted_keys(rb, schema)
+
+
+def _within(rb: pa.RecordBatch, lo: Any, hi: Any) -> pa.RecordBatch:
+    """The rows of `rb` whose first column lies in [lo, hi] (null keys are kept: where
+    they sort is not this function's business). Types whose order Arrow's comparisons
+    may not share with the sort (floats: NaN) are left alone."""
+    col, typ = rb.column(0), rb.schema.field(0).type
+    if rb.num_rows == 0 or lo is None or hi is None:
+        return rb
+    if pa.types.is_integer(typ) and not col.null_count:
+        v = col.to_numpy()
+        keep = (v >= lo) & (v <= hi)
+    elif (
+        pa.types.is_string(typ)
+        or pa.types.is_large_string(typ)
+        or pa.types.is_binary(typ)
+        or pa.types.is_large_binary(typ)
+        or pa.types.is_temporal(typ)
+    ):
+        inside = pc.and_(
+            pc.greater_equal(col, pa.scalar(lo, typ)), pc.less_equal(col, pa.scalar(hi, typ))
+        )
+        keep = pc.fill_null(inside, True).to_numpy(zero_copy_only=False)
+    else:
+        return rb
+    return rb if keep.all() else rb.filter(pa.array(keep))
 
 
 def _unique_sorted_keys(rb: pa.RecordBatch, schema: ZSetSchema) -> pa.RecordBatch:

@@ -122,6 +122,14 @@ class _Entry:
         elif self.file is not None:
             yield from self.file.iter_blocks()
 
+    def key_bounds(self) -> tuple[tuple[Any, ...] | None, tuple[Any, ...] | None]:
+        """The batch's first and last key (None when empty)."""
+        mem = self.mem
+        if mem is not None:
+            return mem.first_key(), mem.last_key()
+        assert self.file is not None
+        return self.file.first_key(), self.file.last_key()
+
     def seek(
         self, probes: pa.RecordBatch, probe_encodings: kernels.ProbeEncodings
     ) -> kernels.Keyed:
@@ -154,6 +162,20 @@ class SpineStats:
     file_bytes: int
     merge_backlog: int
     merging: bool
+
+
+def _lead_range(entries: Sequence[_Entry]) -> tuple[Any, Any] | None:
+    """The range of the first key column over the batches (None: unknown or empty)."""
+    firsts, lasts = [], []
+    for e in entries:
+        first, last = e.key_bounds()
+        if first is None or last is None:
+            continue
+        if first[0] is None or last[0] is None:
+            return None
+        firsts.append(first[0])
+        lasts.append(last[0])
+    return (min(firsts), max(lasts)) if firsts else None
 
 
 def merge_stream(
@@ -300,13 +322,14 @@ class Spine:
 
     def seek(self, keys: Any) -> Batch:
         """The consolidated rows for the given keys, across all batches (one vectorised probe)."""
-        probes = kernels.key_table(keys, self.schema)
+        entries = self.snapshot()
+        probes = kernels.key_table(keys, self.schema, _lead_range(entries))
         if self.lower_bound is not None:
             probes = probes.slice(
                 kernels.count_below(probes, self.schema.key_names, self.lower_bound)
             )
         encodings: kernels.ProbeEncodings = {}
-        parts = [e.seek(probes, encodings) for e in self.snapshot()]
+        parts = [e.seek(probes, encodings) for e in entries]
         merged = kernels.merge_keyed([p for p, _ in parts], self.schema, [k for _, k in parts])
         return Batch(self.schema, *merged)
 

@@ -544,3 +544,49 @@ def test_string_seeks_across_batches_of_different_layouts_match_the_model(
             assert again.to_dict() == {r: w for r, w in want.items() if r[0] in half}
         finally:
             loc.close()
+
+
+@pytest.mark.parametrize(
+    ("schema", "inside", "outside"),
+    [
+        (INT, [3, 5, 7, 9], [-(2**40), 2, 10, 2**62]),
+        (STR, ["b", "bb", "c", "d"], ["", "a", "dd", "zz"]),
+        (
+            ZSetSchema.of([("t", pa.timestamp("us"))], [("v", pa.int64())]),
+            [dt.datetime(2024, 1, d) for d in (3, 5, 7, 9)],
+            [dt.datetime(1999, 1, 1), dt.datetime(2024, 1, 2), dt.datetime(2030, 1, 1)],
+        ),
+        (
+            ZSetSchema.of([("s", pa.string()), ("i", pa.int32())], [("v", pa.int64())]),
+            [("b", 1), ("b", 9), ("c", -4), ("d", 0)],
+            [("a", 1), ("e", 0)],
+        ),
+    ],
+)
+def test_probes_outside_the_spines_key_range_are_dropped_without_changing_the_answer(
+    schema: ZSetSchema, inside: list[Any], outside: list[Any]
+) -> None:
+    """A seek drops probes outside the first key column's range over all batches before it
+    sorts them: the same answer over batch files and over in-memory batches, and nulls
+    (which sort first) are still looked up."""
+    nk = len(schema.keys)
+    rows = [((k if nk > 1 else (k,)), (1,), 1) for k in inside]
+    want = Batch.from_tuples(schema, rows).to_dict()
+    for settings_ in (small(memory_budget_bytes=1), EngineSettings()):  # files, memory
+        with tempfile.TemporaryDirectory() as d, open_loc(d, settings_) as loc:
+            sp = loc.spine("op", schema)
+            sp.insert(Batch.from_tuples(schema, rows[:2]))
+            sp.insert(Batch.from_tuples(schema, rows[2:]))
+            files = {e.file is not None for e in sp.snapshot()}  # (merges may join them)
+            assert files == {settings_.memory_budget_bytes == 1}
+            assert sp.seek([*outside, *inside[::-1], *outside]).to_dict() == want
+            assert len(sp.seek(outside)) == 0
+    nullable = ZSetSchema.of([("k", pa.int64())], [("v", pa.int64())])
+    b = Batch.from_tuples(nullable, [((None,), (1,), 2), ((4,), (1,), 1)])
+    assert b.seek([None, 99]).to_dict() == {(None, 1): 2}
+    with tempfile.TemporaryDirectory() as d, open_loc(d) as loc:
+        sp = loc.spine("n", nullable)
+        sp.insert(Batch.from_tuples(nullable, [((4,), (1,), 1)]))
+        assert sp.seek([None, 4, 99]).to_dict() == {(4, 1): 1}
+        sp.insert(b)
+        assert sp.seek([None, 4, 99]).to_dict() == {(None, 1): 2, (4, 1): 2}
