@@ -30,7 +30,9 @@ import itertools
 import os
 import struct
 import zlib
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -220,8 +222,26 @@ def _message_bytes(rb: pa.RecordBatch, options: pa.ipc.IpcWriteOptions) -> pa.Bu
     return reader.read_next_message().serialize()
 
 
+# Blocks of one file encoded ahead of its writes (at most this many in flight).
+_ENCODE_AHEAD = 2
+
+
+@dataclass(frozen=True)
+class _EncodedBlock:
+    msg: pa.Buffer
+    bloom: bytes
+    crc: int
+    rows: int
+
+
 class BatchFileWriter:
-    """Streams sorted, consolidated rows into a new batch file, one block at a time."""
+    """Streams sorted, consolidated rows into a new batch file, one block at a time.
+
+    From a file's second block on, blocks are encoded (IPC message, bloom filter, checksum)
+    on a thread of the writer's own while the caller produces the next rows, e.g. a merge:
+    on a spare core, a large merge output costs the merge rather than merge plus encoding.
+    Writes stay on the caller's thread, in block order. A one-block file starts no thread.
+    """
 
     def __init__(
         self, fs: FileLayer, path: str, schema: ZSetSchema, options: WriteOptions = WriteOptions()
@@ -234,6 +254,8 @@ class BatchFileWriter:
         self._index: list[dict[str, Any]] = []
         self._firsts: list[pa.RecordBatch] = []
         self._lasts: list[pa.RecordBatch] = []
+        self._encoder: ThreadPoolExecutor | None = None
+        self._encoding: deque[Future[_EncodedBlock]] = deque()
         self.rows = 0
         flags = FLAG_BLOOM if options.bloom else 0
         flags |= _COMPRESSION_CODES[options.compression] << 1
@@ -257,29 +279,55 @@ class BatchFileWriter:
         self._pending = [rest] if rest.num_rows else []
         self._pending_rows = rest.num_rows
         block = pa.concat_batches([block])  # own compact buffers, not views of `whole`
+        keys = block.select(self.schema.key_names)
+        self._firsts.append(keys.slice(0, 1))
+        self._lasts.append(keys.slice(block.num_rows - 1, 1))
+        self.rows += block.num_rows
+        if not self._index and not self._encoding:
+            self._append(self._encode(block))
+            return
+        if self._encoder is None:
+            self._encoder = ThreadPoolExecutor(1, thread_name_prefix="batch-file-encoder")
+        self._encoding.append(self._encoder.submit(self._encode, block))
+        while len(self._encoding) > _ENCODE_AHEAD:
+            self._append(self._encoding.popleft().result())
+
+    def _encode(self, block: pa.RecordBatch) -> _EncodedBlock:
         # serialize() gives the same message bytes as a stream writer, without the round trip
         msg = block.serialize() if self.options.compression is None else None
         if msg is None:
             msg = _message_bytes(block, self._ipc)
         keys = block.select(self.schema.key_names)
         bloom = build_bloom(key_hashes(keys, self.schema)) if self.options.bloom else b""
+        return _EncodedBlock(msg, bloom, _CHECKSUM(bloom, _CHECKSUM(msg, 0)), block.num_rows)
+
+    def _append(self, e: _EncodedBlock) -> None:
         offset = self._f.tell()
-        crc = _CHECKSUM(bloom, _CHECKSUM(msg, 0))
-        self._f.write(msg)
-        self._f.write(bloom)
-        self._f.write(b"\0" * _pad(msg.size + len(bloom)))
+        self._f.write(e.msg)
+        self._f.write(e.bloom)
+        self._f.write(b"\0" * _pad(e.msg.size + len(e.bloom)))
         self._index.append(
             {
                 "offset": offset,
-                "length": msg.size,
-                "bloom_length": len(bloom),
-                "rows": block.num_rows,
-                "crc": crc,
+                "length": e.msg.size,
+                "bloom_length": len(e.bloom),
+                "rows": e.rows,
+                "crc": e.crc,
             }
         )
-        self._firsts.append(keys.slice(0, 1))
-        self._lasts.append(keys.slice(block.num_rows - 1, 1))
-        self.rows += block.num_rows
+
+    def _drain(self) -> None:
+        """Write every block still being encoded, in order."""
+        while self._encoding:
+            self._append(self._encoding.popleft().result())
+
+    def _stop_encoder(self) -> None:
+        for f in self._encoding:
+            f.cancel()
+        self._encoding.clear()
+        if self._encoder is not None:
+            self._encoder.shutdown(wait=True)
+            self._encoder = None
 
     @property
     def has_pending(self) -> bool:
@@ -294,6 +342,8 @@ class BatchFileWriter:
         try:
             while self._pending_rows:
                 self._flush_block(min(self._pending_rows, self.options.block_rows))
+            self._drain()
+            self._stop_encoder()
             schema_off = self._f.tell()
             schema_msg = self.schema.arrow.serialize()
             self._f.write(schema_msg)
@@ -327,6 +377,7 @@ class BatchFileWriter:
         return size
 
     def abort(self) -> None:
+        self._stop_encoder()
         self._f.close()
         _remove_quietly(self.fs, self.path + ".mut")
 

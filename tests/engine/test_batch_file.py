@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import errno
+import itertools
 import math
 import os
 import struct
 import tempfile
+import threading
 import zlib
 from pathlib import Path
 from typing import Any
@@ -288,6 +291,61 @@ def test_streaming_writer_cuts_exact_blocks(tmp_path: Path, cache: BufferCache) 
     bf = _open(path, cache, INT)
     assert [bf.block(i).num_rows for i in range(bf.num_blocks)] == [64] * 15 + [40]
     assert bf.to_batch().to_dict() == batch.to_dict()
+
+
+def _encoders() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("batch-file-encoder")]
+
+
+def test_blocks_after_the_first_are_encoded_ahead_on_a_thread_that_ends_with_the_file(
+    tmp_path: Path, cache: BufferCache
+) -> None:
+    """Many blocks: the same file as block-by-block encoding would give (every block's
+    checksum and bloom verified on read), written in order; one block: no thread at all;
+    the thread is gone after finish, and after abort when a write fails midway."""
+    batch = Batch.from_tuples(INT, [((k,), (k % 5,), 1) for k in range(2000)])
+    before = set(_encoders())
+    one = str(tmp_path / ("01" * 16 + ".batch"))
+    w = BatchFileWriter(FS, one, INT, WriteOptions(block_rows=4096))
+    w.write(batch.data)
+    assert set(_encoders()) == before
+    w.finish()
+    many = str(tmp_path / ("02" * 16 + ".batch"))
+    w = BatchFileWriter(FS, many, INT, WriteOptions(block_rows=50))
+    for start in range(0, 2000, 333):
+        w.write(batch.data.slice(start, 333))
+    assert set(_encoders()) - before  # encoding ahead
+    w.finish()
+    assert set(_encoders()) == before
+    bf = _open(many, cache, INT)
+    assert bf.num_blocks == 40
+    assert bf.to_batch().to_dict() == batch.to_dict() == _open(one, cache, INT).to_batch().to_dict()
+    assert len(_seek(bf, [7, 1999, 5000])) == 2
+
+    class FailingWrites(PosixFileLayer):
+        def create(self, path: str) -> Any:
+            inner = super().create(path)
+            writes = itertools.count()
+
+            class File:
+                def __getattr__(self, name: str) -> Any:
+                    return getattr(inner, name)
+
+                def write(self, data: Any) -> None:
+                    if next(writes) == 12:
+                        raise OSError(errno.EIO, "injected")
+                    inner.write(data)
+
+            return File()
+
+    bad = str(tmp_path / ("03" * 16 + ".batch"))
+    w = BatchFileWriter(FailingWrites(), bad, INT, WriteOptions(block_rows=50))
+    with pytest.raises(OSError, match="injected"):
+        for start in range(0, 2000, 100):
+            w.write(batch.data.slice(start, 100))
+    w.abort()
+    assert set(_encoders()) == before
+    assert not os.path.exists(bad + ".mut") and not os.path.exists(bad)
 
 
 def test_abort_leaves_nothing(tmp_path: Path) -> None:
