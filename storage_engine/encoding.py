@@ -237,6 +237,19 @@ def _common_prefix(col: pa.Array) -> bytes:
     return shared_prefix(mm["min"].as_py(), mm["max"].as_py())
 
 
+def runs_prefix(runs: Sequence[pa.Array]) -> bytes | None:
+    """The bytes every value of some sorted string columns starts with (None: not strings,
+    or nulls). In byte order, what the smallest first value and the largest last value
+    share, everything between them shares."""
+    if not runs or not is_stringish(runs[0].type):
+        return None
+    ends = [r.slice(i, 1) for r in runs if len(r) for i in (0, len(r) - 1)]
+    if not ends:
+        return None
+    bounds = pa.concat_arrays(ends)
+    return None if bounds.null_count else _common_prefix(bounds)
+
+
 def shared_prefix(lo: str | bytes | None, hi: str | bytes | None) -> bytes:
     """The bytes two values start with (b"" if one is missing)."""
     if lo is None or hi is None:
@@ -252,12 +265,12 @@ def shared_prefix(lo: str | bytes | None, hi: str | bytes | None) -> bytes:
 
 
 def _encode_strings(
-    col: pa.Array, like: StringLayout | None
+    col: pa.Array, like: StringLayout | None, prefix: bytes | None = None
 ) -> tuple[list[Array], StringLayout, Array | None] | None:
     starts, lens, data = _buffers(col)
     valid: Array | None = None
     if like is None:
-        prefix = _common_prefix(col)
+        prefix = _common_prefix(col) if prefix is None else prefix
         cut = len(prefix)
         longest = int(lens.max()) if len(lens) else 0
         chunks = max(1, -(-(longest - cut) // 8))
@@ -277,12 +290,17 @@ def _encode_strings(
 
 
 def encode(
-    rb: pa.RecordBatch, names: Sequence[str], like: Encoding | None = None
+    rb: pa.RecordBatch,
+    names: Sequence[str],
+    like: Encoding | None = None,
+    first_prefix: bytes | None = None,
 ) -> tuple[Encoding, Array | None] | None:
     """Encode columns `names` of `rb`; None if some column cannot be encoded.
 
     With `like` (the encoding of a sorted batch), encodes probe rows comparably and also
     returns a mask of the rows that can match at all (string prefix shared, length fits).
+    `first_prefix`: the bytes every value of the first column starts with, when the caller
+    knows them (rows that are sorted runs on it: `runs_prefix`), sparing a pass over them.
     """
     cols: list[Array] = []
     layouts: list[StringLayout | None] = []
@@ -301,7 +319,7 @@ def encode(
         ref = like.layouts[i] if like is not None else None
         if like is not None and ref is None:
             return None
-        enc = _encode_strings(col, ref)
+        enc = _encode_strings(col, ref, first_prefix if i == 0 else None)
         if enc is None:
             return None
         parts, layout, ok = enc

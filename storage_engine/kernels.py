@@ -150,18 +150,24 @@ def _consolidate(
     sort: bool,
     runs: bool,
     row_encoding: encoding.Encoding | None = None,
+    first_prefix: bytes | None = None,
 ) -> Keyed:
     """Consolidate, and hand back the output's key encoding when it was worth computing.
 
     The row encoding made for sorting starts with the key columns' encoding, so gathering
     it for the surviving rows is much cheaper than encoding the output again at its first
     seek. Purely numeric keys are views of the columns: nothing to carry. `row_encoding`:
-    the rows' encoding, if the caller has it already.
+    the rows' encoding, if the caller has it already; else `first_prefix`, the first key
+    column's common string prefix, if the caller knows it (`encoding.encode`).
     """
     if rb.num_rows == 0:
         return rb, None
     names = schema.row_names
-    enc = (row_encoding, None) if row_encoding is not None else encoding.encode(rb, names)
+    enc = (
+        (row_encoding, None)
+        if row_encoding is not None
+        else encoding.encode(rb, names, first_prefix=first_prefix)
+    )
     if enc is not None:
         cols = enc[0].cols
         order = _numpy_order(cols, runs) if sort else None
@@ -212,7 +218,9 @@ def merge_keyed(
         return pairs[0] if pairs else (empty(schema), None)
     rb = pa.concat_batches([b for b, _ in pairs])
     rows = _concat_encodings(rb, schema, [e for _, e in pairs])
-    return _consolidate(rb, schema, sort=True, runs=True, row_encoding=rows)
+    # sorted runs: their ends give the first key column's string prefix
+    first = encoding.runs_prefix([b.column(0) for b, _ in pairs]) if rows is None else None
+    return _consolidate(rb, schema, sort=True, runs=True, row_encoding=rows, first_prefix=first)
 
 
 def _concat_encodings(

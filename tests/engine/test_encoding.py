@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from storage_engine import encoding
+from tests.conftest import trials
 
 values = st.lists(st.binary(max_size=40), min_size=1, max_size=60)
 
@@ -77,3 +78,38 @@ def test_probes_encoded_like_a_batch_match_exactly_its_equal_values(
     for j, p in enumerate(probes):
         hit = rows.get(tuple(int(c[j]) for c in penc[0].cols)) if valid[j] else None
         assert (hit == p) if p in rows.values() else hit is None
+
+
+@settings(max_examples=trials(100, 20), deadline=None)
+@given(
+    st.lists(
+        st.lists(st.sampled_from(["", "a", "ab", "abc", "abd", "user-01", "user-02", "zz"])),
+        max_size=4,
+    )
+)
+def test_runs_prefix_is_the_common_prefix_of_sorted_runs(runs: list[list[str]]) -> None:
+    """What the ends of sorted runs share is what all their values share; a merge encodes
+    its concatenated runs with it and gets what encoding from scratch gives."""
+    arrays = [pa.array(sorted(r), pa.string()) for r in runs]
+    values = [v for r in runs for v in r]
+    got = encoding.runs_prefix(arrays)
+    if not values:
+        assert got is None
+        return
+    raw = [v.encode() for v in values]
+    n = 0
+    while all(len(v) > n and v[n] == raw[0][n] for v in raw):
+        n += 1
+    want = raw[0][:n]
+    assert got == want
+    rb = pa.record_batch([pa.concat_arrays(arrays)], names=["k"])
+    fresh, given_ = encoding.encode(rb, ["k"]), encoding.encode(rb, ["k"], first_prefix=got)
+    assert fresh is not None and given_ is not None
+    assert fresh[0].layouts == given_[0].layouts
+    assert all((a == b).all() for a, b in zip(fresh[0].cols, given_[0].cols, strict=True))
+
+
+def test_runs_prefix_is_none_without_strings_or_with_nulls() -> None:
+    assert encoding.runs_prefix([pa.array([1, 2])]) is None
+    assert encoding.runs_prefix([pa.array([None, "a"], pa.string())]) is None
+    assert encoding.runs_prefix([]) is None
