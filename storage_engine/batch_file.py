@@ -222,8 +222,11 @@ def _message_bytes(rb: pa.RecordBatch, options: pa.ipc.IpcWriteOptions) -> pa.Bu
     return reader.read_next_message().serialize()
 
 
-# Blocks of one file encoded ahead of its writes (at most this many in flight).
-_ENCODE_AHEAD = 2
+# Blocks of one file encoded ahead of its writes (at most this many in flight), by this many
+# threads: encoding a block takes about as long as merging its rows, so with one thread the
+# merge ends up waiting for it.
+_ENCODE_AHEAD = 3
+_ENCODERS = 2
 
 
 @dataclass(frozen=True)
@@ -238,7 +241,7 @@ class BatchFileWriter:
     """Streams sorted, consolidated rows into a new batch file, one block at a time.
 
     From a file's second block on, blocks are encoded (IPC message, bloom filter, checksum)
-    on a thread of the writer's own while the caller produces the next rows, e.g. a merge:
+    on threads of the writer's own while the caller produces the next rows, e.g. a merge:
     on a spare core, a large merge output costs the merge rather than merge plus encoding.
     Writes stay on the caller's thread, in block order. A one-block file starts no thread.
     """
@@ -287,7 +290,7 @@ class BatchFileWriter:
             self._append(self._encode(block))
             return
         if self._encoder is None:
-            self._encoder = ThreadPoolExecutor(1, thread_name_prefix="batch-file-encoder")
+            self._encoder = ThreadPoolExecutor(_ENCODERS, thread_name_prefix="batch-file-encoder")
         self._encoding.append(self._encoder.submit(self._encode, block))
         while len(self._encoding) > _ENCODE_AHEAD:
             self._append(self._encoding.popleft().result())

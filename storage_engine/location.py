@@ -324,7 +324,7 @@ class StorageLocation:
     @property
     def merger(self) -> Merger:
         if self._merger is None:
-            self._merger = Merger()
+            self._merger = Merger(self.settings.merge_threads)
         return self._merger
 
     def spine(self, op_id: str, schema: ZSetSchema) -> Spine:

@@ -20,6 +20,9 @@ class EngineSettings(BaseModel):
     bloom: bool = True
     merge_fanout: int = Field(4, ge=2, description="batches of one size tier merged together")
     merge_base_rows: int = Field(8192, gt=0, description="batches up to this size are tier 0")
+    merge_threads: int = Field(
+        2, ge=1, description="threads running a location's merges (of disjoint batches)"
+    )
     max_batches_per_spine: int = Field(
         48, gt=0, description="inserts wait for merges beyond this many batches"
     )

@@ -4,7 +4,7 @@ Invariants:
 - the spine's contents are the Z-set sum of its batches, minus rows below `lower_bound`;
 - readers work on an immutable snapshot (a tuple of entries), so a merge swapping its output
   in never changes what an in-flight read sees;
-- merges run on the location's merger thread and are swapped in only when complete; the
+- merges run on the location's merger threads and are swapped in only when complete; the
   inputs stay live (and in any checkpoint that lists them) until then;
 - in-memory batches count against the location's memory budget; over it, merges stream their
   outputs to files (freeing their inputs' memory), and the largest idle batches are spilled to
@@ -229,12 +229,21 @@ def _last_row(rb: pa.RecordBatch | None, names: list[str]) -> tuple[Any, ...]:
 
 
 class Merger:
-    """One background thread per location running merge tasks for all its spines."""
+    """Background threads per location running merge tasks for all its spines.
 
-    def __init__(self) -> None:
+    A spine plans merges of disjoint groups (entries are marked busy), so several can run
+    at once: with two threads, the small merges of new batches need not wait behind a
+    large merge that is writing a file.
+    """
+
+    def __init__(self, threads: int = 1) -> None:
         self._q: queue.Queue[Callable[[], None] | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._run, name="spine-merger", daemon=True)
-        self._thread.start()
+        self._threads = [
+            threading.Thread(target=self._run, name=f"spine-merger-{i}", daemon=True)
+            for i in range(threads)
+        ]
+        for t in self._threads:
+            t.start()
 
     def submit(self, task: Callable[[], None]) -> None:
         self._q.put(task)
@@ -250,8 +259,10 @@ class Merger:
                 task()
 
     def close(self) -> None:
-        self._q.put(None)
-        self._thread.join()
+        for _ in self._threads:
+            self._q.put(None)
+        for t in self._threads:
+            t.join()
 
 
 class Spine:

@@ -26,6 +26,7 @@ from storage_engine import (
     ZSetSchema,
 )
 from storage_engine.fileio import PosixFileLayer
+from storage_engine.spine import Spine
 from tests.conftest import trials
 
 from .strategies import (
@@ -590,3 +591,43 @@ def test_probes_outside_the_spines_key_range_are_dropped_without_changing_the_an
         assert sp.seek([None, 4, 99]).to_dict() == {(4, 1): 1}
         sp.insert(b)
         assert sp.seek([None, 4, 99]).to_dict() == {(None, 1): 2, (4, 1): 2}
+
+
+def test_merges_of_disjoint_batches_run_at_once_on_the_merger_threads() -> None:
+    """With two merger threads, a merge of new batches completes while an earlier merge is
+    still running (held here until then), and the spine ends with what was inserted."""
+    first_started, release = threading.Event(), threading.Event()
+    seen: list[int] = []
+    original = Spine._merge_entries
+
+    def held(self: Spine, group: list[Any]) -> Any:
+        if not seen:
+            seen.append(len(group))
+            first_started.set()
+            assert release.wait(30)
+        else:
+            seen.append(len(group))
+        return original(self, group)
+
+    settings_ = EngineSettings(merge_threads=2, merge_fanout=2, merge_base_rows=1)
+    with tempfile.TemporaryDirectory() as d, open_loc(d, settings_) as loc:
+        sp = loc.spine("op", INT)
+        model: Model = {}
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(Spine, "_merge_entries", held)
+            for k in range(2):
+                rows = [((k,), (0,), 1)]
+                sp.insert(batch_of(CASES["int64"], rows))
+                add_rows(model, rows)
+            assert first_started.wait(30)
+            for k in range(100, 104):  # two batches of 2 rows: the level above the first two
+                rows = [((k,), (0,), 1), ((k + 50,), (0,), 1)]
+                sp.insert(batch_of(CASES["int64"], rows))
+                add_rows(model, rows)
+            deadline = time.monotonic() + 30
+            while len(seen) < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert len(seen) >= 2  # a second merge ran while the first was held
+            release.set()
+            loc.wait_idle()
+        assert_matches(sp.to_batch(), model)
