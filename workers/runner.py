@@ -730,6 +730,7 @@ class Runner:
         self.exit_code: int | None = None
         self._draining = False
         self._gate = threading.Lock()  # makes "not draining, so busy" one step
+        self._last_allowed_step: int | None = None  # `run(max_steps)`: no step beyond it
         self.dead_letters = os.path.join(storage, "dead-letters")
         self._rollback_dead_letters()
         src = spec.source
@@ -771,9 +772,12 @@ class Runner:
 
     def process(self, df: DataFrame, batch_id: int) -> None:
         with self._gate:
-            if self._draining:
-                # The query is being stopped (exit, pause): take no new step. Spark counts
-                # the batch as done, but the next query starts from this run's own offset.
+            last = self._last_allowed_step
+            if self._draining or (last is not None and self.step >= last):
+                # The query is being stopped (exit, pause, `max_steps` reached: the run's
+                # loop notices within its poll, while the query may start another batch):
+                # take no new step. Spark counts the batch as done, but the next query
+                # starts from this run's own offset.
                 return
             self._busy = True
         try:
@@ -1332,6 +1336,7 @@ class Runner:
         `request_exit`. While `paused` the query is stopped and the state stays open; it
         restarts from the current offset on resume."""
         self._last_step_at = time.monotonic()
+        self._last_allowed_step = None if max_steps is None else self.first_step + max_steps
         durations = QueryProgress(self._batch_durations)
         durations.add(self.spark)
         try:

@@ -12,7 +12,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pyarrow.parquet as pq
 import pytest
@@ -135,6 +135,7 @@ def test_restore_an_older_checkpoint_then_continue(tmp_path: Path, spark: SparkS
         r = Runner(spec, state, base_dir=str(base), spark=spark, from_checkpoint=ck)
         try:
             r.run(max_steps=steps)
+            assert r.step == r.first_step + steps
             r.commit(wait=True)
         finally:
             r.close()
@@ -147,12 +148,32 @@ def test_restore_an_older_checkpoint_then_continue(tmp_path: Path, spark: SparkS
     with StorageLocation.open(
         str(tmp_path / "a" / "state"), read_only=True, checkpoint="none"
     ) as loc:
+        # a checkpoint per step, the last one twice (`commit`); retention keeps 5
+        assert [c.step for c in loc.list_checkpoints()] == [3, 4, 5, 6, 6]
         at3 = next(c for c in loc.list_checkpoints() if c.step == 3)
     run(str(tmp_path / "a" / "state"), tmp_path / "a", 3, ck=at3.uuid)
     os.makedirs(tmp_path / "b")
     run(str(tmp_path / "b" / "state"), tmp_path / "b", 6)
     a, b = _integrated(tmp_path / "a" / "out"), _integrated(tmp_path / "b" / "out")
     assert a == b and a
+
+
+def test_a_batch_delivered_after_max_steps_is_not_a_step(
+    tmp_path: Path, spark: SparkSession
+) -> None:
+    """`run(max_steps=N)` notices the N-th step within its poll, while the query (a 50 ms
+    trigger here) may hand over one more batch before it is stopped: that batch takes no
+    step, so a run is exactly N steps (and N checkpoints under an every-step policy)."""
+    spec = parse_spec(_fast(yaml.safe_load((EXAMPLES / "clicks-per-user.yaml").read_text())))
+    r = Runner(spec, str(tmp_path / "state"), base_dir=str(tmp_path), spark=spark)
+    try:
+        r.run(max_steps=2)
+        assert r.step == r.first_step + 2
+        r._draining = False  # as if the loop had not noticed yet
+        r.process(cast(Any, None), 10**6)  # returns before reading the batch
+        assert r.step == r.first_step + 2 and not r._busy
+    finally:
+        r.close()
 
 
 def test_log_example_runs_on_appended_records(tmp_path: Path, spark: SparkSession) -> None:
