@@ -287,20 +287,19 @@ class BatchFileWriter:
         self._lasts.append(keys.slice(block.num_rows - 1, 1))
         self.rows += block.num_rows
         if not self._index and not self._encoding:
-            self._append(self._encode(block))
+            self._append(self._encode(block, keys))
             return
         if self._encoder is None:
             self._encoder = ThreadPoolExecutor(_ENCODERS, thread_name_prefix="batch-file-encoder")
-        self._encoding.append(self._encoder.submit(self._encode, block))
+        self._encoding.append(self._encoder.submit(self._encode, block, keys))
         while len(self._encoding) > _ENCODE_AHEAD:
             self._append(self._encoding.popleft().result())
 
-    def _encode(self, block: pa.RecordBatch) -> _EncodedBlock:
+    def _encode(self, block: pa.RecordBatch, keys: pa.RecordBatch) -> _EncodedBlock:
         # serialize() gives the same message bytes as a stream writer, without the round trip
         msg = block.serialize() if self.options.compression is None else None
         if msg is None:
             msg = _message_bytes(block, self._ipc)
-        keys = block.select(self.schema.key_names)
         bloom = build_bloom(key_hashes(keys, self.schema)) if self.options.bloom else b""
         return _EncodedBlock(msg, bloom, _CHECKSUM(bloom, _CHECKSUM(msg, 0)), block.num_rows)
 

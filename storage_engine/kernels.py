@@ -286,13 +286,7 @@ def _within(rb: pa.RecordBatch, lo: Any, hi: Any) -> pa.RecordBatch:
     if pa.types.is_integer(typ) and not col.null_count:
         v = col.to_numpy()
         keep = (v >= lo) & (v <= hi)
-    elif (
-        pa.types.is_string(typ)
-        or pa.types.is_large_string(typ)
-        or pa.types.is_binary(typ)
-        or pa.types.is_large_binary(typ)
-        or pa.types.is_temporal(typ)
-    ):
+    elif encoding.is_stringish(typ) or pa.types.is_temporal(typ):
         inside = pc.and_(
             pc.greater_equal(col, pa.scalar(lo, typ)), pc.less_equal(col, pa.scalar(hi, typ))
         )

@@ -772,8 +772,7 @@ class Runner:
 
     def process(self, df: DataFrame, batch_id: int) -> None:
         with self._gate:
-            last = self._last_allowed_step
-            if self._draining or (last is not None and self.step >= last):
+            if self._draining or self._max_steps_reached():
                 # The query is being stopped (exit, pause, `max_steps` reached: the run's
                 # loop notices within its poll, while the query may start another batch):
                 # take no new step. Spark counts the batch as done, but the next query
@@ -1300,6 +1299,10 @@ class Runner:
         if self.exit_code is None:
             self.exit_code = code
 
+    def _max_steps_reached(self) -> bool:
+        last = self._last_allowed_step
+        return last is not None and self.step >= last
+
     def drain(self, timeout_s: float = 120.0) -> None:
         """Let the step in flight finish before the query stops: stopping cancels its Spark
         jobs, which would fail the step (and the run) instead of ending it cleanly."""
@@ -1340,7 +1343,7 @@ class Runner:
         durations = QueryProgress(self._batch_durations)
         durations.add(self.spark)
         try:
-            return self._run(max_steps, stop_when_idle)
+            return self._run(stop_when_idle)
         finally:
             durations.remove(self.spark)
 
@@ -1357,7 +1360,7 @@ class Runner:
         rec = {"ts": time.time(), "event": "batch", "batch_id": progress["batchId"]}
         self._metrics_file({**rec, "duration_ms": durations})
 
-    def _run(self, max_steps: int | None, stop_when_idle: float | None) -> RunResult:
+    def _run(self, stop_when_idle: float | None) -> RunResult:
         failed = 0  # queries in a row that failed outside a step
         while self.exit_code is None:
             if self.paused:
@@ -1366,7 +1369,7 @@ class Runner:
             ahead, self._ahead = self._ahead, None
             if ahead is not None:
                 self._first_step_ahead(ahead)
-                if max_steps is not None and self.step - self.first_step >= max_steps:
+                if self._max_steps_reached():
                     break
                 continue  # then the query, unless the run was told to exit or pause
             self._draining = False
@@ -1381,7 +1384,7 @@ class Runner:
                 while q.isActive and self.exit_code is None and not self.paused:
                     if self.error is not None:
                         break
-                    if max_steps is not None and self.step - self.first_step >= max_steps:
+                    if self._max_steps_reached():
                         break
                     if stop_when_idle is not None and not self._busy:
                         # The query's start-up, up to its first trigger, is not idleness.
