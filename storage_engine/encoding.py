@@ -40,6 +40,10 @@ class Encoding:
     cols: list[Array]
     layouts: list[StringLayout | None]  # one per source column; None for numeric columns
 
+    def slice(self, start: int, stop: int | None = None) -> Encoding:
+        """The encoding of rows [start, stop) (views, no copy)."""
+        return Encoding([c[start:stop] for c in self.cols], self.layouts)
+
 
 def is_numeric(t: pa.DataType) -> bool:
     """Types whose values map to NumPy integers in order: ints, timestamps, dates, bools."""

@@ -113,14 +113,19 @@ class _Entry:
             return mem.nbytes
         return file.size if file is not None else 0
 
-    def chunks(self, rows: int) -> Iterator[pa.RecordBatch]:
+    def chunks(self, rows: int) -> Iterator[kernels.Keyed]:
+        """The rows in order, in chunks of about `rows`, each with its key encoding when
+        the batch has one at hand (an in-memory batch made by a sort or merge): merging
+        chunks then needs no new encoding of their string keys."""
         mem = self.mem
         if mem is not None:
-            data = mem.data
+            data, enc = mem.data, mem.known_key_encoding
             for start in range(0, data.num_rows, rows):
-                yield data.slice(start, rows)
+                stop = start + rows
+                yield data.slice(start, rows), None if enc is None else enc.slice(start, stop)
         elif self.file is not None:
-            yield from self.file.iter_blocks()
+            for block in self.file.iter_blocks():
+                yield block, None
 
     def key_bounds(self) -> tuple[tuple[Any, ...] | None, tuple[Any, ...] | None]:
         """The batch's first and last key (None when empty)."""
@@ -179,25 +184,26 @@ def _lead_range(entries: Sequence[_Entry]) -> tuple[Any, Any] | None:
 
 
 def merge_stream(
-    sources: Sequence[Iterator[pa.RecordBatch]], schema: ZSetSchema
+    sources: Sequence[Iterator[kernels.Keyed]], schema: ZSetSchema
 ) -> Iterator[pa.RecordBatch]:
     """K-way merge of sorted, consolidated chunk streams into consolidated chunks, in order.
 
     Holds one chunk per source: each round emits every buffered row <= the smallest "last row"
     among sources that still have more to read, so equal rows always meet in one round.
+    A chunk's key encoding (None: unknown) is sliced along with it.
     """
     names = schema.row_names
     its = list(sources)
-    bufs: list[pa.RecordBatch | None] = [next(it, None) for it in its]
+    bufs: list[kernels.Keyed | None] = [next(it, None) for it in its]
     done = [b is None for b in bufs]
     while True:
-        live = [i for i, b in enumerate(bufs) if b is not None and b.num_rows]
+        live = [i for i, b in enumerate(bufs) if b is not None and b[0].num_rows]
         if not live:
             return
         tails = [_last_row(bufs[i], names) for i in live if not done[i]]
-        parts: list[pa.RecordBatch] = []
+        parts: list[kernels.Keyed] = []
         if not tails:
-            parts = [bufs[i] for i in live]
+            parts = [b for b in (bufs[i] for i in live) if b is not None]
             for i in live:
                 bufs[i] = None
         else:
@@ -208,23 +214,25 @@ def merge_stream(
             for i in live:
                 b = bufs[i]
                 assert b is not None
-                n = kernels.count_at_most(b, names, cut)
+                rb, enc = b
+                n = kernels.count_at_most(rb, names, cut)
                 if n:
-                    parts.append(b.slice(0, n))
-                    bufs[i] = b.slice(n)
-        out = kernels.merge_sorted(parts, schema)
+                    parts.append((rb.slice(0, n), None if enc is None else enc.slice(0, n)))
+                    bufs[i] = (rb.slice(n), None if enc is None else enc.slice(n))
+        out = kernels.merge_keyed([p for p, _ in parts], schema, [e for _, e in parts])[0]
         if out.num_rows:
             yield out
         for i, b in enumerate(bufs):
-            while not done[i] and (b is None or b.num_rows == 0):
+            while not done[i] and (b is None or b[0].num_rows == 0):
                 b = next(its[i], None)
                 if b is None:
                     done[i] = True
                 bufs[i] = b
 
 
-def _last_row(rb: pa.RecordBatch | None, names: list[str]) -> tuple[Any, ...]:
-    assert rb is not None
+def _last_row(chunk: kernels.Keyed | None, names: list[str]) -> tuple[Any, ...]:
+    assert chunk is not None
+    rb = chunk[0]
     return kernels.row_tuple(rb, names, rb.num_rows - 1)
 
 

@@ -26,7 +26,7 @@ from storage_engine import (
     ZSetSchema,
 )
 from storage_engine.fileio import PosixFileLayer
-from storage_engine.spine import Spine
+from storage_engine.spine import Spine, merge_stream
 from tests.conftest import trials
 
 from .strategies import (
@@ -428,6 +428,40 @@ def test_scan_chunks_are_sorted_and_consolidated_across_files(name: str) -> None
                 assert all(e.mem is None for e in sp.snapshot())
                 assert_scan_is_ordered(list(sp.scan(chunk_rows=4)), model)
                 assert_matches(sp.to_batch(), model)
+
+    check()
+
+
+@pytest.mark.parametrize("name", ["string", "composite", "int64"])
+def test_merge_stream_with_the_chunks_key_encodings_equals_merging_without_them(
+    name: str,
+) -> None:
+    """Chunks of in-memory batches carry slices of their key encodings into the merge
+    (sparing a new encoding of their strings); the merged chunks must not change, whether
+    the sources' string prefixes agree or not (they then fall back to a fresh encoding)."""
+    case = CASES[name]
+
+    def chunks(b: Batch, rows: int, keyed: bool) -> Any:
+        enc = b.known_key_encoding if keyed else None
+        for at in range(0, len(b), rows):
+            yield b.data.slice(at, rows), None if enc is None else enc.slice(at, at + rows)
+
+    @settings(
+        max_examples=trials(20, 4), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    )
+    @given(
+        parts=st.lists(rows_strategy(case, 50), min_size=2, max_size=5),
+        rows=st.integers(1, 12),
+    )
+    def check(parts: list[list[tuple[Row, Row, int]]], rows: int) -> None:
+        batches = [batch_of(case, p) for p in parts]
+        model: Model = {}
+        for p in parts:
+            add_rows(model, p)
+        plain = list(merge_stream([chunks(b, rows, False) for b in batches], case.schema))
+        keyed = list(merge_stream([chunks(b, rows, True) for b in batches], case.schema))
+        assert [c.to_pylist() for c in keyed] == [c.to_pylist() for c in plain]
+        assert_scan_is_ordered([Batch(case.schema, c) for c in keyed], model)
 
     check()
 
