@@ -720,33 +720,50 @@ class BatchFile:
         return enc
 
     def seek(self, probes: pa.RecordBatch) -> pa.RecordBatch:
-        """Rows whose key is among the sorted, unique `probes` (skips blocks via index/bloom).
+        """Rows whose key is among the sorted, unique `probes` (skips blocks via index/bloom)."""
+        return self.seek_keyed(probes)[0]
+
+    def seek_keyed(
+        self, probes: pa.RecordBatch, probe_encodings: kernels.ProbeEncodings | None = None
+    ) -> kernels.Keyed:
+        """`seek`, with the found rows' key encoding when one binary search over the whole
+        file's keys served (else None).
 
         The probes are encoded once, with the file's prefix cut, and every block's keys with
         the same cut: the blocks then need no encoding of their probe subsets.
+        `probe_encodings`: the lookup's encodings of the probes, shared with its other
+        batches (one with this file's cut is used, one made here is added).
         """
         if self.num_blocks == 0 or probes.num_rows == 0:
-            return kernels.empty(self.schema)
+            return kernels.empty(self.schema), None
         prefixes = self._seek_prefixes()
         fences = self._fence_leads(prefixes) if prefixes is not None else None
-        penc = (
-            encoding.encode_prefixed(probes, self.schema.key_names, prefixes)
-            if prefixes is not None and fences is not None
-            else None
-        )
-        if prefixes is None or fences is None or penc is None:
-            return self._seek_blocks(probes)
-        enc, valid = penc
+        if prefixes is None or fences is None:
+            return self._seek_blocks(probes), None
+        cut = tuple(prefixes)
+        shared = probe_encodings.by_cut.get(cut) if probe_encodings is not None else None
+        if shared is None:
+            penc = encoding.encode_prefixed(probes, self.schema.key_names, prefixes)
+            if penc is None:
+                return self._seek_blocks(probes), None
+            enc, valid = penc
+            if valid.all():
+                shared = (enc, None)
+            else:
+                sel = np.flatnonzero(valid)
+                shared = (encoding.Encoding([c[sel] for c in enc.cols], enc.layouts), valid)
+            if probe_encodings is not None:
+                probe_encodings.by_cut[cut] = shared
+        enc, mask = shared
         pcols = enc.cols
-        if not valid.all():
-            probes = probes.filter(pa.array(valid))
-            pcols = [c[valid] for c in pcols]
+        if mask is not None:
+            probes = probes.filter(pa.array(mask))
         lo = np.searchsorted(pcols[0], fences[0], side="left")
         hi = np.searchsorted(pcols[0], fences[1], side="right")
         touched = np.flatnonzero(hi > lo).tolist()
         whole = self._whole_keys(prefixes, len(touched), len(pcols))
         if whole is not None:
-            return self._seek_whole(whole, encoding.Encoding(pcols, enc.layouts))
+            return self._seek_whole(whole, enc)
         parts: list[pa.RecordBatch] = []
         for i in touched:
             a, b = int(lo[i]), int(hi[i])
@@ -776,8 +793,8 @@ class BatchFile:
             if found.num_rows:
                 parts.append(found)
         if not parts:
-            return kernels.empty(self.schema)
-        return parts[0] if len(parts) == 1 else pa.concat_batches(parts)
+            return kernels.empty(self.schema), None
+        return (parts[0] if len(parts) == 1 else pa.concat_batches(parts)), None
 
     def _whole_keys(
         self, prefixes: list[bytes | None], touched: int, width: int
@@ -811,7 +828,10 @@ class BatchFile:
 
     def _seek_whole(
         self, whole: tuple[encoding.Encoding, npt.NDArray[np.int64]], probes: encoding.Encoding
-    ) -> pa.RecordBatch:
+    ) -> kernels.Keyed:
+        """One binary search over all the file's keys; the found rows, with their keys'
+        encoding gathered from the file's (a merge with other batches' rows then need not
+        encode them)."""
         enc, starts = whole
         bcols, pcols = encoding.align(enc, probes)
         rows = kernels.seek_rows(bcols, pcols)  # ascending file row numbers
@@ -822,8 +842,9 @@ class BatchFile:
             if b > a:
                 parts.append(self.block(i).take(pa.array(rows[a:b] - starts[i])))
         if not parts:
-            return kernels.empty(self.schema)
-        return parts[0] if len(parts) == 1 else pa.concat_batches(parts)
+            return kernels.empty(self.schema), None
+        found = parts[0] if len(parts) == 1 else pa.concat_batches(parts)
+        return found, encoding.Encoding([c[rows] for c in enc.cols], enc.layouts)
 
     def _seek_blocks(self, probes: pa.RecordBatch) -> pa.RecordBatch:
         """`seek` for keys without a file-wide encoding: each block encodes its own."""

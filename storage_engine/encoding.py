@@ -268,9 +268,15 @@ def shared_prefix(lo: str | bytes | None, hi: str | bytes | None) -> bytes:
     return a[:n]
 
 
+def cut_of(enc: Encoding) -> tuple[bytes | None, ...]:
+    """An encoding's prefix cut: each string column's prefix, None for numeric columns."""
+    return tuple(None if lay is None else lay.prefix for lay in enc.layouts)
+
+
 def _encode_strings(
-    col: pa.Array, like: StringLayout | None, prefix: bytes | None = None
+    col: pa.Array, like: StringLayout | None, prefix: bytes | None = None, checked: bool = False
 ) -> tuple[list[Array], StringLayout, Array | None] | None:
+    """`checked`: every value is known to start with `like`'s prefix (no check, no mask)."""
     starts, lens, data = _buffers(col)
     valid: Array | None = None
     if like is None:
@@ -284,7 +290,7 @@ def _encode_strings(
     else:
         layout, cut = like, len(like.prefix)
         valid = lens <= cut + 8 * like.chunks
-        if cut:
+        if cut and not checked:
             raw = col if pa.types.is_binary(col.type) else col.cast(pa.binary())
             starts_ok = pc.starts_with(raw, pattern=like.prefix)
             valid &= np.asarray(starts_ok.to_numpy(zero_copy_only=False), dtype=bool)
@@ -335,7 +341,10 @@ def encode(
 
 
 def encode_prefixed(
-    rb: pa.RecordBatch, names: Sequence[str], prefixes: Sequence[bytes | None]
+    rb: pa.RecordBatch,
+    names: Sequence[str],
+    prefixes: Sequence[bytes | None],
+    checked: bool = False,
 ) -> tuple[Encoding, Array] | None:
     """Encode columns `names` with a given prefix cut per string column (None for numeric
     columns), each with as many chunks as its longest value needs (at most `MAX_CHUNKS`).
@@ -345,6 +354,8 @@ def encode_prefixed(
     the probes serves every block of a file. Also returns the mask of rows that start with
     their prefixes (the others cannot equal a row that does). None if a column has nulls or
     no encoding, or a value needs more than `MAX_CHUNKS` chunks after its prefix.
+    `checked`: the caller knows that every row starts with its prefixes (rows between two
+    values that share them), sparing the check.
     """
     cols: list[Array] = []
     layouts: list[StringLayout | None] = []
@@ -367,7 +378,7 @@ def encode_prefixed(
         chunks = max(1, -(-(longest - len(prefix)) // 8))
         if chunks > MAX_CHUNKS:
             return None
-        enc = _encode_strings(col, StringLayout(prefix, chunks))
+        enc = _encode_strings(col, StringLayout(prefix, chunks), checked=checked)
         if enc is None:
             return None
         parts, layout, ok = enc

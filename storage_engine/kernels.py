@@ -13,6 +13,7 @@ zero weights dropped: the batch invariant.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -255,25 +256,81 @@ def key_table(
     it cannot match and are dropped before the sort, which is most of a lookup's own work
     when many probed keys are absent.
     """
+    rb = _key_batch(keys, schema)
+    if lead_range is not None:
+        rb = _within(rb, *lead_range)
+    return _unique_sorted_keys(rb, schema)
+
+
+def probe_table(
+    keys: Any, schema: ZSetSchema, lead_range: tuple[Any, Any] | None
+) -> tuple[pa.RecordBatch, ProbeEncodings]:
+    """`key_table(keys, schema, lead_range)`, and the encoding of the probes made on the
+    way, for the batches of the lookup to share.
+
+    Keys whose first column is a string: every key in `lead_range` starts with the bytes
+    its two ends share, so the probes left in the range are encoded with that prefix cut
+    (no pass to find their own prefix, no check that they have it) and sorted on it. A
+    batch or file whose keys have the same cut (the usual case: it spans most of the range)
+    then compares with those columns directly, without encoding the probes again.
+    """
+    encodings = ProbeEncodings()
+    rb = _key_batch(keys, schema)
+    if lead_range is not None:
+        rb = _within(rb, *lead_range)
+    cut = _lead_cut(schema, lead_range)
+    got = encoding.encode_prefixed(rb, schema.key_names, cut, checked=True) if cut else None
+    if cut is None or got is None or rb.num_rows == 0:
+        return _unique_sorted_keys(rb, schema), encodings
+    enc = got[0]
+    cols = enc.cols
+    if rb.num_rows > 1 and not _strictly_increasing(cols):
+        order = _numpy_order(cols, runs=False)
+        order = order[np.concatenate(([True], _numpy_changes(cols, order)))]
+        cols = [c[order] for c in cols]
+        rb = rb.take(pa.array(order))
+    encodings.by_cut[cut] = (encoding.Encoding(cols, enc.layouts), None)
+    return rb, encodings
+
+
+def _key_batch(keys: Any, schema: ZSetSchema) -> pa.RecordBatch:
+    """`key_table`'s accepted forms of probe keys as one record batch of the key columns."""
     ks = schema.key_schema
     if isinstance(keys, pa.Table):
         keys = keys.combine_chunks().to_batches()[0] if keys.num_rows else ks.empty_table()
     if isinstance(keys, pa.Table):
-        rb = pa.RecordBatch.from_pylist([], schema=ks)
-    elif isinstance(keys, pa.RecordBatch):
-        rb = keys.select(schema.key_names).cast(ks)
-    elif isinstance(keys, dict):
-        rb = pa.record_batch({n: keys[n] for n in schema.key_names}, schema=ks)
-    elif len(schema.keys) == 1 and not (len(keys) and isinstance(keys[0], tuple)):
-        rb = pa.record_batch([pa.array(keys, type=schema.keys[0].type)], schema=ks)
-    else:
-        cols: list[Any] = list(zip(*keys, strict=True)) if len(keys) else [[] for _ in schema.keys]
-        rb = pa.record_batch(
-            [pa.array(c, type=f.type) for c, f in zip(cols, schema.keys, strict=True)], schema=ks
-        )
-    if lead_range is not None:
-        rb = _within(rb, *lead_range)
-    return _unique_sorted_keys(rb, schema)
+        return pa.RecordBatch.from_pylist([], schema=ks)
+    if isinstance(keys, pa.RecordBatch):
+        return keys.select(schema.key_names).cast(ks)
+    if isinstance(keys, dict):
+        return pa.record_batch({n: keys[n] for n in schema.key_names}, schema=ks)
+    if len(schema.keys) == 1 and not (len(keys) and isinstance(keys[0], tuple)):
+        return pa.record_batch([pa.array(keys, type=schema.keys[0].type)], schema=ks)
+    cols: list[Any] = list(zip(*keys, strict=True)) if len(keys) else [[] for _ in schema.keys]
+    return pa.record_batch(
+        [pa.array(c, type=f.type) for c, f in zip(cols, schema.keys, strict=True)], schema=ks
+    )
+
+
+def _lead_cut(
+    schema: ZSetSchema, lead_range: tuple[Any, Any] | None
+) -> tuple[bytes | None, ...] | None:
+    """The prefix cut shared by every key in `lead_range` when the first key column is a
+    string: its ends' common prefix, then none for the other columns (None: numeric); None
+    when there is no such cut (no range, numeric first column, a column with no encoding)."""
+    if lead_range is None or lead_range[0] is None or lead_range[1] is None:
+        return None
+    cut: list[bytes | None] = []
+    for j, f in enumerate(schema.keys):
+        if encoding.is_numeric(f.type):
+            if j == 0:
+                return None
+            cut.append(None)
+        elif encoding.is_stringish(f.type):
+            cut.append(encoding.shared_prefix(*lead_range) if j == 0 else b"")
+        else:
+            return None
+    return tuple(cut)
 
 
 def _within(rb: pa.RecordBatch, lo: Any, hi: Any) -> pa.RecordBatch:
@@ -347,8 +404,27 @@ def key_encoding(rb: pa.RecordBatch, schema: ZSetSchema) -> KeyEncoding | None:
     return enc[0] if enc is not None else None
 
 
-# Probes' encoded columns (those that can match) by the key layout they were made for.
-ProbeEncodings = dict[tuple[encoding.StringLayout | None, ...], list[npt.NDArray[Any]]]
+Cut = tuple[bytes | None, ...]  # a prefix per string key column, None for numeric ones
+
+
+@dataclass
+class ProbeEncodings:
+    """The probes' encodings made during one lookup, for its batches to share.
+
+    `by_cut`: per prefix cut (one prefix per string key column, None for numeric ones), the
+    encoding of the probes that start with the prefixes (each string column with as many
+    chunks as its longest probe needs), and which probes those are (None: all). Batches and
+    files whose keys have that cut compare with it directly (`encoding.align`).
+    `by_layout`: per exact key layout, the encoded columns of the probes that can match a
+    batch of that layout (for probes too long for a complete encoding).
+    """
+
+    by_cut: dict[
+        tuple[bytes | None, ...], tuple[encoding.Encoding, npt.NDArray[np.bool_] | None]
+    ] = field(default_factory=dict)
+    by_layout: dict[tuple[encoding.StringLayout | None, ...], list[npt.NDArray[Any]]] = field(
+        default_factory=dict
+    )
 
 
 def seek(
@@ -401,8 +477,12 @@ def seek_positions(
     benc = enc if enc is not None else key_encoding(rb, schema)
     if benc is None:
         return _seek_arrow(rb, probes, schema)
+    if probe_encodings is not None:
+        shared = probe_encodings.by_cut.get(encoding.cut_of(benc))
+        if shared is not None:
+            return seek_rows(*encoding.align(benc, shared[0]))
     layout = tuple(benc.layouts)
-    pcols = probe_encodings.get(layout) if probe_encodings is not None else None
+    pcols = probe_encodings.by_layout.get(layout) if probe_encodings is not None else None
     if pcols is None:
         penc = encoding.encode(probes, schema.key_names, like=benc)
         if penc is None:
@@ -412,7 +492,7 @@ def seek_positions(
             sel = np.flatnonzero(valid)
             pcols = [c[sel] for c in pcols]
         if probe_encodings is not None:
-            probe_encodings[layout] = pcols
+            probe_encodings.by_layout[layout] = pcols
     return seek_rows(benc.cols, pcols)
 
 

@@ -142,7 +142,7 @@ class _Entry:
         if mem is not None:
             return mem.seek_probes_keyed(probes, probe_encodings)
         assert self.file is not None
-        return self.file.seek(probes), None
+        return self.file.seek_keyed(probes, probe_encodings)
 
     def range(self, lo: Sequence[Any] | None, hi: Sequence[Any] | None) -> pa.RecordBatch:
         mem = self.mem
@@ -342,12 +342,13 @@ class Spine:
     def seek(self, keys: Any) -> Batch:
         """The consolidated rows for the given keys, across all batches (one vectorised probe)."""
         entries = self.snapshot()
-        probes = kernels.key_table(keys, self.schema, _lead_range(entries))
+        probes, encodings = kernels.probe_table(keys, self.schema, _lead_range(entries))
         if self.lower_bound is not None:
-            probes = probes.slice(
-                kernels.count_below(probes, self.schema.key_names, self.lower_bound)
-            )
-        encodings: kernels.ProbeEncodings = {}
+            below = kernels.count_below(probes, self.schema.key_names, self.lower_bound)
+            probes = probes.slice(below)
+            for cut, (enc, valid) in encodings.by_cut.items():
+                assert valid is None  # probe_table's: one row per probe, in order
+                encodings.by_cut[cut] = (enc.slice(below), None)
         parts = [e.seek(probes, encodings) for e in entries]
         merged = kernels.merge_keyed([p for p, _ in parts], self.schema, [k for _, k in parts])
         return Batch(self.schema, *merged)

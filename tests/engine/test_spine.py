@@ -24,6 +24,8 @@ from storage_engine import (
     SchemaMismatchError,
     StorageLocation,
     ZSetSchema,
+    encoding,
+    kernels,
 )
 from storage_engine.fileio import PosixFileLayer
 from storage_engine.spine import Spine, merge_stream
@@ -625,6 +627,44 @@ def test_probes_outside_the_spines_key_range_are_dropped_without_changing_the_an
         assert sp.seek([None, 4, 99]).to_dict() == {(4, 1): 1}
         sp.insert(b)
         assert sp.seek([None, 4, 99]).to_dict() == {(None, 1): 2, (4, 1): 2}
+
+
+@pytest.mark.parametrize("name", ["string", "composite", "nullable_string", "int64"])
+def test_a_lookups_probe_table_is_key_tables_and_its_encoding_is_the_probes(name: str) -> None:
+    """`kernels.probe_table` (a spine's seek) gives `key_table`'s probes for any lead range,
+    and the encoding it hands to the lookup's batches is exactly the encoding of those
+    probes with the range's prefix cut (a string lead column), one row per probe."""
+    case = CASES[name]
+    names = case.schema.key_names
+    shared = []  # lookups that handed an encoding on
+
+    @settings(max_examples=trials(60, 10), deadline=None)
+    @given(
+        keys=st.lists(case.key, max_size=30),
+        ends=st.tuples(case.key, case.key),
+    )
+    def check(keys: list[Row], ends: tuple[Row, Row]) -> None:
+        firsts = sorted((e[0] for e in ends), key=lambda v: (v is not None, v))
+        lead = None if firsts[0] is None else (firsts[0], firsts[1])
+        for lead_range in (lead, None):
+            probes, encodings = kernels.probe_table(keys, case.schema, lead_range)
+            assert probes.equals(kernels.key_table(keys, case.schema, lead_range))
+            shared.extend(encodings.by_cut)
+            for cut, (enc, valid) in encodings.by_cut.items():
+                assert valid is None and lead_range is not None
+                assert isinstance(cut[0], bytes)
+                assert all(v.encode().startswith(cut[0]) for v in probes.column(0).to_pylist())
+                want = encoding.encode_prefixed(probes, names, cut)
+                assert want is not None and bool(want[1].all())
+                assert len(enc.cols) == len(want[0].cols)
+                for got_col, want_col in zip(enc.cols, want[0].cols, strict=True):
+                    assert np.array_equal(got_col, want_col)
+
+    check()
+    if name in ("string", "composite"):  # a string lead column: the encoding is handed on
+        assert shared
+    if name == "int64":
+        assert not shared
 
 
 def test_merges_of_disjoint_batches_run_at_once_on_the_merger_threads() -> None:
