@@ -212,7 +212,7 @@ def _records(metrics: Path) -> list[dict[str, Any]]:
     return [r for r in _all_records(metrics) if "step" in r]
 
 
-def _events(metrics: Path, event: str) -> list[dict[str, Any]]:
+def events(metrics: Path, event: str) -> list[dict[str, Any]]:
     """The records of one event: `started` (one per run that completed a step: its start-up
     phases) or `batch` (Spark's durations of each micro-batch that ran a step)."""
     return [r for r in _all_records(metrics) if r.get("event") == event]
@@ -312,7 +312,7 @@ def recovery(
     spec = spindle_spec(work) if source == "files" else log_spec(work, state)
     spare = _runner(work, spec, state, standby=True) if standby else None
     if spare is not None:
-        _wait_ready(spare)
+        wait_ready(spare)
     p = _runner(work, spec, state)
     metrics = state / "metrics.jsonl"
     while len(_records(metrics)) < 3:
@@ -331,28 +331,31 @@ def recovery(
     else:
         p = _runner(work, spec, state)
     # Until the new run's first step and its `started` record (written right after it).
-    while len(_records(metrics)) <= before or len(_events(metrics, "started")) < 2:
+    while len(_records(metrics)) <= before or len(events(metrics, "started")) < 2:
         if p.poll() is not None:
             raise RuntimeError("the restarted runner ended without a step")
         time.sleep(0.02)
     first = _records(metrics)[before]["ts"]
-    phases: dict[str, float] = _events(metrics, "started")[-1]["phases_ms"]
+    phases: dict[str, float] = events(metrics, "started")[-1]["phases_ms"]
     p.send_signal(signal.SIGKILL)  # measured: the rest of the input is not needed
     p.wait()
     return float(first - killed) * 1000, phases
 
 
-def _wait_ready(spare: subprocess.Popen[bytes], timeout_s: float = 300) -> None:
-    """Until a standby says it is ready (its stdout line `standby: ready ...`)."""
-    assert spare.stdout is not None
+def wait_ready(
+    driver: subprocess.Popen[bytes], role: str = "standby", timeout_s: float = 300
+) -> None:
+    """Until a standby (or a spare: `role`) says it is ready (its stdout line
+    `standby: ready ...`)."""
+    assert driver.stdout is not None
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        line = spare.stdout.readline()
+        line = driver.stdout.readline()
         if not line:
-            raise RuntimeError(f"the standby ended before it was ready ({spare.wait()})")
-        if line.startswith(b"standby: ready"):
+            raise RuntimeError(f"the {role} ended before it was ready ({driver.wait()})")
+        if line.startswith(f"{role}: ready".encode()):
             return
-    raise RuntimeError("the standby was not ready in time")
+    raise RuntimeError(f"the {role} was not ready in time")
 
 
 def _spark_peer(work: Path, checkpoint: Path, progress: Path) -> None:
@@ -491,22 +494,22 @@ def platform_recovery(work: Path, repeats: int, log: Log) -> list[dict[str, Any]
             c.post(f"{API}/pipelines/{spec['name']}/start").raise_for_status()
         for _ in range(repeats):
             _wait_steps(metrics, len(_records(metrics)) + 3)
-            started = _events(metrics, "started")[-1]["ts"]
+            started = events(metrics, "started")[-1]["ts"]
             time.sleep(max(0.0, started + PLATFORM_RESET_S - time.time()))
             deadline = time.monotonic() + 300
             while not _spare_ready(root):  # as the platform runs: its spare driver ready
                 if time.monotonic() > deadline:
                     raise RuntimeError("the platform's spare driver was not ready in time")
                 time.sleep(0.1)
-            pid = int(_events(metrics, "started")[-1]["pid"])  # a spare's run, or a cold one
-            before, runs = len(_records(metrics)), len(_events(metrics, "started"))
+            pid = int(events(metrics, "started")[-1]["pid"])  # a spare's run, or a cold one
+            before, runs = len(_records(metrics)), len(events(metrics, "started"))
             os.kill(pid, signal.SIGKILL)
             killed = time.time()
             _wait_steps(metrics, before + 1)
             first = _records(metrics)[before]["ts"]
-            while len(_events(metrics, "started")) <= runs:  # written right after that step
+            while len(events(metrics, "started")) <= runs:  # written right after that step
                 time.sleep(0.02)
-            new_run = _events(metrics, "started")[-1]
+            new_run = events(metrics, "started")[-1]
             driver, spare = float(new_run["total_ms"]), bool(new_run["standby"])
             total = (first - killed) * 1000
             out.append(

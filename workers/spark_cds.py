@@ -200,7 +200,6 @@ def _workload(dump_to: Path) -> None:
     from pyspark import SparkContext
 
     from .runner import Runner, spark_session
-    from .spec import parse_spec
 
     spark = spark_session(
         "spindle-cds",
@@ -209,7 +208,7 @@ def _workload(dump_to: Path) -> None:
     )
     with tempfile.TemporaryDirectory(prefix="spindle-cds-") as tmp:
         work = Path(tmp)
-        specs = [files_spec(work), parse_spec(_NEXMARK_JOIN)]
+        specs = [files_spec(work), nexmark_join_spec()]
         for i, spec in enumerate(specs):
             runner = Runner(spec, str(work / f"storage-{i}"), spark=spark, base_dir=str(work))
             try:
@@ -224,8 +223,15 @@ def _workload(dump_to: Path) -> None:
     jvm.wait(timeout=_JVM_EXIT_TIMEOUT_S)
 
 
+def nexmark_join_spec() -> S.PipelineSpec:
+    """The archive's join workload: docs/examples/nexmark-q3.yaml without its sink."""
+    from .spec import parse_spec
+
+    return parse_spec(NEXMARK_JOIN)
+
+
 # docs/examples/nexmark-q3.yaml without its sink (the worker image has no docs/).
-_NEXMARK_JOIN = {
+NEXMARK_JOIN = {
     "name": "cds-nexmark",
     "source": {"kind": "datagen", "generator": "nexmark", "seed": 1, "rows_per_second": 10000},
     "state": [
@@ -244,17 +250,39 @@ _NEXMARK_JOIN = {
 }
 
 
-def files_spec(work: Path) -> S.PipelineSpec:
-    inp = work / "in"
+def files_spec(work: Path, fmt: str = "json") -> S.PipelineSpec:
+    """The archive's files workload: 2 files of 500 rows (customer, amount, ts) under
+    `work` as JSON lines (`in/`), CSV with a header (`in-csv/`) or Parquet (`in-parquet/`),
+    a transform, a group and a window aggregate, a files sink."""
+    inp = work / ("in" if fmt == "json" else f"in-{fmt}")
     inp.mkdir()
     for f in range(2):
-        lines = [
-            json.dumps(
-                {"customer": f"c{i % 50}", "amount": i, "ts": f"2024-01-01T00:0{f}:{i % 60:02d}Z"}
-            )
+        rows = [
+            {"customer": f"c{i % 50}", "amount": i, "ts": f"2024-01-01T00:0{f}:{i % 60:02d}Z"}
             for i in range(500)
         ]
-        (inp / f"part-{f}.json").write_text("\n".join(lines) + "\n")
+        if fmt == "json":
+            (inp / f"part-{f}.json").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+        elif fmt == "csv":
+            lines = ["customer,amount,ts"] + [
+                f"{r['customer']},{r['amount']},{r['ts']}" for r in rows
+            ]
+            (inp / f"part-{f}.csv").write_text("\n".join(lines) + "\n")
+        else:
+            import pyarrow as pa
+            import pyarrow.compute as pc
+            import pyarrow.parquet as pq
+
+            table = pa.table(
+                {
+                    "customer": [r["customer"] for r in rows],
+                    "amount": pa.array([r["amount"] for r in rows], pa.int64()),
+                    "ts": pc.assume_timezone(
+                        pc.strptime([r["ts"] for r in rows], "%Y-%m-%dT%H:%M:%SZ", "us"), "UTC"
+                    ),
+                }
+            )
+            pq.write_table(table, inp / f"part-{f}.parquet")
     from .spec import parse_spec
 
     return parse_spec(
@@ -263,7 +291,7 @@ def files_spec(work: Path) -> S.PipelineSpec:
             "source": {
                 "kind": "files",
                 "path": str(inp),
-                "format": "json",
+                "format": fmt,
                 "schema": {"customer": "string", "amount": "bigint", "ts": "timestamp"},
                 "max_files_per_step": 1,
             },

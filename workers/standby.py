@@ -18,13 +18,15 @@ A spare is the same for no pipeline in particular:
 
     python -m workers.runner spare
 
-starts Spark, warms up on a small built-in pipeline (`warm_up_spare`: JSON files, a group
-and a window aggregate, in a scratch directory), then waits for one line
-(`SpareTakeover`: `{"argv": [...]}`, the arguments of a `run`) and becomes that run, on its
-already started Spark. End of input first means not needed (exit 0). The control plane keeps
-one per worker while it runs pipelines (`SPINDLE_SPARE_DRIVER`): any pipeline's next driver
-skips Spark's start-up and most of its first micro-batch's cold work, for one idle driver's
-memory per worker rather than one per pipeline.
+starts Spark, warms up on small built-in pipelines (`warm_up_spare`: a group and a window
+aggregate over JSON, CSV and Parquet files, then a join, in a scratch directory), then waits
+for one line (`SpareTakeover`: `{"argv": [...]}`, the arguments of a `run`) and becomes that
+run, on its already started Spark. End of input first means not needed (exit 0). The control
+plane keeps one per worker while it runs pipelines (`SPINDLE_SPARE_DRIVER`): any pipeline's
+next driver skips Spark's start-up and most of its first micro-batch's cold work, for one idle
+driver's memory per worker rather than one per pipeline. Spark names its application when it
+starts, so a spare's stays `spindle:spare` whatever run it becomes; the run's streaming query
+carries the pipeline's name (`spindle:<pipeline>:<pid>:...`).
 """
 
 from __future__ import annotations
@@ -178,7 +180,7 @@ def stand_by_spare() -> tuple[SparkSession, SpareTakeover | None]:
     """`spare` up to the takeover: Spark started and warmed up on a built-in pipeline
     (`warm_up_spare`), then the takeover line from standard input (None: the input ended
     first). A line that is not a spare's takeover ends the process with EXIT_SPEC."""
-    return _stand_by("spare", "spindle", warm_up_spare, SpareTakeover.parse)
+    return _stand_by("spare", "spindle:spare", warm_up_spare, SpareTakeover.parse)
 
 
 def _stand_by(
@@ -211,15 +213,27 @@ def _preload_control_plane() -> None:
 
 
 def warm_up_spare(spark: SparkSession, until: threading.Event) -> float:
-    """`warm_up` on the class-data archive's files workload (`spark_cds.files_spec`: JSON
-    lines, a transform, a group and a window aggregate), its input in a scratch directory:
-    the code paths most pipelines' first micro-batch needs (Spark's first job, its JSON
-    reader, Arrow, the circuit), with nothing outside scratch directories read or written.
-    Returns the seconds it took."""
-    from .spark_cds import files_spec
+    """`warm_up` on each of the spare's workloads in turn, their inputs in a scratch
+    directory: the class-data archive's files workload (`spark_cds.files_spec`: a
+    transform, a group and a window aggregate) over JSON lines, then over CSV, then over
+    Parquet files, then its Nexmark join (`spark_cds.nexmark_join_spec`). The code paths
+    most pipelines' first micro-batch needs (Spark's first job, each file reader, Arrow,
+    the circuit's operators), with nothing outside scratch directories read or written.
+    What each adds, per source kind: bench.spare. Stops at the takeover. Returns the
+    seconds it took."""
+    from .spark_cds import files_spec, nexmark_join_spec
 
+    t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="spindle-spare-") as scratch:
-        return warm_up(spark, files_spec(Path(scratch)), until)
+        work = Path(scratch)
+        workloads: list[Callable[[], S.PipelineSpec]] = [
+            functools.partial(files_spec, work, fmt) for fmt in ("json", "csv", "parquet")
+        ]
+        for make in [*workloads, nexmark_join_spec]:
+            if until.is_set():
+                break
+            warm_up(spark, make(), until)
+    return time.monotonic() - t0
 
 
 __all__ = [

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import sys
 import threading
@@ -28,9 +29,16 @@ from backend.migrate import upgrade
 from backend.models import DesiredState, Pipeline, PipelineState
 from backend.settings import Settings
 from workers import supervisor
-from workers.runner import EXIT_SPEC, spark_session
+from workers.runner import EXIT_SPEC, Runner, spark_session
 from workers.spec import parse_spec
-from workers.standby import SpareTakeover, Takeover, stand_by, stand_by_spare, warm_up
+from workers.standby import (
+    SpareTakeover,
+    Takeover,
+    stand_by,
+    stand_by_spare,
+    warm_up,
+    warm_up_spare,
+)
 
 from .. import customers
 from ..backend.api_fixtures import clicks_spec, sqlite_url
@@ -87,6 +95,28 @@ def test_the_warm_up_writes_nothing_outside_its_scratch_directory(
     before = set(os.listdir(tmp_path))
     warm_up(spark, spec, until=threading.Event())  # to its first step
     assert set(os.listdir(tmp_path)) == before  # no sink output, no storage location
+
+
+def test_the_spare_warms_up_on_json_csv_and_parquet_files_and_a_join(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each of the spare's workloads runs its two steps (a run that failed or read nothing
+    would warm up less than bench.spare measures), without a warning."""
+    seen: list[tuple[str, str | None, int]] = []
+    real_run = Runner.run
+
+    def run(self: Runner, *args: Any, **kwargs: Any) -> Any:
+        out = real_run(self, *args, **kwargs)
+        src = self.spec.source
+        seen.append((src.kind, getattr(src, "format", None), self.step))
+        return out
+
+    monkeypatch.setattr(Runner, "run", run)
+    with caplog.at_level(logging.WARNING):
+        warm_up_spare(spark, until=threading.Event())
+    assert seen == [("files", "json", 2), ("files", "csv", 2), ("files", "parquet", 2), ANY]
+    assert seen[-1][0] == "datagen" and seen[-1][2] >= 1
+    assert "warm-up failed" not in caplog.text
 
 
 def test_a_standby_is_retired_once_its_pipeline_is_not_meant_to_run(tmp_path: Path) -> None:
