@@ -5,6 +5,7 @@ policy's enforcement, which routes each pipeline's deletions to its live run or 
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -100,9 +101,9 @@ def _do(
         source = parse_spec(spec).source
         if isinstance(source, LogSource) and remaining:
             offset = int(loc.checkpoint_metadata(remaining[0].uuid).get("source_offset", 0))
-            log_dir = storage / "input-log" / source.stream
-            if log_dir.exists():
-                InputLog(str(log_dir), source.arrow_schema()).truncate_below(offset)
+            log_dir = source.log_dir(storage)
+            if os.path.exists(log_dir):
+                InputLog(log_dir, source.arrow_schema()).truncate_below(offset)
     finally:
         loc.close()
     return cps.gc_result(res)

@@ -1243,14 +1243,10 @@ class Runner:
         )
         self.input_log().truncate_below(offset)
 
-    def log_path(self, stream: str) -> str:
-        """Where the pipeline's input log of `stream` lives: in its storage location."""
-        return os.path.join(self.storage, "input-log", stream)
-
     def input_log(self) -> InputLog:
         src = self.spec.source
         assert isinstance(src, S.LogSource)
-        return InputLog(self.log_path(src.stream), _arrow(self.plan.source_schema))
+        return InputLog(src.log_dir(self.storage), _arrow(self.plan.source_schema))
 
     def _metrics(
         self,
@@ -1321,7 +1317,7 @@ class Runner:
         self.spark.dataSource.register(source)
         reader = self.spark.readStream.format(source.name()).option("start", str(self.offset))
         if isinstance(src, S.LogSource):
-            reader = reader.option("path", self.log_path(src.stream))
+            reader = reader.option("path", src.log_dir(self.storage))
         for k, v in self.plan.spark_options.items():
             reader = reader.option(k, v)
         self._spark_ck = tempfile.mkdtemp(prefix="spindle-spark-ck-")

@@ -19,6 +19,7 @@ when the runner plans the query, before anything starts. The JSON Schema publish
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -148,6 +149,10 @@ class LogSource(_Model):
 
     def arrow_schema(self) -> pa.Schema:
         return pa.schema([(c, LOG_TYPES[t.strip().lower()]) for c, t in self.schema_.items()])
+
+    def log_dir(self, storage: str | os.PathLike[str]) -> str:
+        """Where the stream's input log lives: in the pipeline's storage location."""
+        return os.path.join(storage, "input-log", self.stream)
 
 
 Source = Annotated[DatagenSource | FilesSource | LogSource, Field(discriminator="kind")]

@@ -45,8 +45,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TypeVar
 
+import numpy as np
+import pyarrow as pa
 import typer
 from pyspark.sql import SparkSession
+
+from storage_engine.input_log import InputLog
 
 from . import spec as S
 from .runner import EXIT_SPEC, EXIT_STOPPED, Runner, spark_session
@@ -141,6 +145,8 @@ def warm_up(spark: SparkSession, spec: S.PipelineSpec, until: threading.Event) -
     scratch = tempfile.mkdtemp(prefix="spindle-warm-up-")
     dry = spec.model_copy(update={"sinks": []})
     try:
+        if isinstance(dry.source, S.LogSource):
+            dry = dry.model_copy(update={"source": _seed_input_log(scratch, dry.source)})
         runner = Runner(dry, scratch, spark=spark, from_checkpoint="none")
         try:
             done = threading.Event()
@@ -165,6 +171,28 @@ def warm_up(spark: SparkSession, spec: S.PipelineSpec, until: threading.Event) -
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return time.monotonic() - t0
+
+
+_SEED_STEPS, _SEED_ROWS = 2, 64
+
+
+def _seed_input_log(storage: str, source: S.LogSource) -> S.LogSource:
+    """Records for a log pipeline's warm-up: two steps of zero-valued rows of the stream's
+    schema in the scratch location's input log (otherwise empty: the warm-up would read
+    nothing and the run's first step would read the log cold; bench.spare measured a log
+    standby's first step at 850 ms against 434 ms for a spare). Returns the source reading
+    them in two steps."""
+    schema = source.arrow_schema()
+    n = _SEED_STEPS * _SEED_ROWS
+    table = pa.table(
+        [
+            pa.array(np.zeros(n, np.int32 if pa.types.is_date(f.type) else np.int64)).cast(f.type)
+            for f in schema
+        ],
+        schema=schema,
+    )
+    InputLog(source.log_dir(storage), schema).append(table)
+    return source.model_copy(update={"max_records_per_step": _SEED_ROWS})
 
 
 def stand_by(spec: S.PipelineSpec) -> tuple[SparkSession, Takeover | None]:

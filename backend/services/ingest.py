@@ -57,7 +57,7 @@ def parse(body: bytes, fmt: str, schema: pa.Schema) -> pa.Table:
 
 
 def append(storage: Path, src: LogSource, table: pa.Table) -> tuple[int, int]:
-    log = InputLog(str(storage / "input-log" / src.stream), src.arrow_schema())
+    log = InputLog(src.log_dir(storage), src.arrow_schema())
     return log.append(table)
 
 

@@ -119,6 +119,40 @@ def test_the_spare_warms_up_on_json_csv_and_parquet_files_and_a_join(
     assert "warm-up failed" not in caplog.text
 
 
+def test_a_log_pipelines_warm_up_reads_records_of_its_streams_schema(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A standby's warm-up runs on a scratch location, whose input log starts empty: it is
+    seeded with zero-valued records of the stream's schema (every log type), read in two
+    steps, so the log's read path is warm too."""
+    types = {"user": "string", "n": "bigint", "ts": "timestamp", "day": "date", "ok": "boolean"}
+    spec = parse_spec(
+        {
+            "name": "warm-log",
+            "source": {"kind": "log", "stream": "events", "schema": types},
+            "state": [
+                {
+                    "name": "per_user",
+                    "kind": "aggregate",
+                    "group_by": ["user"],
+                    "aggregates": [{"name": "n", "func": "count"}],
+                }
+            ],
+        }
+    )
+    runs: list[tuple[int, int]] = []
+    real_run = Runner.run
+
+    def run(self: Runner, *args: Any, **kwargs: Any) -> Any:
+        out = real_run(self, *args, **kwargs)
+        runs.append((self.step, self.offset))
+        return out
+
+    monkeypatch.setattr(Runner, "run", run)
+    warm_up(spark, spec, until=threading.Event())
+    assert runs == [(2, 128)]  # two steps of 64 records
+
+
 def test_a_standby_is_retired_once_its_pipeline_is_not_meant_to_run(tmp_path: Path) -> None:
     """Stopped while restarting, or given up by the reaper: no launch comes to take the
     standby, so its watcher retires it (its input closed, the process gone)."""
