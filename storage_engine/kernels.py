@@ -245,6 +245,9 @@ def empty(schema: ZSetSchema) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist([], schema=schema.arrow)
 
 
+Cut = tuple[bytes | None, ...]  # a prefix per string key column, None for numeric ones
+
+
 def key_table(
     keys: Any, schema: ZSetSchema, lead_range: tuple[Any, Any] | None = None
 ) -> pa.RecordBatch:
@@ -312,9 +315,7 @@ def _key_batch(keys: Any, schema: ZSetSchema) -> pa.RecordBatch:
     )
 
 
-def _lead_cut(
-    schema: ZSetSchema, lead_range: tuple[Any, Any] | None
-) -> tuple[bytes | None, ...] | None:
+def _lead_cut(schema: ZSetSchema, lead_range: tuple[Any, Any] | None) -> Cut | None:
     """The prefix cut shared by every key in `lead_range` when the first key column is a
     string: its ends' common prefix, then none for the other columns (None: numeric); None
     when there is no such cut (no range, numeric first column, a column with no encoding)."""
@@ -404,9 +405,6 @@ def key_encoding(rb: pa.RecordBatch, schema: ZSetSchema) -> KeyEncoding | None:
     return enc[0] if enc is not None else None
 
 
-Cut = tuple[bytes | None, ...]  # a prefix per string key column, None for numeric ones
-
-
 @dataclass
 class ProbeEncodings:
     """The probes' encodings made during one lookup, for its batches to share.
@@ -419,9 +417,9 @@ class ProbeEncodings:
     batch of that layout (for probes too long for a complete encoding).
     """
 
-    by_cut: dict[
-        tuple[bytes | None, ...], tuple[encoding.Encoding, npt.NDArray[np.bool_] | None]
-    ] = field(default_factory=dict)
+    by_cut: dict[Cut, tuple[encoding.Encoding, npt.NDArray[np.bool_] | None]] = field(
+        default_factory=dict
+    )
     by_layout: dict[tuple[encoding.StringLayout | None, ...], list[npt.NDArray[Any]]] = field(
         default_factory=dict
     )
