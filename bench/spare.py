@@ -71,62 +71,30 @@ NOTES = [
     "a step, as JSON lines, CSV (a header line first) or Parquet; count and sum per customer.",
     "log: the same rows appended to the pipeline's input log first (the ingest API's path).",
     "datagen-aggregate: the clicks generator, count/sum/max per user (docs/examples/"
-    "clicks-per-user.yaml); datagen-join: the Nexmark generator, auctions joined with their "
-    "sellers (docs/examples/nexmark-q3.yaml).",
+    "clicks-per-user.yaml, without its filter); datagen-join: the Nexmark generator, "
+    "auctions joined with their sellers (docs/examples/nexmark-q3.yaml).",
     "The spare warms up on its built-in workloads (workers/standby.py: warm_up_spare: a files "
     "pipeline over JSON lines, CSV and Parquet, then a Nexmark join), whatever the run it "
     "takes over; the standby on the run's own spec.",
     "The machine is shared and noisy: compare the ways within one run, not across runs.",
 ]
 
-_AGGREGATE = {
-    "name": "per_customer",
-    "kind": "aggregate",
-    "group_by": ["customer"],
-    "aggregates": [
-        {"name": "n", "func": "count"},
-        {"name": "total", "func": "sum", "column": "amount"},
-    ],
-}
-_SCHEMA = {"customer": "string", "amount": "bigint"}
 _COMMON = {"checkpoint": {"every_steps": 1}, "retention": {"keep_last": 3}}
+EXAMPLES = ROOT / "docs" / "examples"
 
 
-def _files_spec(d: Path, fmt: str) -> dict[str, Any]:
-    source = {
-        "kind": "files",
-        "path": str(d),
-        "format": fmt,
-        "schema": _SCHEMA,
-        "max_files_per_step": 1,
-    }
-    return {"source": source, "state": [_AGGREGATE], "trigger": {"interval": "10ms"}}
+def _files_spec(work: Path, d: Path, fmt: str) -> dict[str, Any]:
+    """bench.pipeline's query over the files of `d` in format `fmt`."""
+    doc: dict[str, Any] = yaml.safe_load(pipeline.spindle_spec(work).read_text())
+    doc["source"].update(path=str(d), format=fmt)
+    return doc
 
 
 def _datagen_aggregate() -> dict[str, Any]:
-    return {
-        "source": {
-            "kind": "datagen",
-            "generator": "clicks",
-            "seed": 7,
-            "rows_per_second": 20_000,
-            "max_rows_per_step": 20_000,
-            "users": 500,
-        },
-        "state": [
-            {
-                "name": "per_user",
-                "kind": "aggregate",
-                "group_by": ["user"],
-                "aggregates": [
-                    {"name": "clicks", "func": "count"},
-                    {"name": "total", "func": "sum", "column": "amount"},
-                    {"name": "biggest", "func": "max", "column": "amount"},
-                ],
-            }
-        ],
-        "trigger": {"interval": "200ms"},
-    }
+    """docs/examples/clicks-per-user.yaml without its filter (and, as every kind, its sink)."""
+    doc: dict[str, Any] = yaml.safe_load((EXAMPLES / "clicks-per-user.yaml").read_text())
+    doc.pop("transform")
+    return {**doc, "trigger": {"interval": "200ms"}}
 
 
 def _datagen_join() -> dict[str, Any]:
@@ -163,9 +131,9 @@ class Inputs:
 
 # kind -> the spec's body, made from the inputs and the run's storage location
 SPECS: dict[str, Callable[[Path, Inputs, Path], dict[str, Any]]] = {
-    "files-json": lambda work, inp, state: _files_spec(inp.json, "json"),
-    "files-csv": lambda work, inp, state: _files_spec(inp.csv, "csv"),
-    "files-parquet": lambda work, inp, state: _files_spec(inp.parquet, "parquet"),
+    "files-json": lambda work, inp, state: _files_spec(work, inp.json, "json"),
+    "files-csv": lambda work, inp, state: _files_spec(work, inp.csv, "csv"),
+    "files-parquet": lambda work, inp, state: _files_spec(work, inp.parquet, "parquet"),
     "log": lambda work, inp, state: yaml.safe_load(pipeline.log_spec(work, state).read_text()),
     "datagen-aggregate": lambda work, inp, state: _datagen_aggregate(),
     "datagen-join": lambda work, inp, state: _datagen_join(),

@@ -286,13 +286,11 @@ def probe_table(
     if cut is None or got is None or rb.num_rows == 0:
         return _unique_sorted_keys(rb, schema), encodings
     enc = got[0]
-    cols = enc.cols
-    if rb.num_rows > 1 and not _strictly_increasing(cols):
-        order = _numpy_order(cols, runs=False)
-        order = order[np.concatenate(([True], _numpy_changes(cols, order)))]
-        cols = [c[order] for c in cols]
+    order = _unique_order(enc.cols)
+    if order is not None:
+        enc = encoding.Encoding([c[order] for c in enc.cols], enc.layouts)
         rb = rb.take(pa.array(order))
-    encodings.by_cut[cut] = (encoding.Encoding(cols, enc.layouts), None)
+    encodings.by_cut[cut] = (enc, None)
     return rb, encodings
 
 
@@ -373,15 +371,20 @@ def _unique_sorted_keys(rb: pa.RecordBatch, schema: ZSetSchema) -> pa.RecordBatc
         return pa.record_batch([pa.array(values, rb.schema.field(0).type)], schema=rb.schema)
     enc = encoding.encode(rb, names)
     if enc is not None:
-        cols = enc[0].cols
-        if _strictly_increasing(cols):  # e.g. the keys of a batch: no sort, no take
-            return rb
-        order = _numpy_order(cols, runs=False)
-        keep = np.concatenate(([True], _numpy_changes(cols, order)))
-        return rb.take(pa.array(order[keep]))
+        order = _unique_order(enc[0].cols)
+        return rb if order is None else rb.take(pa.array(order))
     rb = rb.take(pa.array(_arrow_order(rb, names)))
     keep = np.concatenate(([True], _arrow_changes(rb, names)))
     return rb.filter(pa.array(keep))
+
+
+def _unique_order(cols: list[npt.NDArray[Any]]) -> IntArray | None:
+    """Indices that sort encoded rows `cols` and keep the first of equal ones; None when
+    they are sorted and unique already (e.g. the keys of a batch: no sort, no take)."""
+    if len(cols[0]) < 2 or _strictly_increasing(cols):
+        return None
+    order = _numpy_order(cols, runs=False)
+    return order[np.concatenate(([True], _numpy_changes(cols, order)))]
 
 
 def _strictly_increasing(cols: Sequence[npt.NDArray[Any]]) -> bool:
