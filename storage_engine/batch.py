@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from . import kernels
+from . import kernels, lookup
 from .schema import WEIGHT, ZSetSchema
 
 
@@ -153,6 +153,21 @@ class Batch:
             self._key_enc = kernels.key_encoding(self.data, self.schema)
         enc = self._key_enc if isinstance(self._key_enc, kernels.KeyEncoding) else None
         return kernels.seek_keyed(self.data, probes, self.schema, enc, probe_encodings)
+
+    def find(self, probes: lookup.Probes) -> lookup.Found | None:
+        """The rows whose key is one of `probes`, as a lookup gathers them (`lookup`); None
+        when the keys have no encoding or a value column has nulls."""
+        if self._key_enc is False:
+            self._key_enc = kernels.key_encoding(self.data, self.schema)
+        enc = self._key_enc
+        if not isinstance(enc, kernels.KeyEncoding):
+            return None
+        cols = lookup.columns(self.data, self.schema)
+        got = probes.matches(enc) if cols is not None else None
+        if cols is None or got is None:
+            return None
+        rows, owners = got
+        return lookup.Found(owners, [c[rows] for c in cols])
 
     def range(self, lo: Sequence[Any] | None = None, hi: Sequence[Any] | None = None) -> Batch:
         """Rows with lo <= key < hi, comparing on a prefix of the key columns."""

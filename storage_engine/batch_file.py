@@ -42,12 +42,13 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import encoding, kernels
+from . import encoding, kernels, lookup
 from .batch import Batch
 from .cache import BufferCache
 from .errors import CorruptionError, FormatVersionError, SchemaMismatchError
 from .fileio import FileLayer, _remove_quietly
 from .schema import WEIGHT, ZSetSchema
+from .search import SearchTree
 
 MAGIC = b"SPNDLZS\x00"
 END_MAGIC = b"SPNDLEND"
@@ -448,6 +449,16 @@ class MappedSource:
         return self._mm[offset : offset + length]
 
 
+@dataclass(frozen=True)
+class _WholeKeys:
+    """A file's keys in its seek encoding, all blocks together (`BatchFile._whole_keys`)."""
+
+    keys: encoding.Encoding
+    starts: npt.NDArray[np.int64]  # each block's first row
+    fixed: list[int | None]  # per column of `keys`, the one value it holds (None: several)
+    tree: SearchTree  # over the first column (which is a view of the tree's keys)
+
+
 class BatchFile:
     """A read-only, memory-mapped batch file. Blocks are decoded lazily via the cache."""
 
@@ -726,8 +737,8 @@ class BatchFile:
     def seek_keyed(
         self, probes: pa.RecordBatch, probe_encodings: kernels.ProbeEncodings | None = None
     ) -> kernels.Keyed:
-        """`seek`, with the found rows' key encoding when one binary search over the whole
-        file's keys served (else None).
+        """`seek`, with the found rows' key encoding when the file's keys have one (else
+        None).
 
         The probes are encoded once, with the file's prefix cut, and every block's keys with
         the same cut: the blocks then need no encoding of their probe subsets.
@@ -755,50 +766,105 @@ class BatchFile:
             if probe_encodings is not None:
                 probe_encodings.by_cut[cut] = shared
         enc, mask = shared
-        pcols = enc.cols
         if mask is not None:
             probes = probes.filter(pa.array(mask))
-        lo = np.searchsorted(pcols[0], fences[0], side="left")
-        hi = np.searchsorted(pcols[0], fences[1], side="right")
+        found = self._matches(enc, lambda a, b: probes.slice(a, b - a), prefixes, fences)
+        if found is None:
+            return self._seek_blocks(probes), None
+        spans, owners = found
+        parts = [self.block(i).take(pa.array(rows)) for i, rows in spans]
+        if not parts:
+            return kernels.empty(self.schema), None
+        rb = parts[0] if len(parts) == 1 else pa.concat_batches(parts)
+        # the found rows' keys are the probes they equal
+        return rb, encoding.Encoding([c[owners] for c in enc.cols], enc.layouts)
+
+    def find(self, probes: lookup.Probes) -> lookup.Found | None:
+        """The rows whose key is one of `probes`, as a lookup gathers them (`lookup`); None
+        when the file's keys have no seek encoding or a value column has nulls."""
+        prefixes = self._seek_prefixes()
+        fences = self._fence_leads(prefixes) if prefixes is not None else None
+        if prefixes is None or fences is None:
+            return None
+        got = probes.in_cut(tuple(prefixes))
+        if got is None:
+            return None
+        penc, sel = got
+
+        def probe_rows(a: int, b: int) -> pa.RecordBatch:
+            return probes.table.slice(a, b - a) if sel is None else probes.table.take(sel[a:b])
+
+        found = self._matches(penc, probe_rows, prefixes, fences)
+        if found is None:
+            return None
+        spans, owners = found
+        parts: list[list[npt.NDArray[Any]]] = []
+        for i, rows in spans:
+            cols = lookup.columns(self.block(i), self.schema)
+            if cols is None:
+                return None
+            parts.append([c[rows] for c in cols])
+        gathered = [np.concatenate(cs) for cs in zip(*parts, strict=True)]
+        return lookup.Found(owners if sel is None else sel[owners], gathered)
+
+    def _matches(
+        self,
+        penc: encoding.Encoding,
+        probe_rows: Callable[[int, int], pa.RecordBatch],
+        prefixes: list[bytes | None],
+        fences: tuple[Any, Any],
+    ) -> tuple[list[tuple[int, npt.NDArray[np.int64]]], npt.NDArray[np.int64]] | None:
+        """The rows whose key equals one of the sorted, unique probes encoded with the
+        file's cut (`penc`): per block, its ascending matching rows, in block order; and the
+        probe each row equals. `probe_rows(a, b)`: the probes [a, b) as a record batch (for
+        bloom filters). None if a block's keys have no seek encoding.
+
+        A seek that touches most blocks searches all the file's keys at once
+        (`_whole_keys`); otherwise each touched block is searched for its probes, skipped if
+        its bloom filter rules them all out (which saves reading it: once it is cached,
+        searching is cheaper)."""
+        first = penc.cols[0]
+        lo = np.searchsorted(first, fences[0], side="left")
+        hi = np.searchsorted(first, fences[1], side="right")
         touched = np.flatnonzero(hi > lo).tolist()
-        whole = self._whole_keys(prefixes, len(touched), len(pcols))
+        whole = self._whole_keys(prefixes, len(touched), len(penc.cols))
         if whole is not None:
-            return self._seek_whole(whole, enc)
-        parts: list[pa.RecordBatch] = []
+            enc, starts = whole.keys, whole.starts
+            bcols, pcols = encoding.align(enc, penc)
+            fixed = whole.fixed if bcols is enc.cols else None
+            rows, owners = kernels.seek_matches(bcols, pcols, fixed, whole.tree)
+            cuts = [*np.searchsorted(rows, starts, side="left").tolist(), len(rows)]
+            spans = [
+                (i, rows[cuts[i] : cuts[i + 1]] - starts[i])
+                for i in range(self.num_blocks)
+                if cuts[i + 1] > cuts[i]
+            ]
+            return spans, owners
+        spans, owned = [], []
         for i in touched:
             a, b = int(lo[i]), int(hi[i])
-            cols = [c[a:b] for c in pcols]
-            # The bloom filter saves reading a block; once it is cached, searching is cheaper.
+            which = np.arange(a, b)
             if self.has_bloom and not self._cache.contains((self._id, i)):
-                sub = probes.slice(a, b - a)
-                hashes = key_hashes(sub, self.schema, self.format_version)
+                hashes = key_hashes(probe_rows(a, b), self.schema, self.format_version)
                 maybe = bloom_may_contain(
                     self._bloom(i), hashes, self.format_version, self.bloom_probes
                 )
                 if not maybe.any():
                     continue
-                if not maybe.all():
-                    cols = [c[maybe] for c in cols]
-            block = self.block(i)
+                which = which[maybe]
             benc = self._seek_encoding(i, prefixes)
             if benc is None:
-                sub = probes.slice(a, b - a)
-                found = kernels.seek(block, sub, self.schema)
-            else:
-                bcols, mine = encoding.align(benc, encoding.Encoding(cols, enc.layouts))
-                rows = kernels.seek_rows(bcols, mine)
-                if not len(rows):
-                    continue
-                found = block.take(pa.array(rows))
-            if found.num_rows:
-                parts.append(found)
-        if not parts:
-            return kernels.empty(self.schema), None
-        return (parts[0] if len(parts) == 1 else pa.concat_batches(parts)), None
+                return None
+            mine = encoding.Encoding([c[which] for c in penc.cols], penc.layouts)
+            rows, owners = kernels.seek_matches(*encoding.align(benc, mine))
+            if len(rows):
+                spans.append((i, rows))
+                owned.append(which[owners])
+        return spans, np.concatenate(owned) if owned else np.empty(0, dtype=np.int64)
 
     def _whole_keys(
         self, prefixes: list[bytes | None], touched: int, width: int
-    ) -> tuple[encoding.Encoding, npt.NDArray[np.int64]] | None:
+    ) -> _WholeKeys | None:
         """All the file's keys in its seek encoding, one array per column, with each block's
         first row: one binary search then serves every block. Built (from every block) only
         when a seek touches most blocks and the arrays fit half the cache budget; a seek of a
@@ -810,7 +876,7 @@ class BatchFile:
             if 2 * self.rows * 8 * width > self._cache.budget_bytes:
                 return None
 
-        def load() -> tuple[tuple[encoding.Encoding, npt.NDArray[np.int64]] | None, int]:
+        def load() -> tuple[_WholeKeys | None, int]:
             encs = []
             for i in range(self.num_blocks):
                 got = encoding.encode_prefixed(self.block(i), self.schema.key_names, prefixes)
@@ -821,30 +887,14 @@ class BatchFile:
             if whole is None:
                 return None, 0
             starts = np.concatenate(([0], np.cumsum(self._block_rows)[:-1])).astype(np.int64)
-            return (whole, starts), sum(c.nbytes for c in whole.cols)
+            fixed = [kernels.single_value(c) for c in whole.cols]
+            tree = SearchTree(whole.cols[0])
+            keys = encoding.Encoding([tree.keys, *whole.cols[1:]], whole.layouts)
+            size = tree.nbytes + sum(c.nbytes for c in whole.cols[1:])
+            return _WholeKeys(keys, starts, fixed, tree), size
 
-        found: tuple[encoding.Encoding, npt.NDArray[np.int64]] | None = self._cache.get(key, load)
+        found: _WholeKeys | None = self._cache.get(key, load)
         return found
-
-    def _seek_whole(
-        self, whole: tuple[encoding.Encoding, npt.NDArray[np.int64]], probes: encoding.Encoding
-    ) -> kernels.Keyed:
-        """One binary search over all the file's keys; the found rows, with their keys'
-        encoding gathered from the file's (a merge with other batches' rows then need not
-        encode them)."""
-        enc, starts = whole
-        bcols, pcols = encoding.align(enc, probes)
-        rows = kernels.seek_rows(bcols, pcols)  # ascending file row numbers
-        cuts = [*np.searchsorted(rows, starts, side="left").tolist(), len(rows)]
-        parts: list[pa.RecordBatch] = []
-        for i in range(self.num_blocks):
-            a, b = cuts[i], cuts[i + 1]
-            if b > a:
-                parts.append(self.block(i).take(pa.array(rows[a:b] - starts[i])))
-        if not parts:
-            return kernels.empty(self.schema), None
-        found = parts[0] if len(parts) == 1 else pa.concat_batches(parts)
-        return found, encoding.Encoding([c[rows] for c in enc.cols], enc.layouts)
 
     def _seek_blocks(self, probes: pa.RecordBatch) -> pa.RecordBatch:
         """`seek` for keys without a file-wide encoding: each block encodes its own."""

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from . import encoding
 from .schema import WEIGHT, ZSetSchema
+from .search import SearchTree
 
 IntArray = npt.NDArray[np.int64]
 
@@ -128,18 +129,74 @@ def _sum_equal_rows(
     Gathers the batch once, for the surviving rows only. Also returns which input rows
     survived (None when the output is `rb` itself).
     """
-    w = weights(rb) if order is None else weights(rb)[order]
+    idx, summed = _survivors(weights(rb), order, changes)
+    if idx is None:
+        return rb, None
+    out = rb.take(pa.array(idx))
+    return (out if summed is None else _with_weights(out, summed)), idx
+
+
+def _survivors(
+    w: IntArray, order: IntArray | None, changes: npt.NDArray[np.bool_]
+) -> tuple[IntArray | None, IntArray | None]:
+    """(rows, weights) after summing equal neighbours of the rows in `order` (None: as they
+    are) whose weights are `w`, and dropping zero sums: the surviving rows' indices in
+    output order (None: all rows, as they are) and their summed weights (None: their own)."""
+    if order is not None:
+        w = w[order]
     if changes.all():
         keep = w != 0
         if keep.all():
-            return (rb, None) if order is None else (rb.take(pa.array(order)), order)
-        idx = np.flatnonzero(keep) if order is None else order[keep]
-        return rb.take(pa.array(idx)), idx
+            return order, None
+        return (np.flatnonzero(keep) if order is None else order[keep]), None
     starts = np.flatnonzero(np.concatenate(([True], changes)))
     summed = np.add.reduceat(w, starts)
     keep = summed != 0
-    idx = starts[keep] if order is None else order[starts[keep]]
-    return _with_weights(rb.take(pa.array(idx)), summed[keep]), idx
+    return (starts[keep] if order is None else order[starts[keep]]), summed[keep]
+
+
+def consolidate_columns(
+    cols: Sequence[npt.NDArray[Any]], w: IntArray, runs: bool
+) -> tuple[IntArray, IntArray]:
+    """Sort and consolidate rows given as encoded columns `cols` (keys, then values) with
+    weights `w`: the indices of the surviving rows in order, and their weights. `runs`: the
+    rows are a concatenation of sorted runs (see `sort_order`)."""
+    key = packed(cols)
+    if key is None:
+        order = _numpy_order(list(cols), runs)
+        changes = _numpy_changes(cols, order)
+    else:
+        order = np.asarray(np.argsort(key, kind="stable" if runs else "quicksort"), np.int64)
+        key = key[order]
+        changes = key[1:] != key[:-1]
+    idx, summed = _survivors(w, order, changes)
+    assert idx is not None  # an order was given
+    return idx, w[idx] if summed is None else summed
+
+
+def packed(cols: Sequence[npt.NDArray[Any]]) -> npt.NDArray[np.uint64] | None:
+    """One uint64 column whose order and equality are those of the rows of integer columns
+    `cols` (compared left to right), when their ranges fit in 64 bits together (a probe
+    number and a small value, say); else None. One sort key instead of a sort with ties
+    resolved column by column."""
+    if not len(cols) or not len(cols[0]):
+        return None
+    ranges = []
+    for c in cols:
+        if c.dtype.kind not in "iu":
+            return None
+        lo, hi = int(c.min()), int(c.max())
+        ranges.append((lo, (hi - lo).bit_length()))
+    if sum(bits for _, bits in ranges) > 64:
+        return None
+    out = np.zeros(len(cols[0]), dtype=np.uint64)
+    shift = 0
+    for c, (lo, bits) in zip(reversed(cols), reversed(ranges), strict=True):
+        part = c.astype(np.uint64) - np.uint64(lo % (1 << 64))  # c - lo, modulo 2**64
+        part <<= np.uint64(shift)
+        out |= part
+        shift += bits
+    return out
 
 
 Keyed = tuple[pa.RecordBatch, "KeyEncoding | None"]
@@ -259,7 +316,7 @@ def key_table(
     it cannot match and are dropped before the sort, which is most of a lookup's own work
     when many probed keys are absent.
     """
-    rb = _key_batch(keys, schema)
+    rb = key_batch(keys, schema)
     if lead_range is not None:
         rb = _within(rb, *lead_range)
     return _unique_sorted_keys(rb, schema)
@@ -278,7 +335,7 @@ def probe_table(
     then compares with those columns directly, without encoding the probes again.
     """
     encodings = ProbeEncodings()
-    rb = _key_batch(keys, schema)
+    rb = key_batch(keys, schema)
     if lead_range is not None:
         rb = _within(rb, *lead_range)
     cut = _lead_cut(schema, lead_range)
@@ -286,7 +343,7 @@ def probe_table(
     if cut is None or got is None or rb.num_rows == 0:
         return _unique_sorted_keys(rb, schema), encodings
     enc = got[0]
-    order = _unique_order(enc.cols)
+    order = unique_order(enc.cols)
     if order is not None:
         enc = encoding.Encoding([c[order] for c in enc.cols], enc.layouts)
         rb = rb.take(pa.array(order))
@@ -294,7 +351,7 @@ def probe_table(
     return rb, encodings
 
 
-def _key_batch(keys: Any, schema: ZSetSchema) -> pa.RecordBatch:
+def key_batch(keys: Any, schema: ZSetSchema) -> pa.RecordBatch:
     """`key_table`'s accepted forms of probe keys as one record batch of the key columns."""
     ks = schema.key_schema
     if isinstance(keys, pa.Table):
@@ -371,14 +428,14 @@ def _unique_sorted_keys(rb: pa.RecordBatch, schema: ZSetSchema) -> pa.RecordBatc
         return pa.record_batch([pa.array(values, rb.schema.field(0).type)], schema=rb.schema)
     enc = encoding.encode(rb, names)
     if enc is not None:
-        order = _unique_order(enc[0].cols)
+        order = unique_order(enc[0].cols)
         return rb if order is None else rb.take(pa.array(order))
     rb = rb.take(pa.array(_arrow_order(rb, names)))
     keep = np.concatenate(([True], _arrow_changes(rb, names)))
     return rb.filter(pa.array(keep))
 
 
-def _unique_order(cols: list[npt.NDArray[Any]]) -> IntArray | None:
+def unique_order(cols: list[npt.NDArray[Any]]) -> IntArray | None:
     """Indices that sort encoded rows `cols` and keep the first of equal ones; None when
     they are sorted and unique already (e.g. the keys of a batch: no sort, no take)."""
     if len(cols[0]) < 2 or _strictly_increasing(cols):
@@ -500,10 +557,36 @@ def seek_positions(
 def seek_rows(bcols: Sequence[npt.NDArray[Any]], pcols: Sequence[npt.NDArray[Any]]) -> IntArray:
     """Indices of the rows whose encoded key (`bcols`, sorted) equals one of the sorted,
     unique encoded probes (`pcols`, the same columns)."""
+    return seek_matches(bcols, pcols)[0]
+
+
+_STEPS = 4  # rows past a key's first that seek_matches checks one by one before searching
+
+
+def seek_matches(
+    bcols: Sequence[npt.NDArray[Any]],
+    pcols: Sequence[npt.NDArray[Any]],
+    fixed: Sequence[int | None] | None = None,
+    tree: SearchTree | None = None,
+) -> tuple[IntArray, IntArray]:
+    """(rows, owners): the ascending indices of the rows whose encoded key (`bcols`, sorted)
+    equals one of the sorted, unique encoded probes (`pcols`, the same columns), and for
+    each row the index of the probe it equals. `fixed`, if known: per column of `bcols`,
+    the one value it holds (`single_value`); a later column that holds the same one value in
+    the probes is not compared (a string key's lengths, when all keys have one length).
+    `tree`: a search tree over `bcols[0]`, to search it with."""
+    if fixed is not None and len(bcols) > 1:
+        same = [
+            j > 0 and fixed[j] is not None and single_value(pcols[j]) == fixed[j]
+            for j in range(len(bcols))
+        ]
+        bcols = [c for c, s in zip(bcols, same, strict=True) if not s]
+        pcols = [c for c, s in zip(pcols, same, strict=True) if not s]
     k, p = bcols[0], pcols[0]
     n = len(k)
+    none = np.empty(0, dtype=np.int64)
     if n == 0 or len(p) == 0:
-        return np.empty(0, dtype=np.int64)
+        return none, none
     # Probes outside the batch's key range cannot match: two scalar searches spare them
     # the binary search over the batch (absent keys are often outside it).
     a = int(np.searchsorted(p, k[0], side="left"))
@@ -512,15 +595,12 @@ def seek_rows(bcols: Sequence[npt.NDArray[Any]], pcols: Sequence[npt.NDArray[Any
         pcols = [c[a:b] for c in pcols]
         p = pcols[0]
         if len(p) == 0:
-            return np.empty(0, dtype=np.int64)
-    lo = np.searchsorted(k, p, side="left")
+            return none, none
+    lo = np.searchsorted(k, p, side="left") if tree is None else tree.lower_bound(p)
     found = k[np.minimum(lo, n - 1)] == p
     lo, pidx = lo[found], np.flatnonzero(found)
-    hi = lo + 1
-    more = hi < n
-    more[more] = k[hi[more]] == p[pidx[more]]
-    if more.any():
-        hi[more] = np.searchsorted(k, p[pidx[more]], side="right")
+    hi = _run_ends(k, lo, p[pidx])
+    if len(hi) and int((hi - lo).max()) > 1:
         rows = ranges_to_indices(lo, hi)
         owner = np.repeat(pidx, hi - lo)
     else:  # one row per found probe: no ranges to expand
@@ -529,8 +609,36 @@ def seek_rows(bcols: Sequence[npt.NDArray[Any]], pcols: Sequence[npt.NDArray[Any
         match = np.ones(len(rows), dtype=bool)
         for bc, pcol in zip(bcols[1:], pcols[1:], strict=True):
             match &= bc[rows] == pcol[owner]
-        rows = rows[match]
-    return rows
+        rows, owner = rows[match], owner[match]
+    return rows, owner + a
+
+
+def single_value(col: npt.NDArray[Any]) -> int | None:
+    """The one value an encoded column holds (None: several, or none)."""
+    if not len(col):
+        return None
+    lo, hi = int(col.min()), int(col.max())
+    return lo if lo == hi else None
+
+
+def _run_ends(k: npt.NDArray[Any], lo: IntArray, v: npt.NDArray[Any]) -> IntArray:
+    """For each `lo` where sorted `k` holds `v`, the end of that run of equal values.
+
+    A key has few rows (one per value) in most state, so the next rows are compared one at
+    a time, for fewer probes each time; runs longer than `_STEPS` get a binary search (a
+    search per probe costs as much as a lookup's first, cache-cold one)."""
+    n = len(k)
+    hi = lo + 1
+    at = np.flatnonzero(hi < n)
+    for _ in range(_STEPS):
+        at = at[k[hi[at]] == v[at]]
+        if not len(at):
+            return hi
+        hi[at] += 1
+        at = at[hi[at] < n]
+    if len(at):
+        hi[at] = np.searchsorted(k, v[at], side="right")
+    return hi
 
 
 def _null_safe_keys(rb: pa.RecordBatch, names: Sequence[str]) -> pa.Table:

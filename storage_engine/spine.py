@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from . import kernels
+from . import kernels, lookup
 from .batch import Batch
 from .batch_file import BatchFile
 from .errors import SchemaMismatchError, StorageError
@@ -143,6 +143,13 @@ class _Entry:
             return mem.seek_probes_keyed(probes, probe_encodings)
         assert self.file is not None
         return self.file.seek_keyed(probes, probe_encodings)
+
+    def find(self, probes: lookup.Probes) -> lookup.Found | None:
+        mem = self.mem
+        if mem is not None:
+            return mem.find(probes)
+        assert self.file is not None
+        return self.file.find(probes)
 
     def range(self, lo: Sequence[Any] | None, hi: Sequence[Any] | None) -> pa.RecordBatch:
         mem = self.mem
@@ -340,9 +347,23 @@ class Spine:
         return self._entries
 
     def seek(self, keys: Any) -> Batch:
-        """The consolidated rows for the given keys, across all batches (one vectorised probe)."""
+        """The consolidated rows for the given keys, across all batches (one vectorised probe).
+
+        Materialized late (`lookup`) where the schema and data allow; otherwise each batch's
+        rows are taken out and merged (`_seek_batches`). Both give the same rows."""
         entries = self.snapshot()
-        probes, encodings = kernels.probe_table(keys, self.schema, _lead_range(entries))
+        lead = _lead_range(entries)
+        found = self._find(entries, keys, lead) if lookup.applies(self.schema) else None
+        if found is not None:
+            return Batch(self.schema, self._apply_lower_bound(found))
+        return self._seek_batches(entries, keys, lead)
+
+    def _seek_batches(
+        self, entries: Sequence[_Entry], keys: Any, lead: tuple[Any, Any] | None
+    ) -> Batch:
+        """`seek` by the general path: every batch's found rows as a record batch (any
+        column type), merged."""
+        probes, encodings = kernels.probe_table(keys, self.schema, lead)
         if self.lower_bound is not None:
             below = kernels.count_below(probes, self.schema.key_names, self.lower_bound)
             probes = probes.slice(below)
@@ -352,6 +373,21 @@ class Spine:
         parts = [e.seek(probes, encodings) for e in entries]
         merged = kernels.merge_keyed([p for p, _ in parts], self.schema, [k for _, k in parts])
         return Batch(self.schema, *merged)
+
+    def _find(
+        self, entries: Sequence[_Entry], keys: Any, lead: tuple[Any, Any] | None
+    ) -> pa.RecordBatch | None:
+        """`seek` materialized late (`lookup`), or None where it does not apply."""
+        probes = lookup.Probes.of(keys, self.schema, lead)
+        if probes is None:
+            return None
+        found = []
+        for e in entries:
+            f = e.find(probes)
+            if f is None:
+                return None
+            found.append(f)
+        return lookup.result(probes, found)
 
     def prefetch(self, keys: Any) -> None:
         """Hint the blocks that a coming `seek(keys)` will need."""
