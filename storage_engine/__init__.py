@@ -5,6 +5,11 @@ from . import cpu_dispatch  # noqa: F401
 
 # isort: split
 
+# Before the engine allocates: freed memory is kept for reuse (see allocator.py).
+from . import allocator  # noqa: F401
+
+# isort: split
+
 from .batch import Batch
 from .batch_file import BatchFile, WriteOptions
 from .commit import CommitHandle

@@ -319,10 +319,23 @@ def mix64(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
 
 
 def _common_prefix(col: pa.Array) -> bytes:
-    """Bytes every value starts with: in byte order, the common prefix of the smallest and
-    largest value is shared by everything between them."""
-    mm = pc.min_max(col)
-    return shared_prefix(mm["min"].as_py(), mm["max"].as_py())
+    """Bytes every value (no nulls) starts with, 8 at a time: over a window of bytes every
+    value has, what the smallest and largest value's windows share, all of them share."""
+    starts, lens, data = _buffers(col)
+    if not len(lens):
+        return b""
+    shortest, stride = int(lens.min()), _stride(lens)
+    n = 0
+    while n < shortest:
+        width = min(8, shortest - n)
+        words = _load8(data, starts + n, stride) & _KEEP_BYTES[width]
+        lo, hi = int(words.min()), int(words.max())
+        same = width if lo == hi else (64 - (lo ^ hi).bit_length()) // 8
+        n += same
+        if same < width:
+            break
+    first = int(starts[0])
+    return bytes(data[first : first + n])
 
 
 def runs_prefix(runs: Sequence[pa.Array]) -> bytes | None:

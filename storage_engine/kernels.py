@@ -161,17 +161,24 @@ def consolidate_columns(
     """Sort and consolidate rows given as encoded columns `cols` (keys, then values) with
     weights `w`: the indices of the surviving rows in order, and their weights. `runs`: the
     rows are a concatenation of sorted runs (see `sort_order`)."""
-    key = packed(cols)
-    if key is None:
-        order = _numpy_order(list(cols), runs)
-        changes = _numpy_changes(cols, order)
-    else:
-        order = np.asarray(np.argsort(key, kind="stable" if runs else "quicksort"), np.int64)
-        key = key[order]
-        changes = key[1:] != key[:-1]
+    order, changes = _sorted_changes(cols, runs)
     idx, summed = _survivors(w, order, changes)
     assert idx is not None  # an order was given
     return idx, w[idx] if summed is None else summed
+
+
+def _sorted_changes(
+    cols: Sequence[npt.NDArray[Any]], runs: bool
+) -> tuple[IntArray, npt.NDArray[np.bool_]]:
+    """The order that sorts encoded rows `cols`, and where the sorted rows change
+    (`_numpy_changes`). Rows that pack into one uint64 (`packed`) sort on it alone."""
+    key = packed(cols)
+    if key is None:
+        order = _numpy_order(list(cols), runs)
+        return order, _numpy_changes(cols, order)
+    order = np.asarray(np.argsort(key, kind="stable" if runs else "quicksort"), np.int64)
+    key = key[order]
+    return order, key[1:] != key[:-1]
 
 
 def packed(cols: Sequence[npt.NDArray[Any]]) -> npt.NDArray[np.uint64] | None:
@@ -228,8 +235,8 @@ def _consolidate(
     )
     if enc is not None:
         cols = enc[0].cols
-        order = _numpy_order(cols, runs) if sort else None
-        out, idx = _sum_equal_rows(rb, order, _numpy_changes(cols, order))
+        order, changes = _sorted_changes(cols, runs) if sort else (None, _numpy_changes(cols, None))
+        out, idx = _sum_equal_rows(rb, order, changes)
         layouts = enc[0].layouts[: len(schema.keys)]
         if all(lay is None for lay in layouts):
             return out, None

@@ -68,26 +68,19 @@ class Probes:
         }
 
     @classmethod
-    def of(cls, keys: Any, schema: ZSetSchema, lead_range: tuple[Any, Any] | None) -> Probes | None:
+    def of(cls, keys: Any, schema: ZSetSchema, lead_range: tuple[Any, Any]) -> Probes | None:
         """The probes of `keys` (any form `kernels.key_table` takes) for batches whose first
-        key column lies in `lead_range` (None: empty batches). None if they have no encoding."""
+        key column lies in `lead_range`. None if they have no encoding."""
         rb = kernels.key_batch(keys, schema)
         cut = _range_cut(schema, lead_range)
         got = encoding.encode_prefixed(rb, schema.key_names, cut)
-        if got is None:
+        ends = encoding.encode_prefixed(_ends(schema, lead_range), schema.key_names[:1], cut[:1])
+        if got is None or ends is None:
             return None
         enc, keep = got
-        if lead_range is None:
-            keep[:] = False
-        else:
-            ends = encoding.encode_prefixed(
-                _ends(schema, lead_range), schema.key_names[:1], cut[:1]
-            )
-            if ends is None:
-                return None
-            lo, hi = ends[0].cols[0]
-            first = enc.cols[0]
-            keep &= (first >= lo) & (first <= hi)
+        lo, hi = ends[0].cols[0]
+        first = enc.cols[0]
+        keep &= (first >= lo) & (first <= hi)
         index: IntArray | None = None
         cols = enc.cols
         if not keep.all():
@@ -210,7 +203,7 @@ def _sorted_unique(cols: list[Array]) -> list[Array]:
     return [first, *(c[: len(first)] for c in cols[1:])]
 
 
-def _range_cut(schema: ZSetSchema, lead_range: tuple[Any, Any] | None) -> kernels.Cut:
+def _range_cut(schema: ZSetSchema, lead_range: tuple[Any, Any]) -> kernels.Cut:
     """The prefix cut every key in `lead_range` shares: for the first key column (if a
     string) the bytes both ends start with, none for the other string columns, None for
     numeric ones."""
@@ -218,7 +211,7 @@ def _range_cut(schema: ZSetSchema, lead_range: tuple[Any, Any] | None) -> kernel
     for j, f in enumerate(schema.keys):
         if not encoding.is_stringish(f.type):
             cut.append(None)
-        elif j == 0 and lead_range is not None:
+        elif j == 0:
             cut.append(encoding.shared_prefix(*lead_range))
         else:
             cut.append(b"")

@@ -377,8 +377,9 @@ class Spine:
     def _find(
         self, entries: Sequence[_Entry], keys: Any, lead: tuple[Any, Any] | None
     ) -> pa.RecordBatch | None:
-        """`seek` materialized late (`lookup`), or None where it does not apply."""
-        probes = lookup.Probes.of(keys, self.schema, lead)
+        """`seek` materialized late (`lookup`), or None where it does not apply (also when
+        the key range is unknown: no batch, or null keys, which have no encoding)."""
+        probes = lookup.Probes.of(keys, self.schema, lead) if lead is not None else None
         if probes is None:
             return None
         found = []

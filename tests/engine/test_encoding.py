@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -113,3 +114,21 @@ def test_runs_prefix_is_none_without_strings_or_with_nulls() -> None:
     assert encoding.runs_prefix([pa.array([1, 2])]) is None
     assert encoding.runs_prefix([pa.array([None, "a"], pa.string())]) is None
     assert encoding.runs_prefix([]) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.binary(max_size=20) | st.sampled_from([b"abcdefgh", b"abcdefghij"]),
+        min_size=1,
+        max_size=12,
+    ),
+    st.booleans(),
+)
+def test_common_prefix_is_what_the_smallest_and_largest_value_share(
+    vals: list[bytes], sliced: bool
+) -> None:
+    col = pa.array([b"pad", *vals], pa.binary()).slice(1) if sliced else pa.array(vals, pa.binary())
+    mm = pc.min_max(col)
+    want = encoding.shared_prefix(mm["min"].as_py(), mm["max"].as_py())
+    assert encoding._common_prefix(col) == want
