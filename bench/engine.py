@@ -99,7 +99,7 @@ PROFILES = {
         budget_bytes=64 << 20,
         state_bytes_small=10 << 20,
         delta_rows=100_000,
-        commit_repeats=5,
+        commit_repeats=9,
         restore_repeats=5,
     ),
     "quick": Profile(
@@ -113,7 +113,7 @@ PROFILES = {
         budget_bytes=4 << 20,
         state_bytes_small=4 << 20,
         delta_rows=10_000,
-        commit_repeats=3,
+        commit_repeats=5,
         restore_repeats=3,
     ),
     "smoke": Profile(
@@ -166,11 +166,12 @@ NOTES = [
     "Spindle Spine.seek(array) returns an Arrow batch of all matching rows; rocksdict "
     "db.get(list_of_bytes) returns one value per key (conversion of probes to bytes timed). "
     "One warm-up round, then the median of lookup_repeats rounds with fresh probes.",
-    "Commit latency: state built (keys from a 1e12 space, so rows barely collide), merges "
-    "drained, committed once; then repeatedly: insert one delta of delta_rows rows, drain "
-    "merges (untimed), time StorageLocation.commit(); median. *_merging variants skip the "
-    "drain, so the commit competes with running merges. Both sizes use the over-budget "
-    "settings. Old checkpoints are garbage-collected between commits (untimed).",
+    "Commit latency: both states built (keys from a 1e12 space, so rows barely collide), "
+    "merges drained, committed once; then repeatedly, taking turns between the large and "
+    "the small state: insert one delta of delta_rows rows, drain merges (untimed), time "
+    "StorageLocation.commit(); median of commit_repeats. *_merging variants skip the drain, "
+    "so the commit competes with running merges. Both sizes use the over-budget settings. "
+    "Old checkpoints are garbage-collected between commits (untimed).",
     "Restore: close, then time StorageLocation.open + spine() + one seek of one present key; "
     "median. Files are in the OS page cache (warm), as after a process restart.",
     "over_budget_ratio: ingest rows/s building the large state (16x memory_budget_bytes; "
@@ -521,20 +522,24 @@ def ingest_and_lookup(kind: str, prof: Profile, root: str, seed: int, log: Log) 
 
 
 def commit_series(
-    loc: StorageLocation, spine: Spine, deltas: Sequence[Step], drain: bool
-) -> list[float]:
-    """Milliseconds of each commit that follows one delta insert."""
-    out = []
+    locs: Sequence[tuple[StorageLocation, Spine]], deltas: Sequence[Step], drain: bool
+) -> list[list[float]]:
+    """Milliseconds of each commit that follows one delta insert, per location. The
+    locations take turns, delta by delta, so that each of them meets the same disk at the
+    same moments (an fsync's latency here varies by 2x within seconds)."""
+    out: list[list[float]] = [[] for _ in locs]
     for d in deltas:
-        spine.insert(spindle_batch(spine.schema, d))
-        if drain:
-            spine.wait_idle()
-        _settle()
-        t0 = time.perf_counter()
-        loc.commit(step=loc.step + 1)
-        out.append((time.perf_counter() - t0) * 1000)
-        loc.gc_checkpoint()
-    spine.wait_idle()
+        for (loc, spine), times in zip(locs, out, strict=True):
+            spine.insert(spindle_batch(spine.schema, d))
+            if drain:
+                spine.wait_idle()
+            _settle()
+            t0 = time.perf_counter()
+            loc.commit(step=loc.step + 1)
+            times.append((time.perf_counter() - t0) * 1000)
+            loc.gc_checkpoint()
+    for _, spine in locs:
+        spine.wait_idle()
     return out
 
 
@@ -601,51 +606,48 @@ def state_measurements(kind: str, prof: Profile, root: str, seed: int, log: Log)
     rate_mem = ingest_only("in-memory", in_memory)
     rate_spill = ingest_only("default-spill", default_spill)
 
-    # Large state under the budget: the over-budget run, then commit and restore on it.
-    path = _fresh_dir(root, "large")
+    # The large state under the budget (the over-budget run), and the small one; then
+    # commits on both, in turns; then restores.
+    large_path, small_path = _fresh_dir(root, "large"), _fresh_dir(root, "small")
     try:
-        loc = open_location(path, over)
+        large_loc = open_location(large_path, over)
+        small_loc = open_location(small_path, over)
         try:
-            spine = loc.spine(OP_ID, schema)
-            secs = spindle_ingest(spine, large_steps)
+            large_spine = large_loc.spine(OP_ID, schema)
+            secs = spindle_ingest(large_spine, large_steps)
             rate_over = large_rows / secs
             log(f"{kind} over-budget: {rate_over:,.0f} rows/s")
             t0 = time.perf_counter()
-            loc.commit(step=1)
+            large_loc.commit(step=1)
             out["first_commit_ms_large"] = (time.perf_counter() - t0) * 1000
-            out["state_bytes_large"] = loc.list_checkpoints()[-1].total_bytes
-            large = commit_series(loc, spine, deltas, drain=True)
-            large_merging = commit_series(loc, spine, deltas_merging, drain=False)
-            committed_rows = loc.list_checkpoints()[-1].rows
+            out["state_bytes_large"] = large_loc.list_checkpoints()[-1].total_bytes
+            small_spine = small_loc.spine(OP_ID, schema)
+            spindle_ingest(small_spine, small_steps)
+            small_loc.commit(step=1)
+            out["state_bytes_small"] = small_loc.list_checkpoints()[-1].total_bytes
+            both = [(large_loc, large_spine), (small_loc, small_spine)]
+            large, small = commit_series(both, deltas, drain=True)
+            large_merging, small_merging = commit_series(both, deltas_merging, drain=False)
+            large_rows_committed = large_loc.list_checkpoints()[-1].rows
+            small_rows_committed = small_loc.list_checkpoints()[-1].rows
         finally:
-            loc.close()
+            large_loc.close()
+            small_loc.close()
         restore_large, restored_rows, hit = restore_series(
-            path, over, schema, probe_large, prof.restore_repeats
+            large_path, over, schema, probe_large, prof.restore_repeats
         )
-        checks["large_restored_rows_match"] = restored_rows == committed_rows
+        checks["large_restored_rows_match"] = restored_rows == large_rows_committed
         checks["large_restore_probe_found"] = hit
-        log(f"{kind} large: commit {median(large):.1f} ms, restore {median(restore_large):.1f} ms")
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-    path = _fresh_dir(root, "small")
-    try:
-        with open_location(path, over) as loc:
-            spine = loc.spine(OP_ID, schema)
-            spindle_ingest(spine, small_steps)
-            loc.commit(step=1)
-            out["state_bytes_small"] = loc.list_checkpoints()[-1].total_bytes
-            small = commit_series(loc, spine, deltas, drain=True)
-            small_merging = commit_series(loc, spine, deltas_merging, drain=False)
-            committed_rows = loc.list_checkpoints()[-1].rows
         restore_small, restored_rows, hit = restore_series(
-            path, over, schema, probe_small, prof.restore_repeats
+            small_path, over, schema, probe_small, prof.restore_repeats
         )
-        checks["small_restored_rows_match"] = restored_rows == committed_rows
+        checks["small_restored_rows_match"] = restored_rows == small_rows_committed
         checks["small_restore_probe_found"] = hit
+        log(f"{kind} large: commit {median(large):.1f} ms, restore {median(restore_large):.1f} ms")
         log(f"{kind} small: commit {median(small):.1f} ms, restore {median(restore_small):.1f} ms")
     finally:
-        shutil.rmtree(path, ignore_errors=True)
+        shutil.rmtree(large_path, ignore_errors=True)
+        shutil.rmtree(small_path, ignore_errors=True)
 
     out.update(
         {
