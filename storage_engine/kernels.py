@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from . import encoding
 from .schema import WEIGHT, ZSetSchema
-from .search import SearchTree
+from .search import SearchTree, run_ends
 
 IntArray = npt.NDArray[np.int64]
 
@@ -567,9 +567,6 @@ def seek_rows(bcols: Sequence[npt.NDArray[Any]], pcols: Sequence[npt.NDArray[Any
     return seek_matches(bcols, pcols)[0]
 
 
-_STEPS = 4  # rows past a key's first that seek_matches checks one by one before searching
-
-
 def seek_matches(
     bcols: Sequence[npt.NDArray[Any]],
     pcols: Sequence[npt.NDArray[Any]],
@@ -603,10 +600,15 @@ def seek_matches(
         p = pcols[0]
         if len(p) == 0:
             return none, none
-    lo = np.searchsorted(k, p, side="left") if tree is None else tree.lower_bound(p)
-    found = k[np.minimum(lo, n - 1)] == p
-    lo, pidx = lo[found], np.flatnonzero(found)
-    hi = _run_ends(k, lo, p[pidx])
+    if tree is None:
+        lo = np.searchsorted(k, p, side="left")
+        found = k[np.minimum(lo, n - 1)] == p
+        lo, pidx = lo[found], np.flatnonzero(found)
+        hi = run_ends(k, lo + 1, p[pidx])
+    else:
+        lo, hi = tree.equal_range(p)
+        pidx = np.flatnonzero(hi > lo)
+        lo, hi = lo[pidx], hi[pidx]
     if len(hi) and int((hi - lo).max()) > 1:
         rows = ranges_to_indices(lo, hi)
         owner = np.repeat(pidx, hi - lo)
@@ -626,26 +628,6 @@ def single_value(col: npt.NDArray[Any]) -> int | None:
         return None
     lo, hi = int(col.min()), int(col.max())
     return lo if lo == hi else None
-
-
-def _run_ends(k: npt.NDArray[Any], lo: IntArray, v: npt.NDArray[Any]) -> IntArray:
-    """For each `lo` where sorted `k` holds `v`, the end of that run of equal values.
-
-    A key has few rows (one per value) in most state, so the next rows are compared one at
-    a time, for fewer probes each time; runs longer than `_STEPS` get a binary search (a
-    search per probe costs as much as a lookup's first, cache-cold one)."""
-    n = len(k)
-    hi = lo + 1
-    at = np.flatnonzero(hi < n)
-    for _ in range(_STEPS):
-        at = at[k[hi[at]] == v[at]]
-        if not len(at):
-            return hi
-        hi[at] += 1
-        at = at[hi[at] < n]
-    if len(at):
-        hi[at] = np.searchsorted(k, v[at], side="right")
-    return hi
 
 
 def _null_safe_keys(rb: pa.RecordBatch, names: Sequence[str]) -> pa.Table:

@@ -187,7 +187,8 @@ def test_fixed_width_strings_encode_as_their_bytes_after_any_cut(
 @settings(max_examples=60, deadline=None)
 @given(
     st.sampled_from([np.int64, np.uint64, np.int32]),
-    st.lists(st.integers(0, 40), min_size=1, max_size=400),
+    st.lists(st.integers(0, 40), min_size=1, max_size=400)
+    | st.lists(st.just(3), min_size=1, max_size=40),
     st.lists(st.integers(-2, 42), max_size=50),
     st.booleans(),
 )
@@ -208,6 +209,9 @@ def test_a_search_tree_finds_what_searchsorted_finds(
         tree = SearchTree(k)
         assert (tree.keys == k).all()
         assert tree.lower_bound(p).tolist() == np.searchsorted(k, p).tolist()
+        lo, hi = tree.equal_range(p)
+        assert lo.tolist() == np.searchsorted(k, p).tolist()
+        assert hi.tolist() == np.searchsorted(k, p, side="right").tolist()
     finally:
         search_module._TOP = old
 
