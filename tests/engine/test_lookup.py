@@ -13,7 +13,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from storage_engine import EngineSettings, StorageLocation, ZSetSchema, encoding, kernels, lookup
+from storage_engine import (
+    Batch,
+    EngineSettings,
+    StorageLocation,
+    ZSetSchema,
+    encoding,
+    kernels,
+    lookup,
+)
 from storage_engine import search as search_module
 from storage_engine.search import SearchTree
 from storage_engine.spine import Spine, _lead_range
@@ -118,9 +126,26 @@ def test_null_values_send_a_seek_to_the_general_path() -> None:
         loc = StorageLocation.open(d, fingerprint="fp", settings=_settings(4))
         try:
             sp = loc.spine("op", schema)
-            sp.insert(batch_of(CASES["int64"], [((1,), (None,), 1), ((2,), (5,), 2)]))
+            sp.insert(Batch.from_tuples(schema, [((1,), (None,), 1), ((2,), (5,), 2)]))
             assert _late(sp, [1, 2]) is None
             assert sp.seek([1, 2, 3]).to_dict() == {(1, None): 1, (2, 5): 2}
+        finally:
+            loc.close()
+
+
+def test_keys_too_long_to_encode_send_a_seek_to_the_general_path() -> None:
+    """A probe (or key) longer than the encoding's chunks after the shared prefix: the late
+    path declines and the general one answers."""
+    schema = ZSetSchema.of([("k", pa.string())], [("v", pa.int64())])
+    long_key = "k" + "x" * 60 + "!"
+    with tempfile.TemporaryDirectory() as d:
+        loc = StorageLocation.open(d, fingerprint="fp", settings=_settings(4))
+        try:
+            sp = loc.spine("op", schema)
+            rows = [((f"a{i}",), (i,), 1) for i in range(30)] + [((long_key,), (7,), 2)]
+            sp.insert(Batch.from_tuples(schema, rows))
+            assert _late(sp, ["a3", long_key]) is None
+            assert sp.seek(["a3", long_key, "zz"]).to_dict() == {("a3", 3): 1, (long_key, 7): 2}
         finally:
             loc.close()
 
