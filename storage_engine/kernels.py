@@ -345,7 +345,9 @@ def probe_table(
     rb = key_batch(keys, schema)
     if lead_range is not None:
         rb = _within(rb, *lead_range)
-    cut = _lead_cut(schema, lead_range)
+    cut = range_cut(schema, lead_range)
+    if cut is not None and cut[0] is None:
+        cut = None  # a numeric first column: its probes are sorted as they are
     got = encoding.encode_prefixed(rb, schema.key_names, cut, checked=True) if cut else None
     if cut is None or got is None or rb.num_rows == 0:
         return _unique_sorted_keys(rb, schema), encodings
@@ -377,17 +379,16 @@ def key_batch(keys: Any, schema: ZSetSchema) -> pa.RecordBatch:
     )
 
 
-def _lead_cut(schema: ZSetSchema, lead_range: tuple[Any, Any] | None) -> Cut | None:
-    """The prefix cut shared by every key in `lead_range` when the first key column is a
-    string: its ends' common prefix, then none for the other columns (None: numeric); None
-    when there is no such cut (no range, numeric first column, a column with no encoding)."""
+def range_cut(schema: ZSetSchema, lead_range: tuple[Any, Any] | None) -> Cut | None:
+    """The prefix cut shared by every key whose first column lies in `lead_range`: for a
+    string first column its ends' common prefix, none for the other string columns, None
+    for numeric ones; None when there is no such cut (no range, a column with no
+    encoding)."""
     if lead_range is None or lead_range[0] is None or lead_range[1] is None:
         return None
     cut: list[bytes | None] = []
     for j, f in enumerate(schema.keys):
         if encoding.is_numeric(f.type):
-            if j == 0:
-                return None
             cut.append(None)
         elif encoding.is_stringish(f.type):
             cut.append(encoding.shared_prefix(*lead_range) if j == 0 else b"")

@@ -71,8 +71,10 @@ class Probes:
     def of(cls, keys: Any, schema: ZSetSchema, lead_range: tuple[Any, Any]) -> Probes | None:
         """The probes of `keys` (any form `kernels.key_table` takes) for batches whose first
         key column lies in `lead_range`. None if they have no encoding."""
+        cut = kernels.range_cut(schema, lead_range)
+        if cut is None:
+            return None
         rb = kernels.key_batch(keys, schema)
-        cut = _range_cut(schema, lead_range)
         got = encoding.encode_prefixed(rb, schema.key_names, cut)
         ends = encoding.encode_prefixed(_ends(schema, lead_range), schema.key_names[:1], cut[:1])
         if got is None or ends is None:
@@ -201,21 +203,6 @@ def _sorted_unique(cols: list[Array]) -> list[Array]:
     first = np.sort(cols[0])
     first = first[np.concatenate(([True], first[1:] != first[:-1]))]
     return [first, *(c[: len(first)] for c in cols[1:])]
-
-
-def _range_cut(schema: ZSetSchema, lead_range: tuple[Any, Any]) -> kernels.Cut:
-    """The prefix cut every key in `lead_range` shares: for the first key column (if a
-    string) the bytes both ends start with, none for the other string columns, None for
-    numeric ones."""
-    cut: list[bytes | None] = []
-    for j, f in enumerate(schema.keys):
-        if not encoding.is_stringish(f.type):
-            cut.append(None)
-        elif j == 0:
-            cut.append(encoding.shared_prefix(*lead_range))
-        else:
-            cut.append(b"")
-    return tuple(cut)
 
 
 def _ends(schema: ZSetSchema, lead_range: tuple[Any, Any]) -> pa.RecordBatch:
