@@ -336,11 +336,14 @@ class BatchFileWriter:
     def has_pending(self) -> bool:
         return self._pending_rows > 0
 
-    def finish(self, sync_dir: bool = True) -> int:
+    def finish(self, sync_dir: bool = True, sync: bool = True) -> int:
         """Write index and footer, fsync, rename into place; return the size in bytes.
 
         `sync_dir=False` leaves the directory fsync to the caller (a commit syncs once for
-        all the files it wrote).
+        all the files it wrote). `sync=False` leaves the file's fsync to the caller too: the
+        file is renamed into place unsynced and stays open until `sync_and_close()`. The
+        name may then survive a power cut with lost contents, so no manifest may name the
+        file before that sync succeeded (startup cleanup deletes it as unreferenced).
         """
         try:
             while self._pending_rows:
@@ -369,15 +372,32 @@ class BatchFileWriter:
             )[:-4]
             self._f.write(body + struct.pack("<I", zlib.crc32(body)) + END_MAGIC)
             size = self._f.tell()
-            self._f.sync()
+            if sync:
+                self._f.sync()
+            else:
+                self._f.flush()  # readers map the file at once
         except BaseException:
             self.abort()
             raise
-        self._f.close()
-        self.fs.rename(self.path + ".mut", self.path)
+        if sync:
+            self._f.close()
+        try:
+            self.fs.rename(self.path + ".mut", self.path)
+        except BaseException:
+            if not sync:
+                self._f.close()
+            raise
         if sync_dir:
             self.fs.sync_dir(os.path.dirname(self.path) or ".")
         return size
+
+    def sync_and_close(self) -> None:
+        """The deferred fsync of a file finished with `sync=False`; closes it either way.
+        Called once: a failed fsync is never retried on the same file."""
+        try:
+            self._f.sync()
+        finally:
+            self._f.close()
 
     def abort(self) -> None:
         self._stop_encoder()
@@ -469,9 +489,13 @@ class BatchFile:
         cache: BufferCache,
         expected: ZSetSchema | None = None,
         source: ByteSource | None = None,
+        pending_sync: Future[None] | None = None,
     ) -> None:
         """A local file (memory-mapped), or any `source` of its bytes, such as an object in
-        the object store fetched on demand; `path` then names the object in errors."""
+        the object store fetched on demand; `path` then names the object in errors.
+        `pending_sync`: the file was written unsynced and this is its fsync, running in the
+        background (see `durable()`)."""
+        self._pending_sync = pending_sync
         self.path = path
         self.name = os.path.basename(path)
         self._cache = cache
@@ -488,6 +512,21 @@ class BatchFile:
         # computed at the first seek (False: not yet; None: the keys have no such encoding)
         self._prefixes: list[bytes | None] | bool | None = False
         self._fences: tuple[Any, Any] | bool | None = False
+
+    def durable(self) -> bool:
+        """Wait for the file's deferred fsync, if it has one: True once its bytes are on
+        disk. False if that fsync failed: the bytes may never reach the disk, and the file
+        is not synced again (the kernel may have dropped the pages and cleared the error),
+        so whoever needs the rows durable writes them to a new file. Reads stay correct
+        either way: every block is checksummed."""
+        pending = self._pending_sync
+        if pending is None:
+            return True
+        try:
+            pending.result()
+        except OSError:
+            return False
+        return True
 
     def _parse(self, expected: ZSetSchema | None) -> None:
         read, path = self._src.read, self.path

@@ -5,7 +5,8 @@ records what was fsynced and simulates a power loss (see tests/engine/powerloss.
 one that fails writes. The production layer is `PosixFileLayer`.
 
 Durability rules the engine follows (and the fault layer enforces):
-- a file's bytes are durable only after `WritableFile.sync()`;
+- a file's bytes are durable only after `WritableFile.sync()` (which may come after the file
+  was flushed, closed for writing and renamed: the handle follows the file);
 - a new name (create, rename, mkdir, remove) is durable only after `sync_dir()` on its parent.
 """
 
@@ -27,6 +28,10 @@ class WritableFile(Protocol):
     def write(self, data: bytes | memoryview) -> None: ...
 
     def tell(self) -> int: ...
+
+    def flush(self) -> None:
+        """Hand buffered bytes to the OS (so readers of the file see them); not durable."""
+        ...
 
     def sync(self) -> None: ...
 
@@ -107,6 +112,9 @@ class _PosixFile:
 
     def tell(self) -> int:
         return self._f.tell()
+
+    def flush(self) -> None:
+        self._f.flush()
 
     def sync(self) -> None:
         self._f.flush()

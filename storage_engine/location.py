@@ -31,6 +31,7 @@ import threading
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -126,6 +127,7 @@ class StorageLocation:
         self.cache = BufferCache(settings.cache_budget_bytes)
         self.budget = MemoryBudget(settings.memory_budget_bytes)
         self._merger: Merger | None = None
+        self._syncer: ThreadPoolExecutor | None = None  # deferred fsyncs (`write_batch`)
         self._lock = threading.RLock()
         self._lock_fd: int | None = None
         self._spines: dict[str, Spine] = {}
@@ -393,22 +395,27 @@ class StorageLocation:
     def _new_batch_path(self) -> str:
         return self._p(uuidlib.uuid4().hex + ".batch")
 
-    def write_batch(self, batch: Batch) -> BatchFile:
-        """Write a batch to a new durable file (its directory entry is synced at commit)."""
-        self._check_writable()
-        return self._retrying(lambda: self._write_batch_once(batch))
+    def write_batch(self, batch: Batch, durable: bool = True) -> BatchFile:
+        """Write a batch to a new file (its directory entry is synced at commit).
 
-    def _write_batch_once(self, batch: Batch) -> BatchFile:
-        path = self._new_batch_path()
-        w = BatchFileWriter(self.fs, path, batch.schema, self._write_opts)
+        `durable=False` (a spill): the file's fsync runs on the location's sync thread, off
+        the caller's path; a commit waits for it (`BatchFile.durable()`) before naming the
+        file, as Feldera commits a file only at checkpoint. Nothing else needs the bytes on
+        disk: a file no manifest names is deleted at the next open.
+        """
+        self._check_writable()
+        return self._retrying(lambda: self._write_batch_once(batch, durable))
+
+    def _write_batch_once(self, batch: Batch, durable: bool = True) -> BatchFile:
+        w = BatchFileWriter(self.fs, self._new_batch_path(), batch.schema, self._write_opts)
         w.write(batch.data)
-        w.finish(sync_dir=False)
-        return BatchFile(self.fs, path, self.cache, batch.schema)
+        return self._finish(w, batch.schema, durable)
 
     def write_batch_stream(
-        self, schema: ZSetSchema, chunks: Iterable[pa.RecordBatch]
+        self, schema: ZSetSchema, chunks: Iterable[pa.RecordBatch], durable: bool = True
     ) -> BatchFile | None:
-        """Stream sorted, consolidated chunks into one new file; None if they were empty."""
+        """Stream sorted, consolidated chunks into one new file; None if they were empty.
+        `durable` as for `write_batch`."""
         self._check_writable()
         w = BatchFileWriter(self.fs, self._new_batch_path(), schema, self._write_opts)
         try:
@@ -420,8 +427,18 @@ class StorageLocation:
         if w.rows == 0 and not w.has_pending:
             w.abort()
             return None
-        w.finish(sync_dir=False)
-        return BatchFile(self.fs, w.path, self.cache, schema)
+        return self._finish(w, schema, durable)
+
+    def _finish(self, w: BatchFileWriter, schema: ZSetSchema, durable: bool) -> BatchFile:
+        if durable:
+            w.finish(sync_dir=False)
+            return BatchFile(self.fs, w.path, self.cache, schema)
+        w.finish(sync_dir=False, sync=False)
+        with self._lock:
+            if self._syncer is None:
+                self._syncer = ThreadPoolExecutor(1, thread_name_prefix="batch-file-sync")
+            pending = self._syncer.submit(w.sync_and_close)
+        return BatchFile(self.fs, w.path, self.cache, schema, pending_sync=pending)
 
     def retire_files(self, names: Sequence[str]) -> None:
         """Files a merge replaced: delete now unless a checkpoint still references them."""
@@ -772,6 +789,9 @@ class StorageLocation:
         if self._merger is not None:
             self._merger.close()
             self._merger = None
+        if self._syncer is not None:  # closes the files written unsynced
+            self._syncer.shutdown(wait=True)
+            self._syncer = None
         for s in self._spines.values():
             s.release()
         self._spines.clear()

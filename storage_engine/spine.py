@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import math
 import queue
 import threading
@@ -35,6 +36,8 @@ from .schema import ZSetSchema
 if TYPE_CHECKING:
     from .location import StorageLocation
 
+
+log = logging.getLogger(__name__)
 
 _HARD_LIMIT = 1.5  # inserts spill themselves beyond this multiple of the budget
 
@@ -517,7 +520,9 @@ class Spine:
                 return None
             return _Entry(mem=Batch(self.schema, out, keys))  # sources: set at the swap
         stream = merge_stream([g.chunks(self._settings.block_rows) for g in group], self.schema)
-        f = self._loc.write_batch_stream(self.schema, (self._apply_lower_bound(c) for c in stream))
+        f = self._loc.write_batch_stream(
+            self.schema, (self._apply_lower_bound(c) for c in stream), durable=False
+        )
         return _Entry(file=f) if f is not None else None
 
     def _relieve_memory(self, background: bool = False) -> None:
@@ -553,7 +558,7 @@ class Spine:
                 break
             if e.mem is None or e.retired:
                 continue
-            if self._ensure_file(e, self._loc.write_batch, for_commit=False) is None:
+            if self._ensure_file(e, self._spill_write, for_commit=False) is None:
                 continue  # a merge replaced it meanwhile
             with self._io_lock:
                 if e.mem is None or e.retired:
@@ -561,6 +566,9 @@ class Spine:
                 freed = e.mem_bytes
                 e.mem = None
             budget.add(-freed)
+
+    def _spill_write(self, batch: Batch) -> BatchFile:
+        return self._loc.write_batch(batch, durable=False)
 
     def _ensure_file(
         self, e: _Entry, write: Callable[[Batch], BatchFile], for_commit: bool
@@ -624,13 +632,33 @@ class Spine:
         self._raise_merge_error()
         files: list[BatchFile] = []
         for e in entries:
-            durable = e.files()
-            if not durable:
-                f = self._ensure_file(e, write, for_commit=True)
-                assert f is not None
-                durable = (f,)
-            files += durable
+            files += self._durable_files(e, write)
         return files
+
+    def _durable_files(
+        self, e: _Entry, write: Callable[[Batch], BatchFile]
+    ) -> tuple[BatchFile, ...]:
+        """Files holding the entry's rows on disk. Merge outputs and spills are written
+        unsynced (`durable=False`): this waits for their fsync. An entry with no file is
+        written now; one whose file's fsync failed is written again to a new file."""
+        have = e.files()
+        if have and all(f.durable() for f in have):
+            return have
+        f = self._ensure_file(e, write, for_commit=True)  # a spill may have won meanwhile
+        assert f is not None
+        if f.durable():
+            return (f,)
+        log.warning(
+            "spine %r: fsync of %s failed; writing its rows to a new file", self.op_id, f.name
+        )
+        new = self._loc.write_batch_stream(
+            self.schema, (rb for rb, _ in e.chunks(self._settings.block_rows))
+        )
+        assert new is not None  # entries are never empty
+        with self._io_lock:
+            e.file = new
+        self._loc.retire_files([f.name])
+        return (new,)
 
     def live_files(self) -> set[str]:
         return {f.name for e in self.snapshot() for f in e.all_files()}

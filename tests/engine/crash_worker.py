@@ -319,6 +319,9 @@ class KillingFileLayer(PosixFileLayer):
             def tell(self) -> int:
                 return inner.tell()
 
+            def flush(self) -> None:
+                inner.flush()
+
             def sync(self) -> None:
                 layer._tick()
                 inner.sync()

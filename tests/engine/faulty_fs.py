@@ -49,13 +49,17 @@ class Rule:
 
 @dataclass(eq=False)
 class FileRecord:
-    path: str
+    path: str  # as created
+    current: str = ""  # its name now: a file may be synced after its rename
     writes: int = 0
     syncs: int = 0
     sync_failed: bool = False
     closed: bool = False
     removed_after_failure: bool = False
     misuse: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.current = self.current or self.path
 
 
 class _FaultyFile:
@@ -73,12 +77,15 @@ class _FaultyFile:
     def tell(self) -> int:
         return int(self._inner.tell())  # type: ignore[attr-defined]
 
+    def flush(self) -> None:
+        self._inner.flush()  # type: ignore[attr-defined]
+
     def sync(self) -> None:
         if self.rec.sync_failed:
             self.rec.misuse.append("sync retried on the file object whose sync failed")
         self.rec.syncs += 1
         try:
-            self._layer._check("sync", self.path)
+            self._layer._check("sync", self.rec.current)
         except OSError:
             self.rec.sync_failed = True
             raise
@@ -154,13 +161,17 @@ class FaultyFileLayer:
     def rename(self, src: str, dst: str) -> None:
         self._check("rename", f"{src} -> {dst}")
         self.inner.rename(src, dst)
+        with self._mutex:
+            for r in self.files:
+                if r.current == src and not r.removed_after_failure:
+                    r.current = dst
 
     def remove(self, path: str) -> None:
         self._check("remove", path)
         self.inner.remove(path)
         with self._mutex:
             for r in self.files:
-                if r.path == path and r.sync_failed:
+                if r.current == path and r.sync_failed:
                     r.removed_after_failure = True
 
     def mkdir(self, path: str) -> None:
@@ -173,7 +184,7 @@ class FaultyFileLayer:
         prefix = path.rstrip(os.sep) + os.sep
         with self._mutex:
             for r in self.files:
-                if r.path.startswith(prefix) and r.sync_failed:
+                if r.current.startswith(prefix) and r.sync_failed:
                     r.removed_after_failure = True
 
     def sync_dir(self, path: str) -> None:

@@ -68,6 +68,9 @@ class _PowerLossFile:
     def tell(self) -> int:
         return self._f.tell()
 
+    def flush(self) -> None:  # the OS has the bytes; the model's disk does not
+        self._f.flush()
+
     def sync(self) -> None:
         with self._layer._op("sync", self.path):
             self._f.flush()

@@ -705,3 +705,53 @@ def test_merges_of_disjoint_batches_run_at_once_on_the_merger_threads() -> None:
             release.set()
             loc.wait_idle()
         assert_matches(sp.to_batch(), model)
+
+
+class _HeldDeferredSyncs(PosixFileLayer):
+    """Holds every fsync of a file already renamed into place (a merge output's or a spill's,
+    deferred to the sync thread) until `release` is set."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.held: list[str] = []
+
+    def create(self, path: str) -> Any:
+        inner = super().create(path)
+        layer = self
+
+        class _File:
+            def __init__(self) -> None:
+                self.path = inner.path
+                self.write, self.tell, self.flush = inner.write, inner.tell, inner.flush
+                self.close = inner.close
+
+            def sync(self) -> None:
+                if not os.path.exists(inner.path):  # renamed before its sync: deferred
+                    layer.held.append(inner.path)
+                    assert layer.release.wait(30)
+                inner.sync()
+
+        return _File()
+
+
+def test_merge_outputs_are_synced_off_the_merge_and_before_a_commit_names_them(
+    tmp_path: Path,
+) -> None:
+    fs = _HeldDeferredSyncs()
+    rng = np.random.default_rng(3)
+    model: Model = {}
+    s = small(memory_budget_bytes=1 << 20, max_memory_batch_bytes=256)
+    with open_loc(tmp_path, s, fs=fs) as loc:
+        sp = loc.spine("op", INT)
+        for _ in range(8):
+            b, rows = int_batch(rng, 20)
+            sp.insert(b)
+            add_rows(model, rows)
+        loc.wait_idle()  # the merges are done (and swapped in) while their fsyncs are held
+        assert fs.held and any(f.file is not None for f in sp.snapshot())
+        handle = loc.commit_async(step=1)
+        assert not handle._local.wait(0.2)  # the commit waits for the held fsyncs
+        fs.release.set()
+        handle.wait_local(30)
+    with open_loc(tmp_path, s) as loc:
+        assert_matches(loc.spine("op", INT).to_batch(), model)

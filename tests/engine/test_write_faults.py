@@ -198,7 +198,7 @@ def test_failed_fsync_is_never_retried_on_the_same_file(tmp_path: Path) -> None:
     assert len(failed) == 3
     for i in failed:
         r = records[i]
-        assert r.syncs == 1 and r.closed and not os.path.exists(r.path), r
+        assert r.syncs == 1 and r.closed and not os.path.exists(r.current), r
         # the retry wrote a new file object that synced fine
         assert any(s.syncs and not s.sync_failed for s in records[i + 1 :]), r
     manifest_files = [r for r in records if r.path.endswith(MANIFEST + ".mut")]
@@ -286,3 +286,30 @@ def test_write_failures_in_background_merges_and_spills_lose_nothing_committed(
         loc.close()
     assert not fs.violations(), fs.violations()
     check_location(str(path), MODEL, settings=settings, allowed_latest={6})
+
+
+def test_failed_deferred_fsync_of_merge_outputs_and_spills_is_rewritten_at_commit(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Merge outputs and spills are fsynced in the background, after their rename. When
+    that fsync fails, the next commit writes the rows to a new file instead of naming the
+    file or syncing it again, and the failed file is removed."""
+    path = tmp_path / "loc"
+    fs = FaultyFileLayer()
+    settings = small_settings(memory_budget_bytes=32 << 10)
+    loc = prepare(path, fs, settings)
+    try:
+        loc.commit(step=6)
+        # Only deferred syncs see the final name: a commit's own files sync as `.mut`.
+        fs.fail("sync", times=FOREVER, when=lambda p: p.endswith(".batch"))
+        for s in range(7, 20):
+            apply_step(loc, SEED, s)
+        loc.wait_idle()
+        fs.clear()
+        loc.commit(step=19)
+    finally:
+        loc.close()
+    assert fs.injected, "no merge or spill wrote a file"
+    assert any("writing its rows to a new file" in r.getMessage() for r in caplog.records)
+    assert not fs.violations(), fs.violations()
+    check_location(str(path), MODEL, settings=settings, allowed_latest={19})
