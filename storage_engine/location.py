@@ -127,7 +127,8 @@ class StorageLocation:
         self.cache = BufferCache(settings.cache_budget_bytes)
         self.budget = MemoryBudget(settings.memory_budget_bytes)
         self._merger: Merger | None = None
-        self._syncer: ThreadPoolExecutor | None = None  # deferred fsyncs (`write_batch`)
+        # Deferred fsyncs (`write_batch`); the executor starts its thread at the first one.
+        self._syncer = ThreadPoolExecutor(1, thread_name_prefix="batch-file-sync")
         self._lock = threading.RLock()
         self._lock_fd: int | None = None
         self._spines: dict[str, Spine] = {}
@@ -434,10 +435,7 @@ class StorageLocation:
             w.finish(sync_dir=False)
             return BatchFile(self.fs, w.path, self.cache, schema)
         w.finish(sync_dir=False, sync=False)
-        with self._lock:
-            if self._syncer is None:
-                self._syncer = ThreadPoolExecutor(1, thread_name_prefix="batch-file-sync")
-            pending = self._syncer.submit(w.sync_and_close)
+        pending = self._syncer.submit(w.sync_and_close)
         return BatchFile(self.fs, w.path, self.cache, schema, pending_sync=pending)
 
     def retire_files(self, names: Sequence[str]) -> None:
@@ -789,9 +787,7 @@ class StorageLocation:
         if self._merger is not None:
             self._merger.close()
             self._merger = None
-        if self._syncer is not None:  # closes the files written unsynced
-            self._syncer.shutdown(wait=True)
-            self._syncer = None
+        self._syncer.shutdown(wait=True)  # closes the files written unsynced
         for s in self._spines.values():
             s.release()
         self._spines.clear()
