@@ -640,25 +640,29 @@ class Spine:
     ) -> tuple[BatchFile, ...]:
         """Files holding the entry's rows on disk. Merge outputs and spills are written
         unsynced (`durable=False`): this waits for their fsync. An entry with no file is
-        written now; one whose file's fsync failed is written again to a new file."""
+        written now; one whose file (or a source's) fsync failed is written again to a new
+        file, and the failed files are let go."""
         have = e.files()
-        if have and all(f.durable() for f in have):
+        lost = [f for f in have if not f.durable()]
+        if have and not lost:
             return have
         f = self._ensure_file(e, write, for_commit=True)  # a spill may have won meanwhile
         assert f is not None
-        if f.durable():
-            return (f,)
-        log.warning(
-            "spine %r: fsync of %s failed; writing its rows to a new file", self.op_id, f.name
-        )
-        new = self._loc.write_batch_stream(
-            self.schema, (rb for rb, _ in e.chunks(self._settings.block_rows))
-        )
-        assert new is not None  # entries are never empty
+        if not f.durable():
+            lost.append(f)
+            log.warning(
+                "spine %r: fsync of %s failed; writing its rows to a new file", self.op_id, f.name
+            )
+            f = self._loc.write_batch_stream(
+                self.schema, (rb for rb, _ in e.chunks(self._settings.block_rows))
+            )
+            assert f is not None  # entries are never empty
         with self._io_lock:
-            e.file = new
-        self._loc.retire_files([f.name])
-        return (new,)
+            e.file = f
+            if e.sources:
+                e.sources = tuple(s for s in e.sources if s not in lost) or None
+        self._loc.retire_files(list({g.name for g in lost}))
+        return (f,)
 
     def live_files(self) -> set[str]:
         return {f.name for e in self.snapshot() for f in e.all_files()}
