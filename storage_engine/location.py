@@ -197,6 +197,7 @@ class StorageLocation:
                     fs,
                     loc._needed_files,
                     lambda uid: loc._manifest.find(uid) is not None,
+                    lambda: [c.uuid for c in loc._manifest.lineage(loc._manifest.head)],
                     cache_dir=tempfile.mkdtemp(prefix="spindle-cache-") if read_only else None,
                 )
             loc._open(fingerprint, checkpoint, allow_state_drop)
@@ -281,11 +282,13 @@ class StorageLocation:
 
     def _restore(self, fingerprint: str, ref: str | None, allow_state_drop: bool) -> None:
         if ref in (None, "none"):
+            self._move_head(None)
             return
         if ref == "latest":
-            if not self._manifest.checkpoints:
+            latest = self._manifest.latest()
+            if latest is None:
                 return
-            info = self._manifest.checkpoints[-1]
+            info = latest
         else:
             found = self._manifest.find(ref)
             if found is None:
@@ -298,6 +301,7 @@ class StorageLocation:
                     f"{info.fingerprint!r}, not {fingerprint!r}: the stateful part of the "
                     "pipeline changed. Start from no checkpoint, or allow dropping state."
                 )
+            self._move_head(None)
             return
         meta = read_doc(self.fs, self._p(info.uuid, CHECKPOINT_META))
         self._restored_spines = self._read_spine_metas(info.uuid)
@@ -305,6 +309,17 @@ class StorageLocation:
         self.metadata = dict(meta.get("metadata") or {})
         self.step = info.step
         self._parent = info.uuid
+        self._move_head(info.uuid)
+
+    def _move_head(self, uid: str | None) -> None:
+        """Make `uid` the checkpoint "latest" restores, durably, before the caller rolls
+        any sink back to it: a crash before this run's first commit must not resume a
+        checkpoint from the timeline the sinks no longer reflect."""
+        if self.read_only or self._manifest.head == uid:
+            return
+        manifest = Manifest(self._manifest.checkpoints, uid)
+        write_doc(self.fs, self._p(MANIFEST), manifest.to_json())
+        self._manifest = manifest
 
     def _read_spine_metas(self, uid: str) -> dict[str, SpineMeta]:
         meta = read_doc(self.fs, self._p(uid, CHECKPOINT_META))
@@ -468,6 +483,11 @@ class StorageLocation:
     def list_checkpoints(self) -> list[CheckpointInfo]:
         return list(self._manifest.checkpoints)
 
+    @property
+    def head(self) -> str | None:
+        """The checkpoint a restore of "latest" takes (see `Manifest`)."""
+        return self._manifest.head
+
     def checkpoint_metadata(self, uid: str) -> dict[str, Any]:
         """The caller's metadata stored with a checkpoint (source offsets, sink positions)."""
         if self._manifest.find(uid) is None:
@@ -620,7 +640,7 @@ class StorageLocation:
                 )
                 old |= set(files)
                 parent = uid
-            manifest = Manifest([*self._manifest.checkpoints, *infos])
+            manifest = self._manifest.appended(infos)
             try:
                 write_doc(fs, self._p(MANIFEST), manifest.to_json())  # commit point
             except OSError as e:
@@ -708,9 +728,9 @@ class StorageLocation:
         self.retire_files(names)
 
     def gc_checkpoint(self, protect: Iterable[str] = ()) -> GcResult:
-        """Delete the oldest checkpoint not in `protect`, never the newest one, and every
-        batch file no remaining checkpoint or live spine uses."""
-        keep = set(protect)
+        """Delete the oldest checkpoint not in `protect`, never the newest one nor the head,
+        and every batch file no remaining checkpoint or live spine uses."""
+        keep = {*protect, self._manifest.head}
         cands = [c for c in self._manifest.checkpoints[:-1] if c.uuid not in keep]
         if not cands:
             return GcResult([], 0, 0)
@@ -731,11 +751,9 @@ class StorageLocation:
     def _delete(self, victims: list[str]) -> GcResult:
         self._check_writable()
         with self._lock:
-            remaining = [c for c in self._manifest.checkpoints if c.uuid not in victims]
-            self._retrying(
-                lambda: write_doc(self.fs, self._p(MANIFEST), Manifest(remaining).to_json())
-            )
-            self._manifest = Manifest(remaining)
+            remaining = self._manifest.without(set(victims))
+            self._retrying(lambda: write_doc(self.fs, self._p(MANIFEST), remaining.to_json()))
+            self._manifest = remaining
             dropped: set[str] = set()
             for v in victims:
                 dropped |= self._refs.pop(v, set())
@@ -752,7 +770,7 @@ class StorageLocation:
                     removed += 1 if size else 0
             self.fs.sync_dir(self.path)
             if self._parent in victims:
-                self._parent = None
+                self._parent = remaining.head
             if self.remote is not None:
                 self.remote.delete(victims)
         return GcResult(list(victims), removed, freed)

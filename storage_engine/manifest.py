@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from .errors import CorruptionError, FormatVersionError
@@ -96,10 +96,21 @@ class CheckpointInfo:
 
 @dataclass
 class Manifest:
+    """The checkpoints of a location, oldest first, and its head: the checkpoint "latest"
+    restores (None: start from empty state). The head is the newest checkpoint of the
+    timeline the state and the sinks continue; after a restore to an older checkpoint (or
+    to none) the newer ones stay listed, for an explicit restore, but are off the timeline.
+    A manifest written before heads existed has none recorded: its head is its newest."""
+
     checkpoints: list[CheckpointInfo] = field(default_factory=list)
+    head: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": MANIFEST_FORMAT, "checkpoints": [c.to_json() for c in self.checkpoints]}
+        return {
+            "format": MANIFEST_FORMAT,
+            "checkpoints": [c.to_json() for c in self.checkpoints],
+            "head": self.head,
+        }
 
     @classmethod
     def from_json(cls, d: dict[str, Any], path: str) -> Manifest:
@@ -111,9 +122,16 @@ class Manifest:
                 f"{path}: manifest format {fmt} is newer than {MANIFEST_FORMAT}"
             )
         try:
-            return cls([CheckpointInfo.from_json(c) for c in d["checkpoints"]])
+            checkpoints = [CheckpointInfo.from_json(c) for c in d["checkpoints"]]
         except (KeyError, TypeError) as e:
             raise CorruptionError(path, f"malformed manifest entry: {e}") from e
+        if "head" not in d:
+            head = checkpoints[-1].uuid if checkpoints else None
+        else:
+            head = d["head"]
+            if head is not None and not any(c.uuid == head for c in checkpoints):
+                raise CorruptionError(path, f"head {head!r} is not a listed checkpoint")
+        return cls(checkpoints, head)
 
     def find(self, ref: str) -> CheckpointInfo | None:
         """By uuid, or by identifier (the newest checkpoint with it)."""
@@ -124,3 +142,47 @@ class Manifest:
             if c.identifier == ref:
                 return c
         return None
+
+    def latest(self) -> CheckpointInfo | None:
+        """The head's entry: what a restore of "latest" restores."""
+        return None if self.head is None else self.find(self.head)
+
+    def lineage(self, uid: str | None) -> list[CheckpointInfo]:
+        """`uid` and its listed ancestors, newest first: the checkpoints whose state the
+        state after `uid` grew from, so a sink rolled back to one of their steps agrees."""
+        by_id = {c.uuid: c for c in self.checkpoints}
+        out: list[CheckpointInfo] = []
+        while uid is not None and uid in by_id and len(out) < len(by_id):
+            out.append(by_id[uid])
+            uid = by_id[uid].parent
+        return out
+
+    def on_timeline(self) -> set[str]:
+        """The head and its ancestors: the checkpoints "latest" and a fallback consider."""
+        return {c.uuid for c in self.lineage(self.head)}
+
+    def without(self, victims: set[str]) -> Manifest:
+        """This manifest less `victims`: a survivor whose parent goes gets that parent's
+        nearest surviving ancestor, and a deleted head passes to its nearest surviving
+        ancestor, so lineage stays whole across deletions."""
+        by_id = {c.uuid: c for c in self.checkpoints}
+
+        def survivor(uid: str | None) -> str | None:
+            seen = 0
+            while uid is not None and uid in victims and uid in by_id and seen < len(by_id):
+                uid, seen = by_id[uid].parent, seen + 1
+            return None if uid in victims else uid
+
+        kept = [
+            replace(c, parent=survivor(c.parent)) if c.parent in victims else c
+            for c in self.checkpoints
+            if c.uuid not in victims
+        ]
+        head = survivor(self.head)
+        return Manifest(kept, head if any(c.uuid == head for c in kept) else None)
+
+    def appended(self, infos: list[CheckpointInfo]) -> Manifest:
+        """This manifest with new commits, the newest of them the head."""
+        if not infos:
+            return self
+        return Manifest([*self.checkpoints, *infos], infos[-1].uuid)

@@ -167,6 +167,7 @@ class RemoteTier:
         fs: FileLayer,
         protected: Callable[[], set[str]],
         is_local: Callable[[str], bool],
+        timeline: Callable[[], list[str]],
         cache_dir: str | None = None,
     ) -> None:
         self.store = store
@@ -174,6 +175,7 @@ class RemoteTier:
         self.fs = fs
         self._protected = protected  # batch files the local side still needs
         self._is_local = is_local  # is this checkpoint still in the local manifest?
+        self._timeline = timeline  # the local head and its ancestors, newest first
         self.owner = uuidlib.uuid4().hex
         self.epoch = 0
         self._seq = 0
@@ -400,7 +402,7 @@ class RemoteTier:
                         continue
                 fresh.append(t.info)
             if fresh:
-                self._write_manifest(Manifest([*st.manifest.checkpoints, *fresh]))
+                self._write_manifest(st.manifest.appended(fresh))
                 for info in fresh:
                     st.refs[info.uuid] = uploaded[info.uuid]
 
@@ -465,7 +467,7 @@ class RemoteTier:
         victims = [u for u in uuids if u in st.refs]
         if not victims:
             return
-        remaining = Manifest([c for c in st.manifest.checkpoints if c.uuid not in victims])
+        remaining = st.manifest.without(set(victims))
         self._write_manifest(remaining)
         dropped: set[str] = set()
         for v in victims:
@@ -483,6 +485,12 @@ class RemoteTier:
         """PUT a new manifest under our epoch (the remote commit point), after checking that
         no other writer has claimed the prefix; then drop our older manifests."""
         self._check_fence()
+        # The remote head is the newest checkpoint of the local timeline the prefix holds,
+        # so a restore from the prefix resumes the timeline the sinks reflect.
+        held = {c.uuid for c in manifest.checkpoints}
+        manifest = Manifest(
+            manifest.checkpoints, next((u for u in self._timeline() if u in held), None)
+        )
         self._seq += 1
         key = f"{MANIFESTS}{self.epoch:010d}-{self._seq:012d}.manifest"
         doc = {**manifest.to_json(), "epoch": self.epoch, "owner": self.owner}
@@ -540,8 +548,9 @@ def pull(
     Fetches the manifest and every checkpoint's metadata; checks the chosen checkpoint's
     batch objects (lazy: each one's header, footer and index, with ranged GETs; eager: the
     whole file, downloaded into `path` and every block checksum verified). A missing or
-    corrupt object raises an error naming it, unless `fallback`, which moves on to the next
-    older checkpoint. The local manifest is written last: a failed pull leaves no location.
+    corrupt object raises an error naming it, unless `fallback`, which moves on to the
+    checkpoint's nearest intact ancestor. The local manifest is written last: a failed pull
+    leaves no location.
     `progress(done_bytes, total_bytes)` is called during eager downloads.
     """
     if fs.isdir(path) and any(n != CACHE_DIR for n in fs.listdir(path)):
@@ -549,15 +558,13 @@ def pull(
     _, remote = read_remote_manifest(store)
     if not remote.checkpoints:
         raise CheckpointNotFoundError(f"{store.url('')} holds no checkpoint")
-    if checkpoint == "latest":
-        candidates = list(reversed(remote.checkpoints))
-    else:
-        found = remote.find(checkpoint)
-        if found is None:
-            raise CheckpointNotFoundError(f"{store.url('')}: no checkpoint {checkpoint!r}")
-        candidates = [found] + (
-            [c for c in reversed(remote.checkpoints) if c.step < found.step] if fallback else []
-        )
+    found = remote.latest() if checkpoint == "latest" else remote.find(checkpoint)
+    if found is None:
+        what = "on its current timeline" if checkpoint == "latest" else repr(checkpoint)
+        raise CheckpointNotFoundError(f"{store.url('')}: no checkpoint {what}")
+    # A fallback stays on the chosen checkpoint's timeline: a sink rolled back to an
+    # ancestor's step agrees with it, to another branch's step it would not.
+    candidates = remote.lineage(found.uuid) if fallback else [found]
     fs.mkdir(path)
     skipped: dict[str, str] = {}
     docs: dict[str, dict[str, bytes]] = {}
@@ -600,7 +607,8 @@ def pull(
             write_doc(fs, os.path.join(ckdir, name), decode(data, name), atomic=False)
         fs.sync_dir(ckdir)
     fs.sync_dir(path)
-    write_doc(fs, os.path.join(path, MANIFEST), Manifest(keep).to_json())  # commit point
+    manifest = Manifest(keep, chosen.uuid)
+    write_doc(fs, os.path.join(path, MANIFEST), manifest.to_json())  # commit point
     return PullResult(chosen, dict(skipped), downloaded)
 
 

@@ -143,6 +143,8 @@ class CheckpointListing:
     path: str
     checkpoints: list[CheckpointInfo]
     problems: list[Problem]
+    head: str | None = None
+    """The checkpoint "latest" restores (see `Manifest`); None: none."""
 
 
 @dataclass(frozen=True)
@@ -511,7 +513,8 @@ def list_checkpoints(path: str | os.PathLike[str]) -> CheckpointListing:
     if doc is None:
         return CheckpointListing(root, [], problems)
     try:
-        return CheckpointListing(root, Manifest.from_json(doc, mpath).checkpoints, problems)
+        manifest = Manifest.from_json(doc, mpath)
+        return CheckpointListing(root, manifest.checkpoints, problems, manifest.head)
     except StorageError as e:
         return CheckpointListing(root, [], [*problems, _problem(e, mpath)])
 
@@ -773,7 +776,7 @@ def read_spine(
     manifest = Manifest.from_json(decode(fs.read(mpath), mpath), mpath)
     if not manifest.checkpoints:
         raise StorageError(f"{root}: no checkpoints yet")
-    info = manifest.checkpoints[-1] if checkpoint == "latest" else manifest.find(checkpoint)
+    info = manifest.latest() if checkpoint == "latest" else manifest.find(checkpoint)
     if info is None:
         raise StorageError(f"{root}: no checkpoint {checkpoint!r}")
     spath = os.path.join(root, info.uuid, _spine_file(op_id))

@@ -5,6 +5,7 @@ all-or-nothing: a bad record rejects the whole body, naming the problem."""
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -31,6 +32,9 @@ def log_source(spec: PipelineSpec, stream: str) -> LogSource:
 def parse(body: bytes, fmt: str, schema: pa.Schema) -> pa.Table:
     if not body.strip():
         raise InvalidInput("empty body: send NDJSON (one JSON object per line) or CSV")
+    text = _utf8(body)
+    if fmt != "csv":
+        _check_records(text, schema)
     try:
         if fmt == "csv":
             return pcsv.read_csv(
@@ -54,6 +58,43 @@ def parse(body: bytes, fmt: str, schema: pa.Schema) -> pa.Table:
             f"records do not parse as {fmt} with the stream's schema: {e}",
             details={"schema": {f.name: str(f.type) for f in schema}},
         ) from None
+
+
+def _utf8(body: bytes) -> str:
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = body.count(b"\n", 0, e.start) + 1
+        raise InvalidInput(
+            f"line {line}: not valid UTF-8 (byte {body[e.start]:#04x} at offset {e.start})",
+            details={"line": line},
+        ) from None
+
+
+def _check_records(text: str, schema: pa.Schema) -> None:
+    """Every non-blank line is one JSON object with only the schema's fields, checked in
+    Python before Arrow's reader sees the body: that reader takes the process down on some
+    malformed input (a bare `null` line) instead of raising."""
+    names = set(schema.names)
+    for n, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as e:
+            raise InvalidInput(f"line {n}: not JSON: {e}", details={"line": n}) from None
+        if not isinstance(record, dict):
+            raise InvalidInput(
+                f"line {n}: a record must be a JSON object, not {type(record).__name__}",
+                details={"line": n},
+            )
+        unknown = record.keys() - names
+        if unknown:
+            raise InvalidInput(
+                f"line {n}: unknown field {min(unknown)!r}; the stream's fields are "
+                f"{', '.join(schema.names)}",
+                details={"line": n, "field": min(unknown)},
+            )
 
 
 def append(storage: Path, src: LogSource, table: pa.Table) -> tuple[int, int]:

@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import func, select
@@ -40,6 +42,9 @@ from backend.models import (
 from backend.services import checkpoints as cps
 from backend.services import lifecycle, tokens
 from storage_engine import StorageLocation
+from storage_engine.schema import WEIGHT
+from workers.sinks import ViewSink
+from workers.spec import ViewSink as ViewSinkSpec
 
 from .api_fixtures import (
     MAX_BODY_BYTES,
@@ -865,7 +870,31 @@ BAD_RECORDS = [
     (b"not json at all\n", "application/x-ndjson"),
     (b"auction,bidder,price,ts\n1,2,3.0,2024-01-01T00:00:00Z\n1,x,3,2024\n", "text/csv"),
     (b"\n  \n", "application/x-ndjson"),
+    # Arrow's JSON reader segfaulted on a bare null: the whole server process died.
+    (b"null", "application/x-ndjson"),
+    (ndjson([bid(1)]) + b"null\n[1, 2]\n", "application/x-ndjson"),
+    (b'"text"\n', "application/x-ndjson"),
+    # Invalid UTF-8 was stored, then every read of the view answered 500.
+    (ndjson([bid(1)]) + b'{"auction": 2, "s": "bad\xff\xfe"}\n', "application/x-ndjson"),
+    (b"ts,auction,bidder,price\n2024-01-01T00:00:09Z,7,42,9.25\xff\n", "text/csv"),
 ]
+
+
+def test_ingest_errors_name_the_line_and_the_field(api: Api) -> None:
+    api.create_pipeline(log_spec())
+    url = f"pipelines/{BIDS}/ingest/bids"
+    cases = [
+        (ndjson([bid(1), bid(2)]) + b"null\n", "line 3", 3, None),
+        (ndjson([bid(1)]) + b'{"auction": "\xff"}\n', "line 2: not valid UTF-8", 2, None),
+        (ndjson([bid(1), {**bid(2), "surprise": 1}]), "unknown field 'surprise'", 2, "surprise"),
+        (ndjson([bid(1)]) + b"{oops\n", "line 2: not JSON", 2, None),
+    ]
+    for content, text, line, field in cases:
+        body = error(api.post(url, content=content, headers=NDJSON), 422, "invalid_input")
+        assert text in body["message"], body
+        assert body["details"]["line"] == line
+        assert body["details"].get("field") == field
+    assert input_log(api.storage(BIDS)).end() == 0
 
 
 def test_ingest_rejects_bad_records_whole(api: Api) -> None:
@@ -948,6 +977,27 @@ def test_json_body_limit(api: Api) -> None:
 
 
 # -- views -------------------------------------------------------------------------------------
+
+
+def test_a_view_holding_invalid_utf8_still_reads(api: Api) -> None:
+    """State stored before ingest checked UTF-8 is served with replacement characters."""
+    api.create_pipeline(clicks_spec())
+    schema = pa.schema([("user", pa.string()), ("clicks", pa.int64())])
+    data = b"okbad\xff\xfe"
+    users = pa.Array.from_buffers(
+        pa.string(), 2, [None, pa.py_buffer(np.array([0, 2, 7], np.int32)), pa.py_buffer(data)]
+    )
+    d = pa.table({"user": users, "clicks": [1, 2], WEIGHT: pa.array([1, 1], pa.int64())})
+    with StorageLocation.open(str(api.storage(CLICKS))) as loc:
+        sink = ViewSink(ViewSinkSpec(name="v", kind="view", **{"from": "per_user"}), schema, loc)
+        sink.write(1, d)
+        loc.commit(step=1)
+    r = api.get(f"pipelines/{CLICKS}/views/v")
+    assert r.status_code == 200, r.text
+    assert r.json()["rows"] == [
+        {"user": "bad\ufffd\ufffd", "clicks": 2},
+        {"user": "ok", "clicks": 1},
+    ]
 
 
 def test_view_reads(api: Api) -> None:

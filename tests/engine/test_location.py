@@ -27,6 +27,7 @@ from storage_engine import (
     StorageLocation,
     ZSetSchema,
 )
+from storage_engine.manifest import MANIFEST, decode, encode
 
 from .strategies import CASES, batch_files
 
@@ -164,6 +165,75 @@ def test_parent_chain_follows_the_restored_checkpoint(tmp_path: Path) -> None:
         assert loc.list_checkpoints()[-1].parent is None
 
 
+def test_latest_is_the_head_of_the_timeline_a_restore_left(tmp_path: Path) -> None:
+    """A restore to an older checkpoint moves "latest" to it before anything else happens:
+    a run that then dies before its first commit resumes there, not at the newest
+    checkpoint of the abandoned timeline (which stays restorable by name)."""
+    uids, states = three_checkpoints(tmp_path)
+    with open_loc(tmp_path, checkpoint=uids[0]) as loc:
+        assert loc.head == uids[0]
+        loc.spine("op", INT).insert(rows(1000, 1010))  # a step whose commit never happens
+    with open_loc(tmp_path) as loc:
+        assert loc.restored is not None and loc.restored.uuid == uids[0]
+        assert state(loc) == states[0]
+        loc.spine("op", INT).insert(rows(2000, 2005))
+        d = loc.commit(step=2)
+        assert loc.head == d
+    with open_loc(tmp_path) as loc:
+        assert loc.restored is not None and loc.restored.uuid == d
+        assert [c.uuid for c in loc.list_checkpoints()] == [*uids, d]
+    with open_loc(tmp_path, checkpoint=uids[2]) as loc:  # the other branch, by name
+        assert state(loc) == states[2]
+    with open_loc(tmp_path) as loc:
+        assert loc.restored is not None and loc.restored.uuid == uids[2]
+
+
+def test_starting_from_none_or_dropping_state_leaves_latest_empty(tmp_path: Path) -> None:
+    uids, _ = three_checkpoints(tmp_path)
+    with open_loc(tmp_path, checkpoint="none") as loc:
+        assert loc.head is None
+    with open_loc(tmp_path) as loc:
+        assert loc.restored is None and state(loc) == {} and loc.step == 0
+    with open_loc(tmp_path, checkpoint=uids[1]):
+        pass
+    with open_loc(tmp_path, fp="other", allow_state_drop=True) as loc:
+        assert loc.restored is None and loc.head is None
+    with open_loc(tmp_path, fp="other") as loc:
+        assert loc.restored is None
+
+
+def test_a_manifest_without_a_head_resumes_its_newest(tmp_path: Path) -> None:
+    """Locations written before heads existed: "latest" is still their newest checkpoint."""
+    uids, states = three_checkpoints(tmp_path)
+    path = tmp_path / MANIFEST
+    doc = decode(path.read_bytes(), str(path))
+    assert doc.pop("head") == uids[2]
+    path.write_bytes(encode(doc))
+    with open_loc(tmp_path) as loc:
+        assert loc.restored is not None and loc.restored.uuid == uids[2]
+        assert loc.head == uids[2] and state(loc) == states[2]
+
+
+def test_gc_keeps_the_head_and_deleting_it_passes_latest_to_its_ancestor(
+    tmp_path: Path,
+) -> None:
+    uids, _ = three_checkpoints(tmp_path)
+    with open_loc(tmp_path, checkpoint=uids[1]) as loc:
+        assert loc.gc_checkpoint().deleted == [uids[0]]
+        assert loc.gc_checkpoint().deleted == []  # uids[1] is the head, uids[2] the newest
+        loc.delete_checkpoint(uids[1])
+        assert loc.head is None  # no ancestor survives
+    with open_loc(tmp_path) as loc:
+        assert loc.restored is None
+    uids2, states2 = three_checkpoints(tmp_path / "b")
+    with open_loc(tmp_path / "b") as loc:
+        loc.delete_checkpoints([uids2[2], uids2[1]])
+        assert loc.head == uids2[0]
+    with open_loc(tmp_path / "b") as loc:
+        assert loc.restored is not None and loc.restored.uuid == uids2[0]
+        assert state(loc) == states2[0]
+
+
 def test_unknown_checkpoint(tmp_path: Path) -> None:
     three_checkpoints(tmp_path)
     for ref in (str(uuidlib.uuid4()), "no-such-identifier"):
@@ -259,7 +329,8 @@ def test_delete_checkpoint_middle_and_newest(tmp_path: Path) -> None:
         loc.delete_checkpoint(uids[2])
         assert state(loc) == states[2]
         nxt = loc.commit()
-        assert loc.list_checkpoints()[-1].parent is None  # its parent is gone
+        # Its parent is gone: the state grew from the nearest surviving ancestor.
+        assert loc.list_checkpoints()[-1].parent == uids[0]
     with open_loc(tmp_path) as loc:
         assert loc.restored is not None and loc.restored.uuid == nxt
         assert state(loc) == states[2]

@@ -24,6 +24,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from storage_engine.schema import WEIGHT
+from storage_engine.tools import list_checkpoints
 from workers.runner import spark_session
 from workers.sinks import STEP
 
@@ -106,7 +107,7 @@ trigger: {{interval: 100ms}}
     return p
 
 
-def run(tmp: Path, spec_path: Path, kill_after: float | None) -> int | None:
+def run(tmp: Path, spec_path: Path, kill_after: float | None, *args: str) -> int | None:
     """One run of the runner; SIGKILLed after `kill_after` seconds if given."""
     cmd = [
         sys.executable,
@@ -118,6 +119,7 @@ def run(tmp: Path, spec_path: Path, kill_after: float | None) -> int | None:
         str(tmp / "state"),
         "--stop-when-idle",
         "4",
+        *args,
     ]
     p = subprocess.Popen(
         cmd,
@@ -157,7 +159,33 @@ def test_sigkill_restarts_give_exactly_the_batch_result(
             kills += 1
     run(tmp_path, spec_path, kill_after=None)  # to the end of the input
     assert kills >= trials(8, 2), "most runs should have been killed mid-way"
+    assert_batch_result(tmp_path, spark, pg_dsn, bad)
 
+
+def test_a_run_dying_after_a_restore_to_an_older_checkpoint_loses_nothing(
+    tmp_path: Path, spark: SparkSession, pg_dsn: str
+) -> None:
+    """Restore step 4 of a finished run, take one step, die before checkpointing; the next
+    run's "latest" is step 4's timeline (the sinks were rolled back to it), not the
+    abandoned newest checkpoint, whose steps the sinks no longer hold."""
+    bad = write_input(tmp_path / "in")
+    spec_path = spec(tmp_path, pg_dsn)
+    run(tmp_path, spec_path, kill_after=None)
+    listed = list_checkpoints(tmp_path / "state").checkpoints
+    assert listed[-1].step == FILES
+    four = next(c for c in listed if c.step == 4)
+    run(tmp_path, spec_path, None, "--from-checkpoint", four.uuid, "--max-steps", "1",
+        "--no-final-checkpoint")  # fmt: skip
+    assert {p.name for p in (tmp_path / "out-agg").iterdir()} == {
+        f"step-{s:012d}.parquet" for s in range(1, 6)
+    }
+    assert list_checkpoints(tmp_path / "state").head == four.uuid
+    run(tmp_path, spec_path, kill_after=None)
+    assert_batch_result(tmp_path, spark, pg_dsn, bad)
+
+
+def assert_batch_result(tmp_path: Path, spark: SparkSession, pg_dsn: str, bad: int) -> None:
+    """The sinks' integrated contents equal Spark batch queries over the whole input."""
     ref = (
         spark.read.schema("customer string, amount bigint, ts timestamp")
         .option("mode", "DROPMALFORMED")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import anyio
 import pyarrow as pa
@@ -105,10 +105,27 @@ def read_view(
             m = pa.compute.equal(col, v)
             mask = m if mask is None else pa.compute.and_(mask, m)
         t = t.filter(mask)
-    rows = t.slice(offset, limit).to_pylist()
+    rows = _pylist(t.slice(offset, limit))
     return ViewPage(
         view=view,
         step=got.checkpoint.step,
         checkpoint=got.checkpoint.uuid,
         rows=[to_jsonable(r) for r in rows],
     )
+
+
+def _pylist(t: pa.Table) -> list[dict[str, Any]]:
+    """The rows as Python values. A string that is not valid UTF-8 (stored before ingest
+    refused it) is shown with replacement characters: reading stored state never fails."""
+    try:
+        rows: list[dict[str, Any]] = t.to_pylist()
+    except UnicodeDecodeError:
+        rows = pa.table([_lenient(c) for c in t.columns], names=t.column_names).to_pylist()
+    return rows
+
+
+def _lenient(col: pa.ChunkedArray) -> pa.ChunkedArray | pa.Array:
+    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+        return col
+    raw = col.cast(pa.large_binary()).to_pylist()  # a cast that does not validate
+    return pa.array([None if b is None else b.decode("utf-8", "replace") for b in raw])
