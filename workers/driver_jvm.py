@@ -115,7 +115,7 @@ def launch(java_options: str, class_path: str) -> None:
         args += ["--conf", f"spark.driver.extraClassPath={class_path}"]
     args.append("pyspark-shell")
     home = spark_home()
-    env = {**os.environ, "SPARK_CONNECT_MODE": "0"}
+    env = {**jvm_environment(os.environ), "SPARK_CONNECT_MODE": "0"}
     command, env = _direct(home, env, args) or ([str(home / "bin" / "spark-submit"), *args], env)
     env["_PYSPARK_DRIVER_CONN_INFO_PATH"] = str(info)
     try:
@@ -129,6 +129,23 @@ def launch(java_options: str, class_path: str) -> None:
         log.debug("could not start the driver's JVM early: %s", e)
         return
     _launched = _Launched(proc, info, (java_options, class_path))
+
+
+# Variables the JVM (and the Python workers it starts) never needs: Spindle's settings, and
+# credentials by their usual names. The run's expressions execute there.
+_PRIVATE_PREFIXES = ("SPINDLE_", "AWS_", "MINIO_", "PG", "CELERY_", "REDIS_")
+_PRIVATE_WORDS = ("SECRET", "PASSWORD", "PASSWD", "TOKEN", "CREDENTIAL", "PRIVATE")
+
+
+def jvm_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` less what the driver's JVM must not hold: the database URL, the object store's
+    keys, tokens. The Python driver keeps them; nothing a spec runs can read them there."""
+    return {
+        k: v
+        for k, v in env.items()
+        if not k.upper().startswith(_PRIVATE_PREFIXES)
+        and not any(w in k.upper() for w in _PRIVATE_WORDS)
+    }
 
 
 # What bin/spark-submit and bin/load-spark-env.sh export for the JVM, besides SPARK_HOME and

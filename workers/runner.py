@@ -67,7 +67,7 @@ from storage_engine.input_log import InputLog
 from storage_engine.manifest import MANIFEST
 from storage_engine.objstore import ObjectStoreLike, open_object_store
 
-from . import driver_jvm
+from . import driver_jvm, expressions
 from . import spec as S
 from .file_batches import CORRUPT, FileBatches
 from .sinks import FilesSink, PostgresSink, Sink, ViewSink
@@ -236,6 +236,16 @@ def source_schema(
 def _analyse(
     spark: SparkSession, schema: StructType, where: str | None, select: list[str], path: str
 ) -> StructType:
+    # Again on Spark's own parse of each expression, before Spark analyses any of them: the
+    # spec was checked at validation, but this is what runs (`workers.expressions`).
+    named = [(f"{path}.where", where)] if where else []
+    for field_path, text in [*named, *((f"{path}.select.{i}", t) for i, t in enumerate(select))]:
+        try:
+            expressions.check_parsed(spark, text)
+        except expressions.ExpressionError as e:
+            raise S.SpecError([(field_path, str(e))]) from None
+        except Exception as e:  # Spark's parser raises several kinds
+            raise S.SpecError([(field_path, _short(e))]) from None
     df = _empty(spark, schema)
     try:
         if where:

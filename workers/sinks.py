@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 from storage_engine import Batch, Spine, StorageLocation, ZSetSchema
 from storage_engine.schema import WEIGHT
 
+from .spec import DSN_VARIABLE, DSN_VARIABLE_PREFIX
 from .spec import FilesSink as FilesSinkSpec
 from .spec import PostgresSink as PostgresSinkSpec
 from .spec import ViewSink as ViewSinkSpec
@@ -116,7 +117,14 @@ def _pg_type(t: pa.DataType) -> str:
 
 
 def _expand_env(dsn: str) -> str:
-    return re.sub(r"\$\{(\w+)\}", lambda m: os.environ.get(m.group(1), ""), dsn)
+    """${VAR} replaced with the variable's value, only for sink credentials (the spec
+    refuses any other name; this is the second check)."""
+
+    def value(m: re.Match[str]) -> str:
+        name = m.group(1)
+        return os.environ.get(name, "") if name.startswith(DSN_VARIABLE_PREFIX) else ""
+
+    return DSN_VARIABLE.sub(value, dsn)
 
 
 class PostgresSink:

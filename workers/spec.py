@@ -27,6 +27,7 @@ from typing import Annotated, Any, Literal
 import pyarrow as pa
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -37,6 +38,10 @@ from pydantic import (
     model_validator,
 )
 
+from . import expressions
+
+DSN_VARIABLE = re.compile(r"\$\{(\w+)\}")
+DSN_VARIABLE_PREFIX = "SPINDLE_SINK_"
 NAME_RE = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 OP_RE = r"^[A-Za-z0-9_.-]{1,128}$"
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(us|ms|s|m|h|d)\s*$")
@@ -158,11 +163,27 @@ class LogSource(_Model):
 Source = Annotated[DatagenSource | FilesSource | LogSource, Field(discriminator="kind")]
 
 
+def _expression(text: str) -> str:
+    expressions.check(text)  # an ExpressionError is a ValueError: pydantic names the field
+    return text
+
+
+Expression = Annotated[
+    str,
+    AfterValidator(_expression),
+    Field(
+        description="a Spark SQL expression; it may call Spark's built-in functions except "
+        "those that reach the JVM, the host or files (docs/pipelines.md, Expressions), and "
+        "hold no subquery"
+    ),
+]
+
+
 class Transform(_Model):
     """Stateless, done by Spark: a filter, then a projection (Spark SQL expressions)."""
 
-    where: str | None = None
-    select: list[str] = Field(default_factory=lambda: ["*"], min_length=1)
+    where: Expression | None = None
+    select: list[Expression] = Field(default_factory=lambda: ["*"], min_length=1)
     event_time: str | None = Field(
         None,
         min_length=1,
@@ -192,8 +213,8 @@ class AggregateSpec(_Model):
 class StreamSpec(_Model):
     """One input of a join: rows of the transformed stream, filtered and projected."""
 
-    where: str | None = None
-    select: list[str] = Field(default_factory=lambda: ["*"], min_length=1)
+    where: Expression | None = None
+    select: list[Expression] = Field(default_factory=lambda: ["*"], min_length=1)
 
 
 class GroupAggregateOp(_Model):
@@ -263,8 +284,23 @@ class PostgresSink(_Model):
     name: str = Field(pattern=NAME_RE)
     kind: Literal["postgres"]
     from_: str = Field(alias="from")
-    dsn: str = Field(description="libpq connection string; may name an env var as ${VAR}")
+    dsn: str = Field(
+        description="libpq connection string; may name an environment variable of the "
+        "driver as ${VAR}, only one whose name starts with SPINDLE_SINK_ (credentials the "
+        "operator set for sinks: no other variable, such as the server's own secrets, can "
+        "be sent to a server a spec names)"
+    )
     table: str = Field(pattern=r"^[a-z_][a-z0-9_]{0,62}$")
+
+    @field_validator("dsn")
+    @classmethod
+    def _sink_variables_only(cls, v: str) -> str:
+        for name in DSN_VARIABLE.findall(v):
+            if not name.startswith(DSN_VARIABLE_PREFIX):
+                raise ValueError(
+                    f"${{{name}}}: only variables named {DSN_VARIABLE_PREFIX}* may be used"
+                )
+        return v
 
 
 class ViewSink(_Model):

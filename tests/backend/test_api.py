@@ -336,6 +336,17 @@ def test_validate_names_every_bad_field(api: Api) -> None:
     assert "spec" in fields(body) and "spek" in fields(body)
 
 
+def test_expressions_that_reach_the_jvm_are_refused(api: Api) -> None:
+    spec = clicks_spec()
+    leak = "reflect('java.lang.System','getenv','SPINDLE_S3_SECRET_KEY') AS leak"
+    spec["transform"]["select"] = ["user", leak]
+    for url in ("pipelines/validate", "pipelines"):
+        body = error(api.post(url, json={"spec": spec}), 422, "invalid_spec")
+        assert fields(body) == ["transform.select.1"]
+        assert "'reflect' is not allowed" in body["errors"][0]["message"]
+    assert api.get("pipelines").json() == []
+
+
 PATHS = [
     ("/etc", False),
     ("../outside", False),

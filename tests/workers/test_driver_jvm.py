@@ -27,6 +27,13 @@ print(json.dumps({
     "early_alive": early is not None and early.poll() is None,
     "env_left": "PYSPARK_GATEWAY_PORT" in os.environ,
     "rows": spark.range(3).count(),
+    "secrets": {
+        "python": os.environ.get("SPINDLE_S3_SECRET_KEY"),
+        "jvm": spark._jvm.java.lang.System.getenv("SPINDLE_S3_SECRET_KEY"),
+        "jvm_password": spark._jvm.java.lang.System.getenv("PGPASSWORD"),
+        "worker": spark.sparkContext.parallelize([0], 1)
+        .map(lambda _: os.environ.get("SPINDLE_S3_SECRET_KEY")).collect()[0],
+    },
     "counts": sorted(pairs.reduceByKey(lambda a, b: a + b).collect()),
     "collectors": sorted(
         b.getName() for b in spark._jvm.java.lang.management.ManagementFactory
@@ -60,13 +67,16 @@ def _probe(**session: object) -> dict[str, object]:
 
 
 def test_the_session_connects_to_the_jvm_started_early() -> None:
-    assert _probe() == {
+    env = {"SPINDLE_S3_SECRET_KEY": "s3cret", "PGPASSWORD": "pw"}
+    assert _run_probe(env)[0] == {
         "own_launch": False,
         "early_alive": True,
         "env_left": False,
         "rows": 3,
         "counts": COUNTS,
         "collectors": PARALLEL,  # driver_jvm._COLLECTOR
+        # The JVM, where a spec's expressions run, and its Python workers hold no secret.
+        "secrets": {"python": "s3cret", "jvm": None, "jvm_password": None, "worker": None},
     }
 
 
@@ -80,6 +90,7 @@ def test_a_session_with_other_options_starts_its_own_jvm() -> None:
         "rows": 3,
         "counts": COUNTS,
         "collectors": ["Copy", "MarkSweepCompact"],
+        "secrets": {"python": None, "jvm": None, "jvm_password": None, "worker": None},
     }
 
 

@@ -116,6 +116,26 @@ def test_planning_errors_name_the_field(spark: SparkSession) -> None:
         plan(spark, parse_spec(bad))
 
 
+def test_the_driver_refuses_what_validation_let_through(spark: SparkSession) -> None:
+    """The driver checks Spark's own parse of every expression again: a spec that reached
+    it unvalidated (or past a lexing difference) still cannot call the JVM or subquery."""
+    from workers.runner import plan
+
+    spec = load_spec(EXAMPLES / "clicks-per-user.yaml")
+    assert spec.transform is not None
+    for text, why in [
+        ("reflect('java.lang.System', 'getenv', 'SPINDLE_S3_SECRET_KEY') AS leak", "reflect"),
+        ("`java_method`('java.lang.System', 'getenv', 'X') AS leak", "java_method"),
+        ("(SELECT 1) AS x", "subqueries"),
+        ("user IN (SELECT 1) AS x", "subqueries"),
+    ]:
+        bad = spec.model_copy(
+            update={"transform": spec.transform.model_copy(update={"select": ["user", text]})}
+        )
+        with pytest.raises(SpecError, match=f"transform.select.1: .*{why}"):
+            plan(spark, bad)
+
+
 def _integrated(path: Path) -> Counter[tuple[Any, ...]]:
     out: Counter[tuple[Any, ...]] = Counter()
     for f in sorted(path.iterdir()):
