@@ -103,6 +103,13 @@ def serve(
     api_workers: Annotated[
         int | None, typer.Option(min=1, max=64, help="API processes; default SPINDLE_API_WORKERS")
     ] = None,
+    show_token: Annotated[
+        bool | None,
+        typer.Option(
+            help="print a newly created admin token; default: only to an interactive "
+            "terminal (a service manager's captured output would keep it)"
+        ),
+    ] = None,
 ) -> None:
     """Run the API, a worker and beat until Ctrl-C."""
     from .db import Database
@@ -142,8 +149,10 @@ def serve(
     typer.echo(
         f"Spindle is serving on http://{host}:{port}  (API: http://{host}:{port}/api/v1/docs)"
     )
-    if new:
+    if new and (sys.stdout.isatty() if show_token is None else show_token):
         typer.echo(f"admin token (shown once; also in {token_file}): {new}")
+    elif new:
+        typer.echo(f"admin token: created, in {token_file} (mode 0600; --show-token prints it)")
     elif configured:
         typer.echo("admin token: the one in SPINDLE_ADMIN_TOKEN")
     else:

@@ -129,6 +129,10 @@ class Pipeline(Base):
     # The checkpoint the next start resumes from when the start says "latest" (set by a
     # restore while stopped); cleared once a run has opened it.
     restore_point: Mapped[str | None] = mapped_column(String(36), default=None)
+    # The newest durability problem its run reported (a failed checkpoint or upload, the
+    # object store unreachable, fencing), cleared once a checkpoint is durable again.
+    durability_error: Mapped[str | None] = mapped_column(Text, default=None)
+    durability_error_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, default=None)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
 
@@ -231,6 +235,24 @@ class ApiToken(Base):
     prefix: Mapped[str] = mapped_column(String(12))  # shown in listings, to tell tokens apart
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
     last_used_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, default=None)
+
+
+class PipelineTotals(Base):
+    """Counters of a pipeline that only grow (Prometheus `*_total`): the metrics history is
+    downsampled and deleted, these are not."""
+
+    __tablename__ = "pipeline_totals"
+
+    pipeline_id: Mapped[int] = mapped_column(
+        ForeignKey("pipelines.id", ondelete="CASCADE"), primary_key=True
+    )
+    steps: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    rows_in: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    rows_out: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    dead_letters: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    commit_failures: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    upload_failures: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    fencings: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 class MetricSample(Base):

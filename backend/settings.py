@@ -97,6 +97,12 @@ class Settings(BaseSettings):
     heartbeat_timeout_s: float = Field(
         30.0, gt=0, description="a run without a heartbeat this long is dead"
     )
+    hang_timeout_s: float = Field(
+        600.0,
+        ge=0,
+        description="a run that takes no step this long while its input waits is ended and "
+        "restarted under the restart policy (0: never)",
+    )
     reap_interval_s: float = Field(5.0, gt=0)
     retention_interval_s: float = Field(60.0, gt=0)
     max_restarts: int = Field(5, ge=0, description="consecutive automatic restarts")

@@ -70,8 +70,10 @@ class InputLog:
         segs = self.segments()
         return segs[0].first if segs else self.end()
 
-    def append(self, records: pa.Table | pa.RecordBatch) -> tuple[int, int]:
-        """Durably append; returns the records' offsets [first, end)."""
+    def append(self, records: pa.Table | pa.RecordBatch, at_least: int = 0) -> tuple[int, int]:
+        """Durably append; returns the records' offsets [first, end). `at_least`: the first
+        offset the records may take (a log lost with its storage continues after what the
+        restored state has consumed, instead of starting again at 0 below it)."""
         t = pa.Table.from_batches([records]) if isinstance(records, pa.RecordBatch) else records
         try:
             t = t.select(self.schema.names).cast(self.schema)
@@ -85,7 +87,7 @@ class InputLog:
         fd = os.open(os.path.join(self.path, LOCK), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            first = self.end()
+            first = max(self.end(), at_least)
             sink = pa.BufferOutputStream()
             with pa.ipc.new_file(sink, self.schema) as w:
                 w.write_table(t)

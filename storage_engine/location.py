@@ -55,7 +55,7 @@ from .errors import (
 from .fileio import FileLayer, PosixFileLayer
 from .manifest import CHECKPOINT_META, MANIFEST, CheckpointInfo, Manifest, read_doc, write_doc
 from .objstore import ObjectStoreLike
-from .remote import RemoteTier, pull
+from .remote import PULL_SKIPPED, RemoteTier, pull, pulled_skipped
 from .schema import ZSetSchema
 from .settings import EngineSettings
 from .spine import MemoryBudget, Merger, Spine, _Entry
@@ -202,7 +202,9 @@ class StorageLocation:
                 )
             loc._open(fingerprint, checkpoint, allow_state_drop)
             if loc.remote is not None and not read_only:
-                loc.remote.claim(loc._manifest, drop=skipped)
+                loc.remote.claim(loc._manifest, drop=skipped | pulled_skipped(fs, loc.path))
+                if fs.exists(loc._p(PULL_SKIPPED)):
+                    fs.remove(loc._p(PULL_SKIPPED))
                 loc.remote.start()
         except BaseException:
             loc.close()

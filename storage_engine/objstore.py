@@ -233,13 +233,16 @@ class ObjectStore:
 
     def list(self, prefix: str = "") -> list[ObjectInfo]:
         cut = len(self._key(""))
-        with self._errors(prefix):
-            return [
-                ObjectInfo(str(o.object_name)[cut:], int(o.size or 0))
-                for o in self._client.list_objects(
-                    self.bucket, prefix=self._key(prefix), recursive=True
-                )
-            ]
+        try:
+            with self._errors(prefix):
+                return [
+                    ObjectInfo(str(o.object_name)[cut:], int(o.size or 0))
+                    for o in self._client.list_objects(
+                        self.bucket, prefix=self._key(prefix), recursive=True
+                    )
+                ]
+        except ObjectMissingError:
+            return []  # no bucket yet: nothing in it (a writer's claim creates it)
 
     def remove(self, keys: Iterable[str]) -> None:
         from minio.deleteobjects import DeleteObject
@@ -263,7 +266,7 @@ class ObjectStore:
         except (StorageError, FileNotFoundError):
             raise  # a missing local file is the caller's business, not the store's
         except S3Error as e:
-            if e.code in ("NoSuchKey", "NoSuchObject"):
+            if e.code in ("NoSuchKey", "NoSuchObject", "NoSuchBucket"):
                 raise ObjectMissingError(self.url(key)) from e
             raise RemoteUnavailableError(f"{self.url(key)}: {_describe(e)}") from e
         except (MinioException, urllib3.exceptions.HTTPError, OSError) as e:

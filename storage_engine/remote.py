@@ -245,10 +245,20 @@ class RemoteTier:
             "claimed_at": time.time(),
         }
         store.put_bytes(OWNER, encode(doc))
-        refs = {c.uuid: self._refs_or_none(c.uuid) for c in remote.checkpoints}
+        readable: dict[str, set[str] | None] = {
+            c.uuid: self._refs_or_none(c.uuid) for c in remote.checkpoints
+        }
+        refs = {u: r or set() for u, r in readable.items()}
         batches = {o.key[len(BATCHES) :] for o in store.list(BATCHES)}
         self._state = _State(remote, refs, batches)
         self._write_manifest(remote)  # our epoch's first manifest outranks every earlier one
+        if all(r is not None for r in readable.values()):
+            # Objects no checkpoint names: uploads of a writer fenced mid-checkpoint (or
+            # killed), which nobody else would ever delete.
+            orphans = batches - set().union(*refs.values()) - self._protected()
+            if orphans:
+                store.remove([BATCHES + n for n in sorted(orphans)])
+                self._state.batches -= orphans
         # Line up: upload local checkpoints the remote lacks; delete what was gc'ed locally.
         remote_ids = {c.uuid for c in remote.checkpoints}
         gone = [c.uuid for c in remote.checkpoints if c.uuid not in known]
@@ -258,11 +268,11 @@ class RemoteTier:
             if c.uuid not in remote_ids:
                 self.upload(c, None)
 
-    def _refs_or_none(self, uid: str) -> set[str]:
+    def _refs_or_none(self, uid: str) -> set[str] | None:
         try:
             return set(_remote_batch_refs(self.store, uid))
         except (CorruptionError, ObjectMissingError):
-            return set()  # unreadable: its batch objects are never deleted by us
+            return None  # unreadable: what it names is unknown
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="spindle-upload", daemon=True)
@@ -566,6 +576,27 @@ def pull(
     # ancestor's step agrees with it, to another branch's step it would not.
     candidates = remote.lineage(found.uuid) if fallback else [found]
     fs.mkdir(path)
+    try:
+        return _pull_into(store, path, fs, remote, candidates, eager, fallback, progress)
+    except BaseException:
+        # Leave the directory as it was found, so that the pull can simply be retried.
+        for n in fs.listdir(path):
+            if n != CACHE_DIR:
+                p = os.path.join(path, n)
+                fs.rmtree(p) if fs.isdir(p) else fs.remove(p)
+        raise
+
+
+def _pull_into(
+    store: ObjectStoreLike,
+    path: str,
+    fs: FileLayer,
+    remote: Manifest,
+    candidates: list[CheckpointInfo],
+    eager: bool,
+    fallback: bool,
+    progress: Callable[[int, int], None] | None,
+) -> PullResult:
     skipped: dict[str, str] = {}
     docs: dict[str, dict[str, bytes]] = {}
 
@@ -606,10 +637,26 @@ def pull(
         for name, data in docs[c.uuid].items():
             write_doc(fs, os.path.join(ckdir, name), decode(data, name), atomic=False)
         fs.sync_dir(ckdir)
+    if skipped:
+        # The checkpoints left behind as broken: the location may drop them from the prefix
+        # when it first claims it (`pulled_skipped`), which it would otherwise refuse.
+        write_doc(fs, os.path.join(path, PULL_SKIPPED), {"skipped": skipped}, atomic=False)
     fs.sync_dir(path)
     manifest = Manifest(keep, chosen.uuid)
     write_doc(fs, os.path.join(path, MANIFEST), manifest.to_json())  # commit point
     return PullResult(chosen, dict(skipped), downloaded)
+
+
+PULL_SKIPPED = "pull-skipped.json"
+
+
+def pulled_skipped(fs: FileLayer, path: str) -> set[str]:
+    """The checkpoints a pull into `path` found broken and left out (empty if none)."""
+    p = os.path.join(path, PULL_SKIPPED)
+    if not fs.exists(p):
+        return set()
+    skipped = read_doc(fs, p).get("skipped")
+    return set(skipped) if isinstance(skipped, dict) else set()
 
 
 def _check_batches(

@@ -48,3 +48,19 @@ def s3_bucket(s3_server: SeaweedS3, request: pytest.FixtureRequest) -> Iterator[
     yield name
     if s3_server.running:
         remove_bucket(client, name)
+
+
+PG_ADMIN = os.environ.get("SPINDLE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+@pytest.fixture
+def pg_dsn() -> Iterator[str]:
+    """A fresh PostgreSQL database for one test (dropped afterwards)."""
+    import psycopg
+
+    name = f"spindle_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_ADMIN, autocommit=True) as c:
+        c.execute(f'CREATE DATABASE "{name}"')
+    yield PG_ADMIN.rsplit("/", 1)[0] + "/" + name
+    with psycopg.connect(PG_ADMIN, autocommit=True) as c:
+        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

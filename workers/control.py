@@ -37,7 +37,7 @@ from backend.models import (
     utcnow,
 )
 from backend.services import checkpoints as cps
-from backend.services import lifecycle
+from backend.services import lifecycle, metrics
 from backend.services import operations as ops
 from backend.settings import Settings
 
@@ -51,6 +51,10 @@ _METRIC_FIELDS = {c.name for c in MetricSample.__table__.columns} - {
     "run_id",
     "resolution_s",
 }
+
+
+# Durability events that leave the pipeline in trouble (`workers.durability`).
+_PROBLEMS = ("commit_failed", "upload_failed", "remote_unavailable", "fenced")
 
 
 class JobControl:
@@ -96,6 +100,17 @@ class JobControl:
             ):
                 if restored == op.params.get("checkpoint"):
                     ops.succeed(op, {"checkpoint": restored, "step": runner.step})
+                elif runner.skipped and runner.skipped[0].uuid == op.params.get("checkpoint"):
+                    ops.fail(
+                        op,
+                        f"checkpoint {runner.skipped[0].uuid} is corrupt "
+                        f"({runner.skipped[0].reason}); restored {restored} instead "
+                        "(checkpoint.on_corruption: fallback)",
+                    )
+                elif op.started_at is not None and run.created_at > op.started_at:
+                    # Started after the restore was asked for, from another checkpoint: no
+                    # run will open the one it names now.
+                    ops.fail(op, f"superseded: run {run.number} started from {restored}")
             self._apply_desired(s)
         self._thread = threading.Thread(target=self._loop, name="spindle-control", daemon=True)
         self._thread.start()
@@ -177,11 +192,15 @@ class JobControl:
 
     def _flush_metrics(self, s: Any) -> None:
         rows = []
+        events = []
         while True:
             try:
                 rec = self._metrics.get_nowait()
             except queue.Empty:
                 break
+            if "event" in rec:
+                events.append(rec)
+                continue
             rows.append(
                 MetricSample(
                     pipeline_id=self.pipeline_id,
@@ -192,6 +211,37 @@ class JobControl:
             )
         if rows:
             s.add_all(rows)
+            metrics.add_totals(
+                s,
+                self.pipeline_id,
+                steps=len(rows),
+                rows_in=sum(r.rows_in or 0 for r in rows),
+                rows_out=sum(r.rows_out or 0 for r in rows),
+                dead_letters=sum(r.dead_letters or 0 for r in rows),
+            )
+        if events:
+            self._durability_events(s, events)
+
+    def _durability_events(self, s: Any, events: list[dict[str, Any]]) -> None:
+        """The run's durability events (`workers.durability`): counted, and the newest
+        problem shown on the pipeline until a checkpoint is durable again."""
+        kinds = [e["event"] for e in events]
+        metrics.add_totals(
+            s,
+            self.pipeline_id,
+            commit_failures=kinds.count("commit_failed"),
+            upload_failures=kinds.count("upload_failed"),
+            fencings=kinds.count("fenced"),
+        )
+        p = s.get(Pipeline, self.pipeline_id)
+        if p is None:
+            return
+        for e in events:
+            if e["event"] in ("durable", "remote_available"):
+                p.durability_error = p.durability_error_at = None
+            elif e["event"] in _PROBLEMS:
+                p.durability_error = str(e.get("message", e["event"]))[:2000]
+                p.durability_error_at = utcnow()
 
     def _claim(self) -> list[str]:
         with self.db.session() as s:

@@ -25,6 +25,7 @@ if __name__ == "__main__" and sys.argv[1:2] in (["run"], ["spare"]):
 
     _early.launch(*_early.driver_options(None, None))
 
+import contextlib
 import json
 import logging
 import os
@@ -33,7 +34,7 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, cast
@@ -62,14 +63,17 @@ from storage_engine.circuit import (
     WindowAggregate,
 )
 from storage_engine.commit import CommitHandle
-from storage_engine.errors import LockedError
+from storage_engine.errors import CorruptionError, LockedError
 from storage_engine.input_log import InputLog
 from storage_engine.manifest import MANIFEST
 from storage_engine.objstore import ObjectStoreLike, open_object_store
+from storage_engine.remote import FencedError
 
 from . import driver_jvm, expressions
 from . import spec as S
+from .durability import DurabilityWatch
 from .file_batches import CORRUPT, FileBatches
+from .restore import StateError, open_state
 from .sinks import FilesSink, PostgresSink, Sink, ViewSink
 from .sources import (
     END,
@@ -81,12 +85,13 @@ from .sources import (
     list_input_files,
     log_batches,
 )
+from .watchdog import HangWatchdog
 
 SOURCE = "source"
 # See Runner._pre_aggregation.
 PreAggregate = Literal["auto", "always", "never"]
 PRE_AGGREGATE_MIN_ROWS = 100_000
-STARTUP_GRACE_S = 15.0  # --stop-when-idle waits this long for a run's first step
+STARTUP_LIMIT_S = 600.0  # --stop-when-idle: a query's start-up longer than this fails the run
 TAKEOVER_LOCK_WAIT_S = 30.0  # a standby taking over waits this long for the location's lock
 # A query that fails outside a step is started again (from the run's offset) this many times
 # in a row before the run fails: see Runner._run.
@@ -97,6 +102,12 @@ EXIT_STOPPED = 0
 EXIT_SPEC = 2
 EXIT_RELAUNCH = 3
 EXIT_INTERRUPTED = 4
+EXIT_STATE = 5  # the state cannot be restored (corrupt, another circuit's): no retry helps
+EXIT_FENCED = 6  # another writer claimed the object-store prefix: this run must not go on
+EXIT_HUNG = 7  # no step while input waited for the hang timeout: restarted like a crash
+STATE_ERROR_HEADING = "state error:"  # how the driver prints a StateError, on one line
+FENCED_HEADING = "fenced:"  # how it prints a FencedError
+HUNG_HEADING = "hung:"  # and a stuck query
 
 MetricsSink = Callable[[dict[str, Any]], None]
 log = logging.getLogger("spindle.runner")
@@ -695,24 +706,48 @@ class Runner:
         remote: ObjectStoreLike | None = None,
         timeline: Timeline | None = None,
         pre_aggregate: PreAggregate = "auto",
+        files_roots: Sequence[str] | None = None,
     ) -> None:
+        if files_roots:
+            # Again as the run opens them: a path may have become a symlink leading out
+            # since the spec was validated.
+            errors = S.outside_roots(spec, [Path(r) for r in files_roots])
+            if errors:
+                raise S.SpecError(errors)
         self.spec = spec
+        # Input files must resolve inside these too (os.pathsep-joined; "": anywhere).
+        self._roots = os.pathsep.join(files_roots or [])
         self.timeline = tl = timeline or Timeline()
         self.spark = spark or spark_session(f"spindle:{spec.name}")
         tl.mark("spark_session")
         self.plan = plan(self.spark, spec)
+        if self._roots and isinstance(spec.source, S.FilesSource):
+            self.plan.spark_options["roots"] = self._roots
         tl.mark("plan")
-        self.loc = StorageLocation.open(
-            storage,
-            fingerprint=self.plan.circuit.fingerprint,
-            checkpoint=from_checkpoint,
-            allow_state_drop=allow_state_drop,
-            remote=remote,
-            # On a machine without the local copy, restore from the object store.
-            from_remote=remote is not None and restorable_from(remote, storage),
-        )
+
+        def opener(checkpoint: str, read_only: bool) -> StorageLocation:
+            loc = StorageLocation.open(
+                storage,
+                fingerprint=self.plan.circuit.fingerprint,
+                checkpoint=checkpoint,
+                allow_state_drop=allow_state_drop,
+                read_only=read_only,
+                remote=None if read_only else remote,
+                # On a machine without the local copy, restore from the object store.
+                from_remote=not read_only
+                and remote is not None
+                and restorable_from(remote, storage),
+            )
+            try:
+                self.plan.circuit.open(loc)
+            except BaseException:
+                loc.close()
+                raise
+            return loc
+
+        fallback = spec.checkpoint.on_corruption == "fallback"
+        self.loc, self.skipped = open_state(storage, from_checkpoint, opener, fallback)
         try:
-            self.plan.circuit.open(self.loc)
             self.step = self.loc.step if self.loc.restored is not None else 0
             self.offset = int(self.loc.metadata.get("source_offset", 0)) if self.loc.restored else 0
             tl.mark("storage_restore")
@@ -731,6 +766,18 @@ class Runner:
         self._oldest_checkpoint: str | None = None  # as `_retention_ran` last saw it
         self.metrics_sinks: list[MetricsSink] = [self._metrics_file, *(metrics_sinks or [])]
         self._metrics_lock = threading.Lock()
+        self.durability = DurabilityWatch(self._event, lambda: self.loc.remote)
+        for skipped in self.skipped:
+            self._metrics_file(
+                {
+                    "ts": time.time(),
+                    "event": "checkpoint_skipped",
+                    "checkpoint": skipped.uuid,
+                    "step": skipped.step,
+                    "reason": skipped.reason,
+                    "restored": self.loc.restored.uuid if self.loc.restored else None,
+                }
+            )
         # Unique among the session's queries: Spark's progress events name their query.
         self._query_name = f"spindle:{spec.name}:{os.getpid()}:{id(self):x}"
         self.auto_commit_s: float | None = spec.checkpoint.every
@@ -773,7 +820,7 @@ class Runner:
             if isinstance(s, S.FilesSink):
                 out[s.name] = FilesSink(s, base_dir)
             elif isinstance(s, S.PostgresSink):
-                out[s.name] = PostgresSink(s, schema)
+                out[s.name] = PostgresSink(s, schema, self.spec.name)
             else:
                 out[s.name] = ViewSink(s, schema, self.loc)
         return out
@@ -841,6 +888,9 @@ class Runner:
         spark_ms = (time.perf_counter() - t0) * 1000
         if first:
             self.timeline.mark("spark_part")
+        # A failed commit or upload is reported; fencing or commits failing in a row end
+        # the run here, before the sinks are written again.
+        self.durability.check()
         step = self.step + 1
         t1 = time.perf_counter()
         out = self.plan.circuit.step(batch.tables, batch.partials)
@@ -904,7 +954,8 @@ class Runner:
         if not isinstance(src, S.FilesSource):
             return self._driver_frame(self.offset, end)
         assert self._files is not None
-        paths = [os.path.join(src.path, n) for n in list_input_files(src.path)[self.offset : end]]
+        listed = list_input_files(src.path, self._roots)
+        paths = [os.path.join(src.path, n) for n in listed[self.offset : end]]
         self._files.read(paths, end)
         return self._files.rows()
 
@@ -925,7 +976,9 @@ class Runner:
         if self._files is None:
             return
         assert isinstance(src, S.FilesSource)
-        names = list_input_files(src.path)[self.offset : self.offset + src.max_files_per_step]
+        names = list_input_files(src.path, self._roots)[
+            self.offset : self.offset + src.max_files_per_step
+        ]
         if not names:
             return
         paths = [os.path.join(src.path, n) for n in names]
@@ -1198,6 +1251,10 @@ class Runner:
             return 0.0
         return self.commit()
 
+    @property
+    def steps_since_checkpoint(self) -> int:
+        return self._since_commit
+
     def commit(self, identifier: str | None = None, wait: bool = False) -> float:
         """Checkpoint the state after the current step; ms spent on the caller's thread."""
         t0 = time.perf_counter()
@@ -1213,6 +1270,9 @@ class Runner:
         """Request a checkpoint of the state between steps; its handle and step."""
         with self.step_lock:
             step = self.step
+            # The checkpoint will say these steps' output is written: make it durable first.
+            for sink in self.sinks.values():
+                sink.sync()
             # Standalone, the spec's keep_last is applied by the commit thread once the
             # checkpoint is durable: a gc here would wait for the running commit.
             keep = self.spec.retention.keep_last if self.own_retention else None
@@ -1222,6 +1282,7 @@ class Runner:
                 identifier=identifier,
                 keep_last=keep,
             )
+            self.durability.track(h)
             self._since_commit = 0
             self._last_commit = time.monotonic()
             self._commits += 1
@@ -1293,6 +1354,11 @@ class Runner:
         for sink in self.metrics_sinks:
             sink(rec)
 
+    def _event(self, rec: dict[str, Any]) -> None:
+        """Something a user must see (a durability failure): to every metrics sink."""
+        for sink in self.metrics_sinks:
+            sink(rec)
+
     def _metrics_file(self, rec: dict[str, Any]) -> None:
         # Spark's listener thread writes `batch` records while steps write theirs.
         with self._metrics_lock, open(self.metrics_path, "a", encoding="utf-8") as f:
@@ -1340,18 +1406,56 @@ class Runner:
             .start()
         )
 
-    def run(self, max_steps: int | None = None, stop_when_idle: float | None = None) -> RunResult:
+    def run(
+        self,
+        max_steps: int | None = None,
+        stop_when_idle: float | None = None,
+        hang_timeout: float | None = None,
+    ) -> RunResult:
         """Process until `max_steps`, `stop_when_idle` seconds without a step, an error, or
         `request_exit`. While `paused` the query is stopped and the state stays open; it
-        restarts from the current offset on resume."""
+        restarts from the current offset on resume. With `hang_timeout`, no step for that
+        long while input waits ends the process (`_hung`)."""
         self._last_step_at = time.monotonic()
         self._last_allowed_step = None if max_steps is None else self.first_step + max_steps
         durations = QueryProgress(self._batch_durations)
         durations.add(self.spark)
+        watchdog = None
+        if hang_timeout:
+            watchdog = HangWatchdog(
+                hang_timeout,
+                lambda: self._last_step_at,
+                lambda: self.step > self.first_step,
+                self._input_waiting,
+                lambda: self.paused or self.exit_code is not None,
+                self._hung,
+                startup_s=STARTUP_LIMIT_S,
+            )
+            watchdog.start()
         try:
             return self._run(stop_when_idle)
         finally:
+            if watchdog is not None:
+                watchdog.stop()
             durations.remove(self.spark)
+
+    def _input_waiting(self) -> bool:
+        """Whether the source has input beyond the run's offset."""
+        src = self.spec.source
+        if isinstance(src, S.FilesSource):
+            return len(list_input_files(src.path, self._roots)) > self.offset
+        if isinstance(src, S.LogSource):
+            return self.input_log().end() > self.offset
+        return src.limit is None or self.offset < src.limit
+
+    def _hung(self, why: str) -> None:
+        """The query is stuck: say so and end the process as a crash would (the restart
+        policy restarts it from the last checkpoint; a stuck step cannot be drained)."""
+        log.error("%s", why)
+        with contextlib.suppress(Exception):
+            self._metrics_file({"ts": time.time(), "event": "hung", "message": why})
+        print(f"{HUNG_HEADING} {why}", file=sys.stderr, flush=True)
+        os._exit(EXIT_HUNG)
 
     def _batch_durations(self, progress: dict[str, Any]) -> None:
         """Spark's own account of each micro-batch of this run's query that ran a step: its
@@ -1385,6 +1489,7 @@ class Runner:
             # Why the query ends, read when it does: a resume may come while it is stopping
             # (seconds), and must not turn a pause into the end of the run.
             pausing = False
+            started_at = time.monotonic()
             up_at: float | None = None  # when the query's first trigger ended
             try:
                 while q.isActive and self.exit_code is None and not self.paused:
@@ -1393,16 +1498,20 @@ class Runner:
                     if self._max_steps_reached():
                         break
                     if stop_when_idle is not None and not self._busy:
-                        # The query's start-up, up to its first trigger, is not idleness.
-                        if up_at is None and q.lastProgress is not None:
-                            up_at = time.monotonic()
+                        # The query's start-up, up to its first trigger, is never idleness,
+                        # however long a loaded machine makes it; one that does not end is
+                        # a failure, not an idle end.
                         now = time.monotonic()
-                        if up_at is None:
-                            idle = now - self._last_step_at
-                            limit = max(stop_when_idle, STARTUP_GRACE_S)
-                        else:
-                            idle, limit = now - max(self._last_step_at, up_at), stop_when_idle
-                        if idle > limit:
+                        if up_at is None and q.lastProgress is not None:
+                            up_at = now
+                        if up_at is None and now - started_at > STARTUP_LIMIT_S:
+                            raise RuntimeError(
+                                f"the Spark query did not finish its first trigger within "
+                                f"{STARTUP_LIMIT_S:.0f} s"
+                            )
+                        if up_at is not None and now - max(self._last_step_at, up_at) > (
+                            stop_when_idle
+                        ):
                             break
                     time.sleep(0.05)
                 pausing = self.paused and self.exit_code is None and self.error is None
@@ -1568,6 +1677,20 @@ def run_cmd(
         float | None, typer.Option(help="Stop after S seconds without a step.")
     ] = None,
     base_dir: Annotated[str, typer.Option(help="Relative sink paths start here.")] = ".",
+    hang_timeout: Annotated[
+        float,
+        typer.Option(
+            help="End the run (exit 7, restarted like a crash) when it takes no step for "
+            "this many seconds while input waits; 0: never."
+        ),
+    ] = 600.0,
+    files_root: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Files sources and sinks must resolve inside these directories (repeat the "
+            "option for several); checked as the run opens them."
+        ),
+    ] = None,
     final_checkpoint: Annotated[bool, typer.Option(help="Checkpoint when stopping.")] = True,
     run_id: Annotated[
         int | None,
@@ -1645,6 +1768,7 @@ def run_cmd(
             storage,
             from_checkpoint=from_checkpoint,
             base_dir=base_dir,
+            files_roots=files_root,
             spark=spark,
             own_retention=control is None,
             metrics_sinks=[control.metrics_sink] if control else None,
@@ -1655,15 +1779,28 @@ def run_cmd(
     except S.SpecError as e:
         typer.echo(str(e), err=True)
         raise typer.Exit(EXIT_SPEC) from None
+    except StateError as e:
+        typer.echo(f"{STATE_ERROR_HEADING} {e}", err=True)
+        raise typer.Exit(EXIT_STATE) from None
     started.append(runner)
     try:
         if control is not None:
             control.opened(runner)
-        res = runner.run(max_steps, stop_when_idle)
+        try:
+            res = runner.run(max_steps, stop_when_idle, hang_timeout or None)
+        except CorruptionError as e:
+            # Read from a checkpoint's file during a step: restoring it again would too.
+            typer.echo(f"{STATE_ERROR_HEADING} {e}", err=True)
+            raise typer.Exit(EXIT_STATE) from None
+        except FencedError as e:
+            typer.echo(f"{FENCED_HEADING} {e}", err=True)
+            raise typer.Exit(EXIT_FENCED) from None
         code = runner.exit_code or EXIT_STOPPED
         # A checkpoint on the way out, unless a stop said not to or a restore discards it.
         commit = final_checkpoint if control is None else code == EXIT_INTERRUPTED
-        if commit and runner.step > res.first_step:
+        # Not when the policy's checkpoint already covers the last step: a second one at the
+        # same step would take a retention slot for nothing.
+        if commit and runner.step > res.first_step and runner.steps_since_checkpoint:
             runner.commit(wait=True)
         typer.echo(json.dumps(res.__dict__ | {"last_step": runner.step}))
     finally:

@@ -16,6 +16,7 @@ crash between a sink write and the next checkpoint never duplicates output.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -45,15 +46,21 @@ class Sink(Protocol):
 
     def write(self, step: int, delta: pa.Table) -> None: ...
 
+    def sync(self) -> None:
+        """Make what was written durable: called before each checkpoint."""
+
     def close(self) -> None: ...
 
 
 class FilesSink:
     def __init__(self, spec: FilesSinkSpec, base_dir: str = ".") -> None:
         self.name = spec.name
-        self.path = os.path.join(base_dir, spec.path)
+        os.makedirs(os.path.join(base_dir, spec.path), exist_ok=True)
+        # Resolved once, as opened (and checked against the file roots): a symlink swapped
+        # in later cannot redirect writes or rollback's deletions.
+        self.path = os.path.realpath(os.path.join(base_dir, spec.path))
         self.format = spec.format
-        os.makedirs(self.path, exist_ok=True)
+        self._unsynced: list[str] = []  # files written since the last `sync`
 
     def steps(self) -> list[int]:
         return sorted(int(m.group(1)) for n in os.listdir(self.path) if (m := _STEP_FILE.match(n)))
@@ -63,6 +70,16 @@ class FilesSink:
             m = _STEP_FILE.match(n)
             if (m and int(m.group(1)) > step) or n.endswith(".tmp"):
                 os.remove(os.path.join(self.path, n))
+        _fsync(self.path)
+
+    def sync(self) -> None:
+        """Make every file written so far durable (before a checkpoint covers its step)."""
+        for path in self._unsynced:
+            with contextlib.suppress(FileNotFoundError):  # rolled back since
+                _fsync(path)
+        if self._unsynced:
+            _fsync(self.path)
+        self._unsynced.clear()
 
     def write(self, step: int, delta: pa.Table) -> None:
         if delta.num_rows == 0:
@@ -78,6 +95,7 @@ class FilesSink:
                 for row in table.to_pylist():
                     f.write(json.dumps(row, default=str) + "\n")
         os.replace(tmp, final)
+        self._unsynced.append(final)
 
     def read_all(self) -> pa.Table | None:
         """Every change row written so far (tests, tools)."""
@@ -94,6 +112,14 @@ class FilesSink:
 
     def close(self) -> None:
         pass
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 _PG_TYPES = {
@@ -127,13 +153,20 @@ def _expand_env(dsn: str) -> str:
     return DSN_VARIABLE.sub(value, dsn)
 
 
+class SinkConflictError(ValueError):
+    """Another pipeline's sink already writes this table."""
+
+
 class PostgresSink:
-    def __init__(self, spec: PostgresSinkSpec, schema: pa.Schema) -> None:
+    def __init__(self, spec: PostgresSinkSpec, schema: pa.Schema, pipeline: str) -> None:
         import psycopg
 
         self.name = spec.name
         self.table = spec.table
         self.columns = [f.name for f in schema]
+        # Progress is the pipeline's sink's, not the table's: two pipelines writing one table
+        # would delete each other's steps on rollback, so a table has one writer.
+        self._key = f"{pipeline}/{spec.name}"
         self._conn = psycopg.connect(_expand_env(spec.dsn), autocommit=False)
         cols = ", ".join(f'"{f.name}" {_pg_type(f.type)}' for f in schema)
         with self._conn.transaction(), self._conn.cursor() as cur:
@@ -144,21 +177,40 @@ class PostgresSink:
             cur.execute(f'CREATE INDEX IF NOT EXISTS "{self.table}_step" ON "{self.table}" (step)')
             cur.execute(
                 "CREATE TABLE IF NOT EXISTS spindle_sink_progress "
-                "(sink text PRIMARY KEY, step bigint NOT NULL)"
+                '(sink text PRIMARY KEY, step bigint NOT NULL, "table" text)'
             )
+            cur.execute('ALTER TABLE spindle_sink_progress ADD COLUMN IF NOT EXISTS "table" text')
+            # Rows of releases that keyed progress by table name alone.
+            cur.execute(
+                'DELETE FROM spindle_sink_progress WHERE sink = %s AND "table" IS NULL',
+                (self.table,),
+            )
+            cur.execute(
+                'SELECT sink FROM spindle_sink_progress WHERE "table" = %s AND sink <> %s',
+                (self.table, self._key),
+            )
+            other = cur.fetchone()
+            if other is not None:
+                raise SinkConflictError(
+                    f"table {self.table!r} is written by {other[0]} (pipeline/sink); a table "
+                    "takes one sink's change rows: pick another table, or delete that "
+                    "sink's row from spindle_sink_progress once it no longer writes there"
+                )
 
     def rollback(self, step: int) -> None:
         with self._conn.transaction(), self._conn.cursor() as cur:
             cur.execute(f'DELETE FROM "{self.table}" WHERE step > %s', (step,))
-            cur.execute(
-                "INSERT INTO spindle_sink_progress (sink, step) VALUES (%s, %s) "
-                "ON CONFLICT (sink) DO UPDATE SET step = excluded.step",
-                (self._key, step),
-            )
+            self._progress(cur, step)
 
-    @property
-    def _key(self) -> str:
-        return f"{self.table}"
+    def _progress(self, cur: Any, step: int) -> None:
+        cur.execute(
+            'INSERT INTO spindle_sink_progress (sink, step, "table") VALUES (%s, %s, %s) '
+            'ON CONFLICT (sink) DO UPDATE SET step = excluded.step, "table" = excluded."table"',
+            (self._key, step, self.table),
+        )
+
+    def sync(self) -> None:
+        pass  # each step is one committed transaction
 
     def write(self, step: int, delta: pa.Table) -> None:
         cols = ", ".join(f'"{c}"' for c in self.columns)
@@ -168,11 +220,7 @@ class PostgresSink:
                 with cur.copy(f'COPY "{self.table}" ({cols}, step, weight) FROM STDIN') as cp:
                     for row in delta.to_pylist():
                         cp.write_row([*(row[c] for c in self.columns), step, row[WEIGHT]])
-            cur.execute(
-                "INSERT INTO spindle_sink_progress (sink, step) VALUES (%s, %s) "
-                "ON CONFLICT (sink) DO UPDATE SET step = excluded.step",
-                (self._key, step),
-            )
+            self._progress(cur, step)
 
     def close(self) -> None:
         self._conn.close()
@@ -188,6 +236,9 @@ class ViewSink:
 
     def rollback(self, step: int) -> None:
         pass  # the spine was restored with the checkpoint
+
+    def sync(self) -> None:
+        pass  # checkpointed with the state
 
     def write(self, step: int, delta: pa.Table) -> None:
         if delta.num_rows:

@@ -191,19 +191,27 @@ def arrow_schema_option(schema: pa.Schema) -> str:
     return base64.b64encode(schema.serialize().to_pybytes()).decode()
 
 
-def list_input_files(path: str) -> list[str]:
-    """The files of an input directory in offset order (hidden and temp names skipped)."""
+def list_input_files(path: str, roots: str = "") -> list[str]:
+    """The files of an input directory in offset order (hidden and temp names skipped). With
+    `roots` (directories joined by os.pathsep: the control plane's file roots), a symbolic
+    link that leads out of every root is skipped too: a run never reads outside them."""
     try:
         names = os.listdir(path)
     except FileNotFoundError:
         return []
+    inside = [os.path.realpath(r) for r in roots.split(os.pathsep) if r]
     return sorted(
         n
         for n in names
         if not n.startswith((".", "_"))
         and not n.endswith((".tmp", ".part", ".crc"))
         and os.path.isfile(os.path.join(path, n))
+        and (not inside or _within(os.path.realpath(os.path.join(path, n)), inside))
     )
+
+
+def _within(real: str, roots: list[str]) -> bool:
+    return any(os.path.commonpath([real, r]) == r for r in roots)
 
 
 def log_batches(log: Any, start: int, stop: int) -> Iterator[pa.RecordBatch]:
@@ -270,6 +278,7 @@ class _Files(InputPartition):
 class _FilesReader(DataSourceStreamReader):
     def __init__(self, options: dict[str, str]) -> None:
         self.path = options["path"]
+        self.roots = options.get("roots", "")
         self.max_files = int(options.get("max_files_per_step", "10"))
         self.first = int(options.get("start", "0"))
         self.cur = self.first
@@ -278,13 +287,13 @@ class _FilesReader(DataSourceStreamReader):
         return {"offset": self.first}
 
     def latestOffset(self) -> dict[str, int]:
-        n = len(list_input_files(self.path))
+        n = len(list_input_files(self.path, self.roots))
         self.cur = max(self.cur, min(n, self.cur + self.max_files))
         return {"offset": self.cur}
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
         a, b = int(start["offset"]), int(end["offset"])
-        files = list_input_files(self.path)[a:b]
+        files = list_input_files(self.path, self.roots)[a:b]
         return [_Files([os.path.join(self.path, f) for f in files], b)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -70,9 +71,41 @@ def _duration_schema(bound: str) -> WithJsonSchema:
     )
 
 
-Seconds = Annotated[float, BeforeValidator(_seconds), Field(ge=0), _duration_schema("minimum")]
+# Every number a spec holds is bounded: what the control plane stores, and reads back for
+# a PUT, is what was validated (an unbounded integer overflowed the database, 1e999 was
+# stored as infinity and read back as null).
+MAX_SECONDS = 10 * 365 * 86400.0  # ten years
+MAX_COUNT = 2**53  # exact in JSON's numbers and in a float
+MAX_ROWS = 100_000_000  # per step
+Seconds = Annotated[
+    float,
+    BeforeValidator(_seconds),
+    Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False),
+    _duration_schema("minimum"),
+]
 PositiveSeconds = Annotated[
-    float, BeforeValidator(_seconds), Field(gt=0), _duration_schema("exclusiveMinimum")
+    float,
+    BeforeValidator(_seconds),
+    Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False),
+    _duration_schema("exclusiveMinimum"),
+]
+
+
+def _no_nul(path: str) -> str:
+    if "\x00" in path:
+        raise ValueError("a path cannot hold a NUL byte")
+    return path
+
+
+FilePath = Annotated[
+    str,
+    AfterValidator(_no_nul),
+    Field(
+        min_length=1,
+        max_length=4096,
+        description="a path inside the configured file roots (relative ones start at the "
+        "first root)",
+    ),
 ]
 
 
@@ -92,25 +125,29 @@ class DatagenSource(_Model):
         description="clicks: (ts, user, page, amount); nexmark: bids, auctions and persons "
         "in one stream with an event_type column",
     )
-    seed: int = 0
-    rows_per_second: float = Field(1000.0, gt=0, description="target event rate")
-    max_rows_per_step: int = Field(100_000, gt=0)
-    users: int = Field(1000, gt=0, description="distinct users (clicks) / persons (nexmark)")
-    limit: int | None = Field(None, gt=0, description="stop after this many rows")
+    seed: int = Field(0, ge=0, le=MAX_COUNT)
+    rows_per_second: float = Field(
+        1000.0, gt=0, le=1e9, allow_inf_nan=False, description="target event rate"
+    )
+    max_rows_per_step: int = Field(100_000, gt=0, le=MAX_ROWS)
+    users: int = Field(
+        1000, gt=0, le=MAX_COUNT, description="distinct users (clicks) / persons (nexmark)"
+    )
+    limit: int | None = Field(None, gt=0, le=MAX_COUNT, description="stop after this many rows")
 
 
 class FilesSource(_Model):
     """A directory of immutable files, read in name order; offset = files consumed."""
 
     kind: Literal["files"]
-    path: str
+    path: FilePath
     format: Literal["json", "csv", "parquet"]
     schema_: dict[str, str] | None = Field(
         None,
         alias="schema",
         description="column -> Spark SQL type (needed for json and csv), e.g. {ts: timestamp}",
     )
-    max_files_per_step: int = Field(10, gt=0)
+    max_files_per_step: int = Field(10, gt=0, le=1_000_000)
 
 
 # Spark SQL type names a log stream's columns may have, and their Arrow types (as Spark maps
@@ -142,7 +179,7 @@ class LogSource(_Model):
         min_length=1,
         description=f"column -> type, one of {', '.join(LOG_TYPES)}",
     )
-    max_records_per_step: int = Field(100_000, gt=0)
+    max_records_per_step: int = Field(100_000, gt=0, le=MAX_ROWS)
 
     @field_validator("schema_")
     @classmethod
@@ -172,9 +209,11 @@ Expression = Annotated[
     str,
     AfterValidator(_expression),
     Field(
+        min_length=1,
+        max_length=10_000,
         description="a Spark SQL expression; it may call Spark's built-in functions except "
         "those that reach the JVM, the host or files (docs/pipelines.md, Expressions), and "
-        "hold no subquery"
+        "hold no subquery",
     ),
 ]
 
@@ -276,7 +315,7 @@ class FilesSink(_Model):
     name: str = Field(pattern=NAME_RE)
     kind: Literal["files"]
     from_: str = Field(alias="from", description="the operator whose output is written")
-    path: str
+    path: FilePath
     format: Literal["parquet", "jsonl"] = "parquet"
 
 
@@ -316,15 +355,22 @@ Sink = Annotated[FilesSink | PostgresSink | ViewSink, Field(discriminator="kind"
 
 
 class CheckpointPolicy(_Model):
-    every_steps: int | None = Field(10, gt=0)
+    every_steps: int | None = Field(10, gt=0, le=MAX_COUNT)
     every: Seconds | None = Field(None, description="and/or every T seconds")
     asynchronous: bool = Field(True, alias="async")
+    on_corruption: Literal["fail", "fallback"] = Field(
+        "fail",
+        description="when the checkpoint a run restores is corrupt: fail (the run fails at "
+        "once, naming the corrupt file and the newest intact checkpoint of its timeline) or "
+        "fallback (restore that checkpoint instead, with a warning saying which was skipped "
+        "and why)",
+    )
 
 
 class RetentionPolicy(_Model):
-    keep_last: int = Field(10, ge=1)
+    keep_last: int = Field(10, ge=1, le=100_000)
     max_age: Seconds | None = None
-    min_keep: int = Field(1, ge=1)
+    min_keep: int = Field(1, ge=1, le=100_000)
 
 
 class Trigger(_Model):
@@ -410,6 +456,33 @@ def load_spec(text_or_path: str | Path) -> PipelineSpec:
     if not isinstance(doc, dict):
         raise SpecError([("(spec)", "a pipeline spec is a mapping (YAML) or object (JSON)")])
     return parse_spec(doc)
+
+
+def resolve_path(path: str, roots: Sequence[Path]) -> Path | None:
+    """`path` (relative ones against the first root) with symlinks resolved, if it lies
+    inside one of `roots`; else None."""
+    full = Path(os.path.realpath(Path(roots[0]) / path))
+    for root in roots:
+        r = Path(os.path.realpath(root))
+        if full == r or r in full.parents:
+            return full
+    return None
+
+
+def outside_roots(spec: PipelineSpec, roots: Sequence[Path]) -> list[tuple[str, str]]:
+    """Errors (field, message) for every files path of `spec` that resolves, symlinks
+    followed, outside `roots`: checked when a spec is validated and again when a run opens
+    the paths (a path may have become a symlink since)."""
+    where = ", ".join(str(r) for r in roots)
+    errors = []
+    if isinstance(spec.source, FilesSource) and resolve_path(spec.source.path, roots) is None:
+        errors.append(("source.path", f"must lie inside the configured file roots ({where})"))
+    for i, sink in enumerate(spec.sinks):
+        if isinstance(sink, FilesSink) and resolve_path(sink.path, roots) is None:
+            errors.append(
+                (f"sinks.{i}.path", f"must lie inside the configured file roots ({where})")
+            )
+    return errors
 
 
 def json_schema() -> str:

@@ -49,8 +49,9 @@ from backend.services import lifecycle
 from backend.services import operations as ops
 from backend.services.logs import tail
 from backend.services.queue import TaskQueue
-from backend.services.specs import resolve_path
 from backend.settings import Settings
+
+from .spec import resolve_path
 
 log = logging.getLogger("spindle.supervisor")
 
@@ -108,6 +109,9 @@ def _prepare(db: Database, settings: Settings, run_id: int) -> _Launch | None:
             str(storage),
             "--base-dir",
             str(settings.roots[0]),
+            *(a for r in settings.roots for a in ("--files-root", str(r))),
+            "--hang-timeout",
+            str(settings.hang_timeout_s),
             *(["--remote", remote] if remote else []),
         ]
         own = ["--from-checkpoint", run.from_checkpoint, "--run-id", str(run.id)]

@@ -43,7 +43,10 @@ def install(app: FastAPI) -> None:
     async def _invalid(_: Request, e: RequestValidationError) -> JSONResponse:
         errors = [
             FieldError(
-                field=".".join(str(x) for x in err.get("loc", ()) if x != "body") or "(body)",
+                # A JSON syntax error's location is a character offset, not a field.
+                field="(body)"
+                if err.get("type") == "json_invalid"
+                else ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "(body)",
                 message=str(err.get("msg", "invalid")),
             )
             for err in e.errors()
@@ -54,6 +57,16 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def _http(_: Request, e: HTTPException) -> JSONResponse:
+        if e.status_code == 400:
+            # FastAPI's answer to a body it cannot decode (not UTF-8 JSON): a client's
+            # mistake with the request, reported like every other.
+            message = f"the request body is not valid UTF-8 JSON ({e.detail})"
+            body = ErrorOut(
+                code="invalid_request",
+                message=message,
+                errors=[FieldError(field="(body)", message=message)],
+            )
+            return _json(422, body)
         code = _CODES.get(e.status_code, "http_error")
         return _json(e.status_code, ErrorOut(code=code, message=str(e.detail)), e.headers)
 

@@ -43,6 +43,13 @@ class PipelineOut(Out):
     state: PipelineState
     error: str | None
     restore_point: str | None
+    durability_error: str | None = Field(
+        None,
+        description="the newest durability problem its run reported (a failed checkpoint or "
+        "upload naming the step, the object store unreachable, fencing); null once a "
+        "checkpoint is durable again",
+    )
+    durability_error_at: dt.datetime | None = None
     created_at: dt.datetime
     updated_at: dt.datetime
     current_run: RunBrief | None = None

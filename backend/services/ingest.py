@@ -12,7 +12,11 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.json as pjson
 
+from storage_engine.errors import StorageError
+from storage_engine.fileio import PosixFileLayer
 from storage_engine.input_log import InputLog
+from storage_engine.manifest import CHECKPOINT_META, MANIFEST, read_doc
+from storage_engine.tools import list_checkpoints
 from workers.spec import LogSource, PipelineSpec
 
 from ..errors import InvalidInput, NotFound
@@ -99,7 +103,28 @@ def _check_records(text: str, schema: pa.Schema) -> None:
 
 def append(storage: Path, src: LogSource, table: pa.Table) -> tuple[int, int]:
     log = InputLog(src.log_dir(storage), src.arrow_schema())
-    return log.append(table)
+    # An empty log beside checkpoints that consumed records: the log was lost or moved
+    # with its storage. New records go after what the state has consumed; at offset 0 the
+    # pipeline would skip them as already read.
+    consumed = _consumed(storage) if not log.segments() else 0
+    return log.append(table, at_least=consumed)
+
+
+def _consumed(storage: Path) -> int:
+    """The largest source offset any checkpoint of the location has consumed."""
+    if not (storage / MANIFEST).exists():
+        return 0
+    fs = PosixFileLayer()
+    out = 0
+    for c in list_checkpoints(storage).checkpoints:
+        try:
+            meta = read_doc(fs, str(storage / c.uuid / CHECKPOINT_META)).get("metadata") or {}
+        except StorageError:
+            continue
+        offset = meta.get("source_offset")
+        if isinstance(offset, int):
+            out = max(out, offset)
+    return out
 
 
 __all__ = ["append", "log_source", "parse"]

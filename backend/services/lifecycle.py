@@ -31,12 +31,17 @@ from ..models import (
     utcnow,
 )
 from ..settings import Settings
+from . import operations as ops
 
 # The job's exit codes (workers.runner): anything else is a crash.
 EXIT_STOPPED = 0  # stopped on request
 EXIT_SPEC = 2  # the spec cannot run (planning failed): restarting would not help
 EXIT_RELAUNCH = 3  # a restore: start again from the requested checkpoint
 EXIT_INTERRUPTED = 4  # the worker is shutting down: restart when a worker is back
+EXIT_STATE = 5  # the state cannot be restored (corrupt, another circuit's): no retry helps
+EXIT_FENCED = 6  # another writer claimed the object-store prefix: restarting would fight it
+STATE_ERROR_HEADING = "state error:"  # the driver's one-line message for EXIT_STATE
+FENCED_HEADING = "fenced:"  # and for EXIT_FENCED
 
 LIVE_RUN = (RunState.starting, RunState.running)
 
@@ -129,6 +134,8 @@ def run_opened(s: Session, run: Run, first_step: int, restored: str | None) -> N
     p = run.pipeline
     if p.restore_point and restored == p.restore_point:
         p.restore_point = None
+    # The previous run's durability problem: this run reports its own, if it has one.
+    p.durability_error = p.durability_error_at = None
     if p.desired_state != DesiredState.stopped:
         p.state = (
             PipelineState.paused
@@ -159,6 +166,7 @@ def run_exited(s: Session, run: Run, code: int, log_tail: str = "") -> Exit:
     run.exit_code = code
     p = run.pipeline
     tail = log_tail.strip()
+    _fail_orphans(s, run, code)
     if code == EXIT_RELAUNCH:
         run.state = RunState.stopped
         op = s.scalar(
@@ -199,16 +207,66 @@ def run_exited(s: Session, run: Run, code: int, log_tail: str = "") -> Exit:
     # A crash's last log line usually says why; a killed process's says nothing useful.
     last_line = tail.splitlines()[-1] if tail and code > 0 else ""
     run.exit_reason = describe_exit(code) + (f": {last_line}" if last_line else "")
+    if code in (EXIT_STATE, EXIT_FENCED):
+        # Restarting would restore the same checkpoint, or take the prefix back from the
+        # writer that fenced this one: fail now, saying why in full.
+        heading = STATE_ERROR_HEADING if code == EXIT_STATE else FENCED_HEADING
+        reason = _heading_line(tail, heading) or run.exit_reason
+        run.exit_reason = reason
+        p.state = PipelineState.failed
+        p.desired_state = DesiredState.stopped
+        p.error = reason
+        fail_restores(s, p, reason)
+        return Exit()
     if code == EXIT_SPEC:
         p.state = PipelineState.failed
         p.desired_state = DesiredState.stopped
         p.error = _spec_error(tail) or run.exit_reason
+        fail_restores(s, p, p.error)
         return Exit()
     if p.desired_state == DesiredState.stopped:
         p.state = PipelineState.stopped
+        fail_restores(s, p, f"the pipeline stopped before the restore: {run.exit_reason}")
         return Exit()
     p.state = PipelineState.restarting
     return Exit(restart_due=True)
+
+
+def _fail_orphans(s: Session, run: Run, code: int) -> None:
+    """Operations the run claimed and did not finish (a commit, a gc when it died): nobody
+    else will, so they fail now, saying so. A restore stays: the next run completes it."""
+    since = run.started_at or run.created_at
+    for op in s.scalars(
+        select(Operation).where(
+            Operation.pipeline_id == run.pipeline_id,
+            Operation.status == OperationStatus.running,
+            Operation.kind != OperationKind.restore,
+            Operation.started_at >= since,
+        )
+    ):
+        ops.fail(op, f"run {run.number} ended before finishing it ({describe_exit(code)})")
+
+
+def fail_restores(s: Session, p: Pipeline, reason: str) -> None:
+    """Fail the pipeline's restore in progress, if any: no run will open its checkpoint now
+    (an operation must not stay `running` for ever, blocking every later restore)."""
+    for op in s.scalars(
+        select(Operation).where(
+            Operation.pipeline_id == p.id,
+            Operation.kind == OperationKind.restore,
+            Operation.status == OperationStatus.running,
+        )
+    ):
+        ops.fail(op, reason)
+
+
+def _heading_line(tail: str, heading: str) -> str:
+    """The driver's one-line error after `heading` from its log (not a traceback's wrapped
+    line)."""
+    for line in reversed(tail.splitlines()):
+        if line.startswith(heading):
+            return line[len(heading) :].strip()[:2000]
+    return ""
 
 
 SPEC_ERROR_HEADING = "invalid pipeline spec:"  # how workers.spec.SpecError prints itself
@@ -284,6 +342,7 @@ def reap(s: Session, settings: Settings, now: dt.datetime | None = None) -> list
             p.error = (
                 f"gave up after {settings.max_restarts} restarts; last run: {last.exit_reason}"
             )
+            fail_restores(s, p, p.error)
             continue
         ended = last.ended_at or now
         if count and (now - ended).total_seconds() < backoff_s(settings, count):
@@ -317,13 +376,16 @@ def _resume_point(s: Session, p: Pipeline, ended: Run) -> str:
 
 
 __all__ = [
+    "EXIT_FENCED",
     "EXIT_INTERRUPTED",
     "EXIT_RELAUNCH",
     "EXIT_SPEC",
+    "EXIT_STATE",
     "EXIT_STOPPED",
     "Exit",
     "backoff_s",
     "describe_exit",
+    "fail_restores",
     "latest_run",
     "live_run",
     "pause",

@@ -8,16 +8,32 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
-from ..models import MetricSample
+from ..models import MetricSample, PipelineTotals
 from ..settings import Settings
 
 BUCKET_S = 60
 _SUMS = ("steps", "rows_in", "rows_out", "dead_letters")
 _MAXES = ("step_ms", "spark_ms", "engine_ms", "commit_ms", "latency_ms")
 _LAST = ("step", "state_rows", "state_bytes", "spine_batches", "merge_backlog", "run_id")
+
+
+def add_totals(s: Session, pipeline_id: int, **increments: int) -> None:
+    """Grow the pipeline's monotonic counters (`PipelineTotals`) by `increments`."""
+    increments = {k: v for k, v in increments.items() if v}
+    if not increments:
+        return
+    cols = PipelineTotals.__table__.c
+    done = s.execute(
+        update(PipelineTotals)
+        .where(PipelineTotals.pipeline_id == pipeline_id)
+        .values({k: cols[k] + v for k, v in increments.items()})
+    )
+    if getattr(done, "rowcount", 0) == 0:
+        s.add(PipelineTotals(pipeline_id=pipeline_id, **increments))
+        s.flush()
 
 
 def history(

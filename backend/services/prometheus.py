@@ -11,7 +11,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 
 from ..db import Database
-from ..models import Checkpoint, MetricSample, Pipeline, PipelineState, Run
+from ..models import Checkpoint, MetricSample, Pipeline, PipelineState, PipelineTotals, Run
 
 WINDOW_S = 60.0  # throughput and latency quantiles over the last minute
 QUANTILES = (0.5, 0.99)
@@ -79,22 +79,52 @@ class PipelineCollector(Collector):
         restarts = CounterMetricFamily(
             "spindle_pipeline_restarts", "automatic restarts of runs", labels=["pipeline"]
         )
+        dead = CounterMetricFamily(
+            "spindle_pipeline_dead_letters",
+            "input records sent to dead letters",
+            labels=["pipeline"],
+        )
+        commit_failures = CounterMetricFamily(
+            "spindle_pipeline_commit_failures", "checkpoints that failed", labels=["pipeline"]
+        )
+        upload_failures = CounterMetricFamily(
+            "spindle_pipeline_upload_failures",
+            "checkpoints that could not be uploaded to the object store",
+            labels=["pipeline"],
+        )
+        fencings = CounterMetricFamily(
+            "spindle_pipeline_fencings",
+            "runs stopped because another writer claimed the object-store prefix",
+            labels=["pipeline"],
+        )
+        durable = GaugeMetricFamily(
+            "spindle_pipeline_durability_ok",
+            "0 while the pipeline's run reports a durability problem (a failed checkpoint or "
+            "upload, the object store unreachable, fencing), else 1",
+            labels=["pipeline"],
+        )
         with self.db.session() as s:
             for p in s.scalars(select(Pipeline)):
                 lab = [p.name]
                 up.add_metric(lab, 1.0 if p.state == PipelineState.running else 0.0)
                 for st in PipelineState:
                     state.add_metric([p.name, st.value], 1.0 if p.state == st else 0.0)
-                totals = s.execute(
-                    select(
-                        func.coalesce(func.sum(MetricSample.rows_in), 0),
-                        func.coalesce(func.sum(MetricSample.rows_out), 0),
-                        func.max(MetricSample.step),
-                    ).where(MetricSample.pipeline_id == p.id)
-                ).one()
-                rows_in.add_metric(lab, float(totals[0]))
-                rows_out.add_metric(lab, float(totals[1]))
-                step.add_metric(lab, float(totals[2] or 0))
+                # Counters from the monotonic totals: the history is downsampled and deleted.
+                t = s.get(PipelineTotals, p.id) or PipelineTotals(
+                    rows_in=0, rows_out=0, dead_letters=0, commit_failures=0,
+                    upload_failures=0, fencings=0,
+                )  # fmt: skip
+                rows_in.add_metric(lab, float(t.rows_in))
+                rows_out.add_metric(lab, float(t.rows_out))
+                dead.add_metric(lab, float(t.dead_letters))
+                commit_failures.add_metric(lab, float(t.commit_failures))
+                upload_failures.add_metric(lab, float(t.upload_failures))
+                fencings.add_metric(lab, float(t.fencings))
+                durable.add_metric(lab, 0.0 if p.durability_error else 1.0)
+                last_step = s.scalar(
+                    select(func.max(MetricSample.step)).where(MetricSample.pipeline_id == p.id)
+                )
+                step.add_metric(lab, float(last_step or 0))
                 recent = s.execute(
                     select(
                         MetricSample.rows_in,
@@ -164,6 +194,11 @@ class PipelineCollector(Collector):
             cp_dur,
             cp_age,
             restarts,
+            dead,
+            commit_failures,
+            upload_failures,
+            fencings,
+            durable,
         )
 
 

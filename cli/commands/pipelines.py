@@ -55,6 +55,7 @@ def show(p: Json) -> None:
             ("checkpoints", output.dash(p.get("checkpoints"))),
             ("restore point", output.dash(p.get("restore_point"))),
             ("error", output.dash(p.get("error"))),
+            ("durability", output.dash(p.get("durability_error"))),
             ("description", output.dash(p.get("description"))),
             ("created", output.when(p.get("created_at"))),
             ("updated", output.when(p.get("updated_at"))),

@@ -44,8 +44,8 @@ from backend.models import (
     Role,
     Run,
 )
+from backend.services import metrics, tokens
 from backend.services import operations as ops
-from backend.services import tokens
 from backend.settings import Settings
 from storage_engine import WEIGHT, Batch, StorageLocation, ZSetSchema
 from storage_engine.input_log import InputLog
@@ -370,11 +370,20 @@ def write_view(
 
 
 def add_samples(db: Database, pipeline_id: int, samples: Sequence[dict[str, Any]]) -> list[int]:
-    """Insert metric rows (fields of MetricSample; resolution 0 unless given); their ids."""
+    """Insert metric rows (fields of MetricSample; resolution 0 unless given) and grow the
+    pipeline's totals by them, as a run's control loop does; their ids."""
     with db.session() as s:
         rows = [MetricSample(pipeline_id=pipeline_id, **{"step": 0, **x}) for x in samples]
         s.add_all(rows)
         s.flush()
+        metrics.add_totals(
+            s,
+            pipeline_id,
+            steps=sum(r.steps or 1 for r in rows),
+            rows_in=sum(r.rows_in or 0 for r in rows),
+            rows_out=sum(r.rows_out or 0 for r in rows),
+            dead_letters=sum(r.dead_letters or 0 for r in rows),
+        )
         return [r.id for r in rows]
 
 

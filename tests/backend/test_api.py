@@ -336,6 +336,44 @@ def test_validate_names_every_bad_field(api: Api) -> None:
     assert "spec" in fields(body) and "spek" in fields(body)
 
 
+def test_out_of_range_numbers_and_nul_paths_are_422s_naming_the_field(api: Api) -> None:
+    """Each of these was a 500 (NUL byte in a path; an integer past SQLite's) or was stored
+    as a spec the API could not hand back (1e999 read back as null)."""
+    api.create_pipeline(clicks_spec())
+    cases: list[tuple[str, str, str]] = [
+        ('"keep_last": 5', f'"keep_last": {2**64}', "retention.keep_last"),
+        ('"rows_per_second": 20000', '"rows_per_second": 1e999', "source.rows_per_second"),
+        ('"rows_per_second": 20000', '"rows_per_second": Infinity', "source.rows_per_second"),
+        ('"interval": "500ms"', '"interval": NaN', "trigger.interval"),
+        ('"seed": 7', f'"seed": {2**70}', "source.seed"),
+        ('"path": "out/clicks-per-user"', '"path": "out/a\\u0000b"', "sinks.0.path"),
+    ]
+    for old, new, field in cases:
+        text = json.dumps({"spec": clicks_spec()})
+        assert old in text, old
+        body = text.replace(old, new).encode()
+        for method, url in [
+            ("POST", "pipelines/validate"),
+            ("POST", "pipelines"),
+            ("PUT", f"pipelines/{CLICKS}"),
+        ]:
+            r = api.request(
+                method, url, "admin", content=body, headers={"Content-Type": "application/json"}
+            )
+            assert fields(error(r, 422, "invalid_spec")) == [field], (new, url)
+    # What GET returns can be PUT back.
+    spec = api.get(f"pipelines/{CLICKS}").json()["spec"]
+    assert api.put(f"pipelines/{CLICKS}", json={"spec": spec}).status_code == 200
+
+
+def test_a_body_that_is_not_utf8_json_is_a_422(api: Api) -> None:
+    for body in (b'{"spec": "\xff"}', b"\xfe\xff", b"{not json"):
+        r = api.request(
+            "POST", "pipelines", "admin", content=body, headers={"Content-Type": "application/json"}
+        )
+        assert error(r, 422, "invalid_request")["errors"][0]["field"] == "(body)", body
+
+
 def test_expressions_that_reach_the_jvm_are_refused(api: Api) -> None:
     spec = clicks_spec()
     leak = "reflect('java.lang.System','getenv','SPINDLE_S3_SECRET_KEY') AS leak"
@@ -479,6 +517,28 @@ def test_unknown_pipeline_is_404_on_every_route(api: Api) -> None:
         body = error(r, 404, "not_found")
         assert "no-such-pipeline" in body["message"], (method, template)
     error(api.get(f"operations/{UNKNOWN_UUID}"), 404, "not_found")
+
+
+def test_a_new_spec_brings_its_retention_and_checkpoint_policy(api: Api) -> None:
+    """PUT of a spec ignored its retention and checkpoint interval: the policy stayed the
+    one of the first spec."""
+    api.create_pipeline(with_changes(clicks_spec(), retention={"keep_last": 3}))
+    url = f"pipelines/{CLICKS}/retention"
+    override = {"keep_last": 9, "max_age_s": None, "min_keep": 1, "auto_commit_interval_s": 5.0}
+    api.put(url, json=override)
+    same = with_changes(clicks_spec(), retention={"keep_last": 3})
+    assert api.put(f"pipelines/{CLICKS}", json={"spec": same}).status_code == 200
+    assert api.get(url).json() == override  # the spec's policy did not change
+    new = with_changes(
+        clicks_spec(), retention={"keep_last": 4, "min_keep": 2}, checkpoint={"every": "1m"}
+    )
+    assert api.put(f"pipelines/{CLICKS}", json={"spec": new}).status_code == 200
+    assert api.get(url).json() == {
+        "keep_last": 4,
+        "max_age_s": None,
+        "min_keep": 2,
+        "auto_commit_interval_s": 60.0,
+    }
 
 
 def test_retention_policy(api: Api) -> None:
@@ -855,6 +915,21 @@ def test_ingest_ndjson_returns_offsets(api: Api) -> None:
     assert [r["bidder"] for r in rows] == [100 + i for i in range(8)]
     assert rows[5]["price"] == 7.5 and rows[5]["auction"] == 2
     assert rows[5]["ts"] == dt.datetime(2024, 1, 1, 0, 0, 5, tzinfo=dt.UTC)
+
+
+def test_ingest_after_the_log_was_lost_continues_after_the_consumed_offset(api: Api) -> None:
+    """The storage was restored (moved, or pulled from the object store) without its input
+    log: the checkpoint has consumed records 0-5. New records got offsets from 0 again,
+    which the pipeline skipped as already read."""
+    api.create_pipeline(log_spec())
+    build_checkpoints(api.storage(BIDS), 2, offsets=[4, 6])
+    url = f"pipelines/{BIDS}/ingest/bids"
+    r = api.post(url, content=ndjson([bid(1), bid(2)]), headers=NDJSON)
+    assert (r.json()["first_offset"], r.json()["end_offset"]) == (6, 8)
+    r = api.post(url, content=ndjson([bid(3)]), headers=NDJSON)
+    assert r.json()["first_offset"] == 8
+    log = input_log(api.storage(BIDS))
+    assert [x["bidder"] for b in log.read(6, 9) for x in b.to_pylist()] == [101, 102, 103]
 
 
 def test_ingest_csv(api: Api) -> None:

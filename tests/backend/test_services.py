@@ -506,6 +506,71 @@ def test_exit_3_relaunches_from_the_restored_checkpoint(sqlite_db: Database) -> 
     assert (r.state, r.exit_reason) == (RunState.stopped, f"restore of checkpoint {uid}")
 
 
+def test_a_restore_whose_run_cannot_open_the_checkpoint_fails_at_once(
+    sqlite_db: Database, policy: Settings
+) -> None:
+    """The relaunched run exits 5 (corrupt checkpoint): the restore fails with the driver's
+    whole one-line reason, the pipeline fails without restarts, and a later restore is not
+    refused as "already in progress". Before, the operation stayed running for ever and the
+    pipeline went through every restart, each restoring the same corrupt checkpoint."""
+    pid, run = started_pipeline(sqlite_db)
+    uid = "6b0c2c1e-8a8f-4b8e-9a57-1f6f7b9b8d10"
+    with sqlite_db.session() as s:
+        p = s.get(Pipeline, pid)
+        assert p is not None
+        op = ops.create(s, p, OperationKind.restore, {"checkpoint": uid})
+        op_id = op.id
+        assert ops.claim(s, pid) == [op]
+    out = exited(sqlite_db, run, lifecycle.EXIT_RELAUNCH)
+    assert out.relaunch is not None
+    reason = (
+        f"checkpoint {uid} (step 16) is corrupt: /data/pipelines/p/storage/"
+        "0123456789abcdef0123456789abcdef.batch: footer checksum mismatch. The newest intact "
+        "checkpoint of its timeline is 11111111-2222-4333-8444-555555555555 (step 14)"
+    )
+    tail = "WARN ...\nTraceback ...\n" * 20 + f"{lifecycle.STATE_ERROR_HEADING} {reason}\n"
+    out = exited(sqlite_db, out.relaunch.id, lifecycle.EXIT_STATE, tail)
+    assert (out.relaunch, out.restart_due) == (None, False)
+    p2 = get_pipeline(sqlite_db, pid)
+    assert (p2.state, p2.desired_state, p2.error) == (
+        PipelineState.failed,
+        DesiredState.stopped,
+        reason,
+    )
+    with sqlite_db.session() as s:
+        done = s.get(Operation, op_id)
+        assert done is not None and done.status == OperationStatus.failed
+        assert done.error == reason and done.finished_at is not None
+        assert lifecycle.reap(s, policy, utcnow() + dt.timedelta(hours=1)) == []
+
+
+def test_a_fenced_run_fails_the_pipeline_without_restarts(
+    sqlite_db: Database, policy: Settings
+) -> None:
+    pid, run = started_pipeline(sqlite_db)
+    why = "s3://b/p was claimed by another writer (epoch 4, host h2, pid 7) after this one"
+    out = exited(sqlite_db, run, lifecycle.EXIT_FENCED, f"...\n{lifecycle.FENCED_HEADING} {why}\n")
+    assert (out.relaunch, out.restart_due) == (None, False)
+    p = get_pipeline(sqlite_db, pid)
+    assert (p.state, p.error) == (PipelineState.failed, why)
+    with sqlite_db.session() as s:
+        assert lifecycle.reap(s, policy, utcnow() + dt.timedelta(hours=1)) == []
+
+
+def test_operations_a_run_claimed_fail_when_it_dies(sqlite_db: Database) -> None:
+    pid, run = started_pipeline(sqlite_db)
+    with sqlite_db.session() as s:
+        p = s.get(Pipeline, pid)
+        assert p is not None
+        op_id = ops.create(s, p, OperationKind.commit, {}).id
+        assert [o.id for o in ops.claim(s, pid)] == [op_id]
+    exited(sqlite_db, run, -9)
+    with sqlite_db.session() as s:
+        op = s.get(Operation, op_id)
+        assert op is not None and op.status == OperationStatus.failed
+        assert op.error == "run 1 ended before finishing it (killed by SIGKILL)"
+
+
 def test_exit_3_without_a_restore_stops(sqlite_db: Database) -> None:
     pid, run = started_pipeline(sqlite_db)
     out = exited(sqlite_db, run, lifecycle.EXIT_RELAUNCH)
@@ -642,6 +707,54 @@ def test_downsample_folds_old_rows_per_minute(sqlite_db: Database, tmp_path: Pat
     with sqlite_db.session() as s:
         metrics.downsample(s, cfg, NOW + 86_400)
         assert [r.ts for r in s.scalars(select(MetricSample))] == []
+
+
+def _prometheus(db: Database) -> dict[tuple[str, str], float]:
+    from backend.services.prometheus import PipelineCollector
+
+    return {
+        (smp.name, smp.labels.get("pipeline", "")): smp.value
+        for m in PipelineCollector(db).collect()
+        for smp in m.samples
+    }
+
+
+def test_counters_only_grow_and_durability_problems_show(
+    sqlite_db: Database, tmp_path: Path
+) -> None:
+    """Prometheus `*_total` were sums over the history, which downsampling deletes: they went
+    down. A run's durability events were counted nowhere and shown nowhere."""
+    from workers.control import JobControl
+
+    cfg = Settings(data_dir=tmp_path, metrics_raw_s=3600, metrics_keep_s=86400)
+    pid = add_pipeline(sqlite_db)
+    run = add_run(sqlite_db, pid, started_at=utcnow())
+    control = JobControl(sqlite_db, cfg, run)
+    for i in range(3):
+        control.metrics_sink(
+            {"ts": MINUTE + i, "step": i + 1, "rows_in": 10, "rows_out": 2, "dead_letters": 1}
+        )
+    control.metrics_sink({"ts": NOW, "event": "commit_failed", "message": "step 3: disk full"})
+    control.metrics_sink({"ts": NOW, "event": "upload_failed", "message": "step 3: denied"})
+    with sqlite_db.session() as s:
+        control._flush_metrics(s)
+    got = _prometheus(sqlite_db)
+    assert got[("spindle_pipeline_rows_in_total", "p")] == 30
+    assert got[("spindle_pipeline_dead_letters_total", "p")] == 3
+    assert got[("spindle_pipeline_commit_failures_total", "p")] == 1
+    assert got[("spindle_pipeline_upload_failures_total", "p")] == 1
+    assert got[("spindle_pipeline_durability_ok", "p")] == 0
+    p = get_pipeline(sqlite_db, pid)
+    assert p.durability_error == "step 3: denied" and p.durability_error_at is not None
+    with sqlite_db.session() as s:
+        metrics.downsample(s, cfg, NOW + 86_400)  # every sample aged out
+        assert s.scalars(select(MetricSample)).all() == []
+    assert _prometheus(sqlite_db)[("spindle_pipeline_rows_in_total", "p")] == 30
+    control.metrics_sink({"ts": NOW, "event": "durable", "message": "step 4 is durable"})
+    with sqlite_db.session() as s:
+        control._flush_metrics(s)
+    assert get_pipeline(sqlite_db, pid).durability_error is None
+    assert _prometheus(sqlite_db)[("spindle_pipeline_durability_ok", "p")] == 1
 
 
 def test_history_stays_oldest_first_after_downsampling(sqlite_db: Database, tmp_path: Path) -> None:

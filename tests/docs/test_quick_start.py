@@ -32,7 +32,7 @@ DIST_INDEX = ROOT / "frontend" / "dist" / "index.html"
 class Serve:
     """`python -m backend serve` as `make run` starts it, its output collected."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, *options: str) -> None:
         self.port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("SPINDLE_")}
         env["PYTHONPATH"] = str(ROOT)
@@ -46,6 +46,7 @@ class Serve:
                 str(data_dir),
                 "--port",
                 str(self.port),
+                *options,
             ],
             cwd=ROOT,
             env=env,
@@ -99,7 +100,7 @@ def _worker_pids(data_dir: Path) -> list[int]:
 
 def test_make_run_serves_with_a_generated_admin_token(tmp_path: Path) -> None:
     data = tmp_path / "spindle-data"
-    serve = Serve(data)
+    serve = Serve(data, "--show-token")
     try:
         wait_until(serve.ready, 90, "serve to be ready")
         wait_until(lambda: any("data:" in line for line in serve.lines), 10, "the banner")
@@ -141,6 +142,20 @@ def test_make_run_serves_with_a_generated_admin_token(tmp_path: Path) -> None:
     finally:
         assert again.stop() == 0, again.output
     assert not _worker_pids(data), "the worker outlived serve"
+
+
+def test_a_new_admin_token_is_not_printed_into_captured_output(tmp_path: Path) -> None:
+    """Output that is not a terminal (a service manager's log) gets where the token is."""
+    data = tmp_path / "spindle-data"
+    serve = Serve(data)
+    try:
+        wait_until(serve.ready, 90, "serve to be ready")
+        wait_until(lambda: any("data:" in line for line in serve.lines), 10, "the banner")
+        token = (data / "admin-token").read_text().strip()
+        assert token.startswith("spd_") and token not in serve.output, serve.output
+        assert f"admin token: created, in {(data / 'admin-token').resolve()}" in serve.output
+    finally:
+        assert serve.stop() == 0, serve.output
 
 
 def test_a_killed_serve_gives_its_worker_a_warm_shutdown(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -203,6 +204,43 @@ def test_server_stopped_mid_upload_delays_the_remote_copy_only(
     b.close()
 
 
+def test_a_stopped_server_is_reported_until_it_is_back(
+    tmp_path: Path, store: ObjectStore, s3_server: Any
+) -> None:
+    """The run's durability watch (workers.durability) turns the outage into events: before,
+    it showed nowhere but the tier's own status."""
+    from workers.durability import DurabilityWatch
+
+    loc = open_remote(tmp_path / "a", store)
+    events: list[dict[str, Any]] = []
+    watch = DurabilityWatch(events.append, lambda: loc.remote)
+    sp = loc.spine("op", INT)
+    sp.insert(rows(0, 100))
+    watch.track(h1 := loc.commit_async(step=1))
+    h1.wait_remote(timeout=60)
+    s3_server.stop(grace=0)
+    try:
+        sp.insert(rows(100, 200))
+        watch.track(h2 := loc.commit_async(step=2))
+        h2.wait_local(timeout=60)
+        assert loc.remote is not None
+        deadline = time.monotonic() + 60
+        while not loc.remote.last_error:
+            assert time.monotonic() < deadline, "the failed upload was never noticed"
+            time.sleep(0.05)
+        watch.check()
+        watch.check()
+        (down,) = events
+        assert down["event"] == "remote_unavailable"
+        assert "checkpoints from step 2 are local only" in down["message"]
+    finally:
+        s3_server.start()
+    h2.wait_remote(timeout=120)
+    watch.check()
+    assert [e["event"] for e in events] == ["remote_unavailable", "remote_available"]
+    loc.close()
+
+
 def test_uploads_resume_after_a_restart(tmp_path: Path, store: ObjectStore, s3_server: Any) -> None:
     loc = open_remote(tmp_path / "a", store)
     loc.spine("op", INT).insert(rows(0, 1000))
@@ -284,6 +322,58 @@ def test_a_missing_object_is_named_and_fallback_restores_the_older(
     remote = [x.uuid for x in read_remote_manifest(store)[1].checkpoints]
     assert new not in remote and remote[0] == old
     c.close()
+
+
+def test_a_location_pulled_with_fallback_opens_with_its_object_store(
+    tmp_path: Path, store: ObjectStore
+) -> None:
+    """`pull --fallback` left the broken newest checkpoint out; opening the pulled location
+    with the store was refused (DivergedError, recommending that very pull)."""
+    old, new, victim = _two_checkpoints(tmp_path, store)
+    store.remove([BATCHES + victim])
+    res = pull(store, str(tmp_path / "b"), PosixFileLayer(), fallback=True)
+    assert res.checkpoint.uuid == old and new in res.skipped
+    with open_remote(tmp_path / "b", store) as b:
+        assert b.restored is not None and b.restored.uuid == old
+        b.commit_async(step=3).wait_remote(timeout=60)
+    remote = [x.uuid for x in read_remote_manifest(store)[1].checkpoints]
+    assert remote[0] == old and new not in remote
+    assert not (tmp_path / "b" / "pull-skipped.json").exists()
+
+
+def test_a_failed_pull_leaves_the_directory_as_it_was(tmp_path: Path, store: ObjectStore) -> None:
+    _, _, victim = _two_checkpoints(tmp_path, store)
+    store.remove([BATCHES + victim])
+    dst = tmp_path / "dst"
+    with pytest.raises(ObjectMissingError):
+        pull(store, str(dst), PosixFileLayer(), eager=True)
+    assert not dst.exists() or list(dst.iterdir()) == []
+    assert pull(store, str(dst), PosixFileLayer(), eager=True, fallback=True).skipped
+
+
+def test_a_missing_bucket_is_created_by_the_writer(tmp_path: Path, store: ObjectStore) -> None:
+    """`--remote s3://<missing bucket>/p` failed with a NoSuchBucket traceback."""
+    missing = ObjectStore(
+        store.settings.model_copy(update={"bucket": f"fresh-{uuid.uuid4().hex[:10]}"})
+    )
+    assert missing.list("manifests/") == []
+    with open_remote(tmp_path / "a", missing) as a:
+        a.spine("op", INT).insert(rows(0, 10))
+        a.commit_async(step=1).wait_remote(timeout=60)
+    assert read_remote_manifest(missing)[1].checkpoints
+
+
+def test_a_claim_collects_the_uploads_a_fenced_writer_left(
+    tmp_path: Path, store: ObjectStore
+) -> None:
+    """A writer fenced (or killed) between uploading a checkpoint's batch objects and its
+    manifest left objects no checkpoint names, which nothing ever deleted."""
+    _two_checkpoints(tmp_path, store)
+    named = keys(store, BATCHES)
+    store.put_bytes(BATCHES + "0000orphan.batch", b"uploaded, never named")
+    with open_remote(tmp_path / "b", store, from_remote=True) as b:
+        assert b.restored is not None
+    assert keys(store, BATCHES) == named
 
 
 def test_a_second_writer_fences_the_first(tmp_path: Path, store: ObjectStore) -> None:

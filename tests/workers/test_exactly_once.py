@@ -12,7 +12,6 @@ import random
 import signal
 import subprocess
 import sys
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,14 +23,13 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from storage_engine.schema import WEIGHT
-from storage_engine.tools import list_checkpoints
+from storage_engine.tools import inspect_location, list_checkpoints
 from workers.runner import spark_session
 from workers.sinks import STEP
 
 from ..conftest import trials
 
 ROOT = Path(__file__).resolve().parents[2]
-PG_ADMIN = os.environ.get("SPINDLE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 FILES, ROWS = 16, 300
 T0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 
@@ -41,17 +39,6 @@ def spark() -> Iterator[SparkSession]:
     s = spark_session("spindle-tests")
     yield s
     s.stop()
-
-
-@pytest.fixture
-def pg_dsn() -> Iterator[str]:
-    """A fresh database for one test (dropped afterwards)."""
-    name = f"spindle_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(PG_ADMIN, autocommit=True) as c:
-        c.execute(f'CREATE DATABASE "{name}"')
-    yield PG_ADMIN.rsplit("/", 1)[0] + "/" + name
-    with psycopg.connect(PG_ADMIN, autocommit=True) as c:
-        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def write_input(d: Path) -> int:
@@ -121,11 +108,12 @@ def run(tmp: Path, spec_path: Path, kill_after: float | None, *args: str) -> int
         "4",
         *args,
     ]
+    err = tmp / "run.err"
     p = subprocess.Popen(
         cmd,
         cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=err.open("w"),
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     try:
@@ -136,7 +124,7 @@ def run(tmp: Path, spec_path: Path, kill_after: float | None, *args: str) -> int
         p.send_signal(signal.SIGKILL)
         p.wait()
         return None
-    assert p.returncode == 0, p.returncode
+    assert p.returncode == 0, err.read_text()[-3000:]
     return p.returncode
 
 
@@ -181,6 +169,46 @@ def test_a_run_dying_after_a_restore_to_an_older_checkpoint_loses_nothing(
     }
     assert list_checkpoints(tmp_path / "state").head == four.uuid
     run(tmp_path, spec_path, kill_after=None)
+    assert_batch_result(tmp_path, spark, pg_dsn, bad)
+
+
+def test_a_corrupt_newest_checkpoint_fails_at_once_or_falls_back(
+    tmp_path: Path, spark: SparkSession, pg_dsn: str
+) -> None:
+    """Flipped bytes in a batch file only the newest checkpoint references: a run fails at
+    once (exit 5) with one line naming the file and the newest intact checkpoint, instead
+    of crashing on every restart; with checkpoint.on_corruption: fallback, it restores that
+    checkpoint, redoes the steps after it, and the sinks still equal the batch result."""
+    bad = write_input(tmp_path / "in")
+    spec_path = spec(tmp_path, pg_dsn)
+    run(tmp_path, spec_path, kill_after=None)
+    state = tmp_path / "state"
+    report = inspect_location(state)
+    newest, previous = report.checkpoints[-1], report.checkpoints[-2]
+    only = [f for f in report.batch_files if f.referenced_by == [newest.uuid]]
+    assert only, "the newest checkpoint has files of its own"
+    victim = state / only[0].name
+    data = bytearray(victim.read_bytes())
+    data[-8:] = bytes(b ^ 0xFF for b in data[-8:])
+    victim.write_bytes(bytes(data))
+
+    cmd = [sys.executable, "-m", "workers.runner", "run", str(spec_path), "--storage",
+           str(state), "--stop-when-idle", "4"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 5, p.stderr[-2000:]
+    (line,) = [x for x in p.stderr.splitlines() if x.startswith("state error:")]
+    assert f"checkpoint {newest.uuid} (step {newest.step}) is corrupt" in line
+    assert only[0].name in line and f"{previous.uuid} (step {previous.step})" in line
+
+    doc = spec_path.read_text().replace(
+        "checkpoint: {every_steps: 2}", "checkpoint: {every_steps: 2, on_corruption: fallback}"
+    )
+    spec_path.write_text(doc)
+    run(tmp_path, spec_path, kill_after=None)
+    events = [json.loads(x) for x in (state / "metrics.jsonl").read_text().splitlines()]
+    (skipped,) = [e for e in events if e.get("event") == "checkpoint_skipped"]
+    assert (skipped["checkpoint"], skipped["restored"]) == (newest.uuid, previous.uuid)
     assert_batch_result(tmp_path, spark, pg_dsn, bad)
 
 

@@ -4,6 +4,7 @@ that fails outside a step is started again."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -237,6 +238,64 @@ def test_log_example_runs_on_appended_records(tmp_path: Path, spark: SparkSessio
     assert r.input_log().start() in (6, 9)
 
 
+class _SlowStart:
+    """A query whose start-up takes `delay` seconds (as on a loaded machine): not yet
+    started, it is active and has no progress; then it is the real query."""
+
+    def __init__(self, start: Any, delay: float) -> None:
+        self._start, self._ready_at, self._q = start, time.monotonic() + delay, None
+
+    def _real(self) -> Any:
+        if self._q is None and time.monotonic() >= self._ready_at:
+            self._q = self._start()
+        return self._q
+
+    @property
+    def isActive(self) -> bool:
+        q = self._real()
+        return True if q is None else bool(q.isActive)
+
+    @property
+    def lastProgress(self) -> Any:
+        q = self._real()
+        return None if q is None else q.lastProgress
+
+    def stop(self) -> None:
+        if self._q is None:
+            self._q = self._start()  # what the runner cleans up after must exist
+        self._q.stop()
+
+    def exception(self) -> Any:
+        return None if self._q is None else self._q.exception()
+
+
+def test_stop_when_idle_does_not_count_a_slow_start_up(
+    tmp_path: Path, spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Input waiting, a query start-up longer than the idle time (and than the 15 s grace
+    the runner used to give it, here shortened to 1 s): the run waits for it and takes its
+    steps; before, it ended after the grace with no step, exit 0."""
+    import datetime as dt
+
+    import pyarrow as pa
+
+    from workers import runner as runner_mod
+
+    monkeypatch.setattr(runner_mod, "STARTUP_GRACE_S", 1.0, raising=False)
+    real = Runner._query
+    monkeypatch.setattr(Runner, "_query", lambda self: _SlowStart(lambda: real(self), 3.0))
+    spec = parse_spec(_fast(yaml.safe_load((EXAMPLES / "ingest-log.yaml").read_text())))
+    r = Runner(spec, str(tmp_path / "state"), base_dir=str(tmp_path), spark=spark)
+    try:
+        t0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+        records = {"auction": [1, 2], "bidder": [7, 8], "price": [1.0, 2.0], "ts": [t0, t0]}
+        r.input_log().append(pa.table(records))
+        res = r.run(stop_when_idle=0.5)
+        assert (res.last_step, res.source_offset) == (1, 2)
+    finally:
+        r.close()
+
+
 def test_a_log_sources_first_step_is_read_ahead_in_the_driver_and_a_restart_loses_nothing(
     tmp_path: Path, spark: SparkSession, read: list[tuple[int, int]]
 ) -> None:
@@ -412,3 +471,46 @@ def test_a_query_failing_outside_a_step_is_started_again(
         for u in range(3)
     )
     assert +integrated == want
+
+
+def test_a_stuck_query_ends_the_run_instead_of_hanging(tmp_path: Path) -> None:
+    """The driver's JVM stalled (SIGSTOP) while input waits: the Python driver is alive and
+    would heartbeat for ever. Its watchdog ends it (exit 7, `hung:` naming the wait), so
+    the restart policy can restart it from the last checkpoint."""
+    import signal
+    import subprocess
+    import sys
+
+    doc = _fast(yaml.safe_load((EXAMPLES / "clicks-per-user.yaml").read_text()))
+    doc["sinks"] = []
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump(doc))
+    err = tmp_path / "err"
+    cmd = [sys.executable, "-m", "workers.runner", "run", str(spec_path), "--storage",
+           str(tmp_path / "state"), "--hang-timeout", "5"]  # fmt: skip
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    p = subprocess.Popen(
+        cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=err.open("w")
+    )
+    jvms: list[int] = []
+    try:
+        metrics = tmp_path / "state" / "metrics.jsonl"
+        deadline = time.monotonic() + 120
+        while not (metrics.exists() and '"step": 2' in metrics.read_text()):
+            assert p.poll() is None and time.monotonic() < deadline, err.read_text()[-2000:]
+            time.sleep(0.2)
+        out = subprocess.run(["pgrep", "-P", str(p.pid), "java"], capture_output=True, text=True)
+        jvms = [int(x) for x in out.stdout.split()]
+        assert jvms, "the driver's JVM"
+        for pid in jvms:
+            os.kill(pid, signal.SIGSTOP)
+        assert p.wait(timeout=60) == 7, err.read_text()[-2000:]
+        (line,) = [x for x in err.read_text().splitlines() if x.startswith("hung:")]
+        assert "while input is waiting" in line
+    finally:
+        for pid in jvms:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if p.poll() is None:
+            p.kill()

@@ -3,15 +3,25 @@ by key and by page."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+import psycopg
 import pyarrow as pa
+import pytest
+import yaml
 
 from storage_engine import StorageLocation
 from storage_engine.schema import WEIGHT
-from workers.sinks import FilesSink, ViewSink
+from workers import sinks
+from workers.sinks import FilesSink, PostgresSink, SinkConflictError, ViewSink
+from workers.sources import list_input_files
 from workers.spec import FilesSink as FilesSpec
+from workers.spec import PostgresSink as PgSpec
 from workers.spec import ViewSink as ViewSpec
+from workers.spec import outside_roots
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 
 SCHEMA = pa.schema([("user", pa.string()), ("n", pa.int64())])
 
@@ -60,3 +70,79 @@ def test_view_sink_by_key_and_page(tmp_path: Path) -> None:
             {"user": "b", "n": 1},
             {"user": "c", "n": 5},
         ]
+
+
+def test_files_sink_output_is_fsynced_before_a_checkpoint_covers_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, step files were only renamed into place: a power loss could drop steps a
+    checkpoint said were written."""
+    synced: list[str] = []
+    real = sinks._fsync
+    monkeypatch.setattr(sinks, "_fsync", lambda p: (synced.append(p), real(p)))
+    s = FilesSink(FilesSpec(name="out", kind="files", **{"from": "op"}, path="o"), str(tmp_path))
+    s.write(1, delta([("a", 1, 1)]))
+    s.write(2, delta([("b", 1, 1)]))
+    assert synced == []  # not on the step's path
+    s.sync()
+    out = str(tmp_path / "o")
+    assert synced == [f"{out}/step-{1:012d}.parquet", f"{out}/step-{2:012d}.parquet", out]
+    synced.clear()
+    s.sync()
+    assert synced == []  # nothing new
+
+
+def test_postgres_progress_is_the_pipelines_sinks_and_a_table_has_one_writer(
+    pg_dsn: str,
+) -> None:
+    """Progress was keyed by table alone: two pipelines writing one table clobbered each
+    other's progress, and each one's rollback deleted the other's rows."""
+    spec = PgSpec(name="pg", kind="postgres", **{"from": "op"}, dsn=pg_dsn, table="t")
+    a = PostgresSink(spec, SCHEMA, "pipe-a")
+    a.write(1, delta([("a", 1, 1)]))
+    with pytest.raises(SinkConflictError, match="pipe-a/pg"):
+        PostgresSink(spec, SCHEMA, "pipe-b")
+    a.close()
+    again = PostgresSink(spec, SCHEMA, "pipe-a")  # the same sink reopens
+    again.rollback(1)
+    again.close()
+    with psycopg.connect(pg_dsn) as c:
+        rows = c.execute('SELECT sink, step, "table" FROM spindle_sink_progress').fetchall()
+    assert rows == [("pipe-a/pg", 1, "t")]
+
+
+def test_paths_are_checked_against_the_roots_when_a_run_opens_them(tmp_path: Path) -> None:
+    """A sink path that did not exist when the spec was validated, made a symlink to a
+    directory outside the file roots before the run: the run refuses it (it wrote there,
+    and its rollback deleted files there). Checked before Spark starts."""
+    from workers.runner import Runner
+    from workers.spec import SpecError, parse_spec
+
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (outside / "step-000000000009.parquet").write_text("not yours")
+    doc = yaml.safe_load((EXAMPLES / "clicks-per-user.yaml").read_text())
+    doc["sinks"][0]["path"] = "out/clicks"
+    spec = parse_spec(doc)
+    assert outside_roots(spec, [root]) == []  # as validated
+    (root / "out").mkdir()
+    os.symlink(outside, root / "out" / "clicks")
+    with pytest.raises(SpecError) as e:
+        Runner(spec, str(tmp_path / "state"), base_dir=str(root), files_roots=[str(root)])
+    assert [f for f, _ in e.value.errors] == ["sinks.0.path"]
+    assert (outside / "step-000000000009.parquet").read_text() == "not yours"
+
+
+def test_a_files_source_reads_only_inside_the_roots(tmp_path: Path) -> None:
+    """A symlinked file inside a source directory pointing out of the file roots was read."""
+    root, secret = tmp_path / "root", tmp_path / "secret.json"
+    (root / "in").mkdir(parents=True)
+    (root / "elsewhere.json").write_text("{}\n")
+    secret.write_text('{"password": "x"}\n')
+    src = root / "in"
+    (src / "a.json").write_text("{}\n")
+    os.symlink(secret, src / "b.json")  # leads out of the root
+    os.symlink(root / "elsewhere.json", src / "c.json")  # stays inside it
+    assert list_input_files(str(src), str(root)) == ["a.json", "c.json"]
+    assert list_input_files(str(src)) == ["a.json", "b.json", "c.json"]  # no roots: standalone

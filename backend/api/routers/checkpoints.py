@@ -45,6 +45,12 @@ def _submit(
     return out
 
 
+# `?wait=true` answers 200 once the operation has finished, 202 if it is still going.
+_WAITED: dict[int | str, dict[str, Any]] = {
+    200: {"model": OperationOut, "description": "with wait=true: the operation finished"}
+}
+
+
 def _maybe_wait(
     ctx: Ctx, op: OperationOut, wait: bool, timeout_s: float, response: Response
 ) -> OperationOut:
@@ -88,7 +94,7 @@ async def list_checkpoints(name: str, request: Request, ctx: Ctx, _: Viewer) -> 
     return await cached_read(request, ctx, _CHECKPOINTS, read)
 
 
-@router.post("/checkpoints", response_model=OperationOut, status_code=202)
+@router.post("/checkpoints", response_model=OperationOut, status_code=202, responses=_WAITED)
 def commit(
     name: str,
     ctx: Ctx,
@@ -109,7 +115,7 @@ def commit(
     return _maybe_wait(ctx, out, wait, timeout_s, response)
 
 
-@router.post("/checkpoints/gc", response_model=OperationOut, status_code=202)
+@router.post("/checkpoints/gc", response_model=OperationOut, status_code=202, responses=_WAITED)
 def gc(
     name: str,
     ctx: Ctx,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Sequence
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import TypeAdapter
@@ -12,6 +12,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from storage_engine.objstore import open_object_store
+from workers.spec import PipelineSpec
 
 from ...errors import Conflict, InvalidSpec, NotFound
 from ...models import (
@@ -91,18 +92,28 @@ def create(body: PipelineCreate, ctx: Ctx, s: DB, _: Operator) -> PipelineOut:
     p = Pipeline(name=name, spec=body.spec, description=body.description)
     s.add(p)
     s.flush()
-    r = spec.retention
-    s.add(
-        RetentionPolicy(
-            pipeline_id=p.id,
-            keep_last=r.keep_last,
-            max_age_s=r.max_age,
-            min_keep=r.min_keep,
-            auto_commit_interval_s=spec.checkpoint.every,
-        )
-    )
+    pol = RetentionPolicy(pipeline_id=p.id)
+    _policy_from_spec(pol, spec)
+    s.add(pol)
     s.flush()
     return pipeline_out(s, p)
+
+
+def _policy_doc(doc: dict[str, Any]) -> tuple[Any, Any]:
+    """What a stored spec says of the policy (a spec stored by an older release may not
+    parse any more: compared as written)."""
+    checkpoint = doc.get("checkpoint")
+    return doc.get("retention"), checkpoint.get("every") if isinstance(checkpoint, dict) else None
+
+
+def _policy_from_spec(pol: RetentionPolicy, spec: PipelineSpec) -> None:
+    """The spec's retention and auto-commit interval, as the control plane applies them (PUT
+    .../retention changes them without a new spec)."""
+    r = spec.retention
+    pol.keep_last = r.keep_last
+    pol.max_age_s = r.max_age
+    pol.min_keep = r.min_keep
+    pol.auto_commit_interval_s = spec.checkpoint.every
 
 
 _PIPELINES = TypeAdapter(list[PipelineOut])
@@ -131,11 +142,17 @@ async def get(name: Name, request: Request, ctx: Ctx, _: Viewer) -> Response:
 def replace(name: Name, body: PipelineUpdate, ctx: Ctx, s: DB, _: Operator) -> PipelineOut:
     """Replace the spec of a stopped pipeline (the name stays)."""
     p = pipeline_by_name(s, name)
-    new_name = specs.validate(body.spec, ctx.settings.roots).name
-    if new_name != name:
+    spec = specs.validate(body.spec, ctx.settings.roots)
+    if spec.name != name:
         raise InvalidSpec("the name cannot change", errors=[("spec.name", f"must stay {name!r}")])
     if p.state not in (PipelineState.stopped, PipelineState.failed):
         raise Conflict(f"pipeline {name!r} is {p.state.value}; stop it before replacing its spec")
+    if _policy_doc(p.spec) != _policy_doc(body.spec):
+        # A new policy in the spec wins over an earlier PUT .../retention; an unchanged one
+        # leaves that in place.
+        if p.retention is None:
+            p.retention = RetentionPolicy(pipeline_id=p.id)
+        _policy_from_spec(p.retention, spec)
     p.spec = body.spec
     p.description = body.description
     s.flush()

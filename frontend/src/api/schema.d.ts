@@ -737,6 +737,13 @@ export interface components {
             /** Description */
             description: string;
             desired_state: components["schemas"]["DesiredState"];
+            /**
+             * Durability Error
+             * @description the newest durability problem its run reported (a failed checkpoint or upload naming the step, the object store unreachable, fencing); null once a checkpoint is durable again
+             */
+            durability_error?: string | null;
+            /** Durability Error At */
+            durability_error_at?: string | null;
             /** Error */
             error: string | null;
             /** Last Step */
@@ -1638,6 +1645,15 @@ export interface operations {
             };
         };
         responses: {
+            /** @description with wait=true: the operation finished */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OperationOut"];
+                };
+            };
             /** @description Successful Response */
             202: {
                 headers: {
@@ -1731,6 +1747,15 @@ export interface operations {
             };
         };
         responses: {
+            /** @description with wait=true: the operation finished */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OperationOut"];
+                };
+            };
             /** @description Successful Response */
             202: {
                 headers: {

@@ -87,6 +87,11 @@ export function PipelineDetail() {
           {pipeline.error}
         </p>
       )}
+      {pipeline.durability_error && (
+        <p className="note note-error" data-testid="pipeline-durability-error">
+          Not durable: {pipeline.durability_error}
+        </p>
+      )}
       <ErrorNote error={p.error} />
       <nav className="tabs" aria-label="Pipeline sections">
         {TABS.map((t) => (

@@ -1,0 +1,111 @@
+"""Opening a run's state: the checkpoint asked for, or, when it is corrupt and the spec's
+`checkpoint.on_corruption` is `fallback`, the newest intact checkpoint of its timeline.
+
+A restore that can never succeed (a corrupt checkpoint without fallback, a checkpoint taken
+by another circuit, one that does not exist) raises `StateError`: the driver exits with
+`EXIT_STATE` at once and the control plane does not retry it, as a restart would only
+restore the same checkpoint again. Only ancestors are candidates: a sink rolled back to an
+ancestor's step agrees with it, to another branch's step it would not.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from storage_engine import StorageLocation
+from storage_engine.errors import (
+    CheckpointNotFoundError,
+    CorruptionError,
+    FingerprintMismatchError,
+    StorageError,
+)
+from storage_engine.manifest import CheckpointInfo, Manifest
+from storage_engine.tools import list_checkpoints
+
+log = logging.getLogger("spindle.runner")
+
+
+class StateError(Exception):
+    """The run's state cannot be restored, and retrying will not change that."""
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A checkpoint a fallback passed over."""
+
+    uuid: str
+    step: int
+    reason: str
+
+
+# Opens the location at a checkpoint (read-only to probe) and restores every operator on it.
+Opener = Callable[[str, bool], StorageLocation]
+
+
+def open_state(
+    path: str, checkpoint: str, opener: Opener, fallback: bool
+) -> tuple[StorageLocation, list[Skipped]]:
+    """The location opened at `checkpoint` ("latest", "none", a uuid or an identifier),
+    and the checkpoints skipped on the way (empty unless one was corrupt)."""
+    try:
+        return opener(checkpoint, False), []
+    except (FingerprintMismatchError, CheckpointNotFoundError) as e:
+        raise StateError(str(e)) from e
+    except CorruptionError as e:
+        failed = e
+    asked = _resolve(path, checkpoint)
+    if asked is None:
+        raise StateError(f"the storage location cannot be opened: {failed}") from failed
+    skipped = [Skipped(asked.uuid, asked.step, str(failed))]
+    for c in _lineage(path, asked.uuid)[1:]:
+        try:
+            loc = opener(c.uuid, not fallback)
+        except (CorruptionError, FingerprintMismatchError) as e:
+            skipped.append(Skipped(c.uuid, c.step, str(e)))
+            continue
+        if fallback:
+            for s in skipped:
+                log.warning(
+                    "checkpoint %s (step %d) skipped: %s; restored %s (step %d) instead",
+                    s.uuid,
+                    s.step,
+                    s.reason,
+                    c.uuid,
+                    c.step,
+                )
+            return loc, skipped
+        loc.close()
+        raise StateError(
+            f"checkpoint {asked.uuid} (step {asked.step}) is corrupt: {failed}. The newest "
+            f"intact checkpoint of its timeline is {c.uuid} (step {c.step}): start from it "
+            "(--from-checkpoint), or set checkpoint.on_corruption: fallback"
+        ) from failed
+    raise StateError(
+        f"checkpoint {asked.uuid} (step {asked.step}) is corrupt: {failed}; no older "
+        "checkpoint of its timeline is intact: start from none"
+    ) from failed
+
+
+def _manifest(path: str) -> Manifest:
+    if not os.path.isdir(path):
+        return Manifest()
+    listing = list_checkpoints(path)
+    return Manifest(listing.checkpoints, listing.head)
+
+
+def _resolve(path: str, checkpoint: str) -> CheckpointInfo | None:
+    try:
+        m = _manifest(path)
+    except StorageError:
+        return None
+    return m.latest() if checkpoint == "latest" else m.find(checkpoint)
+
+
+def _lineage(path: str, uid: str) -> list[CheckpointInfo]:
+    return _manifest(path).lineage(uid)
+
+
+__all__ = ["Skipped", "StateError", "open_state"]
