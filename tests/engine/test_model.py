@@ -81,6 +81,11 @@ class LocationMachine(RuleBasedStateMachine):
         self.live: dict[str, SpineState] = {op: SpineState() for op in SPINES}
         self.snapshots: dict[str, dict[str, SpineState]] = {}
         self.retained: list[str] = []
+        # The model of the timeline: what "latest" restores, what the next commit descends
+        # from, and every checkpoint's parent ever (deleted ones included).
+        self.head: str | None = None
+        self.base: str | None = None
+        self.parent: dict[str, str | None] = {}
         self.commits = 0
         self.reopened = False
         self._open("none")
@@ -140,17 +145,24 @@ class LocationMachine(RuleBasedStateMachine):
         uid = self.loc.commit(identifier=identifier, step=self.commits)
         self.snapshots[uid] = copy.deepcopy(self.live)
         self.retained.append(uid)
+        self.parent[uid] = self.base
+        self.head = self.base = uid
         info = self.loc.list_checkpoints()[-1]
         assert info.uuid == uid and info.step == self.commits and info.identifier == identifier
+        assert info.parent == self._survivor(self.parent[uid])
 
     @rule()
     def gc(self) -> None:
         assert self.loc is not None
         res = self.loc.gc_checkpoint()
-        if len(self.retained) > 1:
-            victim = self.retained.pop(0)
+        # The oldest, never the newest nor the head.
+        cands = [u for u in self.retained[:-1] if u != self.head]
+        if cands:
+            victim = cands[0]
+            self.retained.remove(victim)
             del self.snapshots[victim]
             assert res.deleted == [victim]
+            self._deleted()
         else:
             assert res.deleted == []
 
@@ -163,13 +175,16 @@ class LocationMachine(RuleBasedStateMachine):
         assert res.deleted == [uid]
         self.retained.remove(uid)
         del self.snapshots[uid]
+        self._deleted()
 
     @rule()
     def reopen_latest(self) -> None:
-        if self.retained:
-            self._reopen("latest", self.snapshots[self.retained[-1]])
+        # The head: the newest checkpoint of the timeline, not the newest listed.
+        if self.head is not None:
+            self._reopen("latest", self.snapshots[self.head])
         else:
             self._reopen("latest", {op: SpineState() for op in SPINES})
+        self.base = self.head
 
     @precondition(lambda self: bool(self.retained))
     @rule(data=st.data())
@@ -178,6 +193,7 @@ class LocationMachine(RuleBasedStateMachine):
         self._reopen(uid, self.snapshots[uid])
         assert self.loc is not None and self.loc.restored is not None
         assert self.loc.restored.uuid == uid
+        self.head = self.base = uid
 
     @rule(data=st.data(), op=st.sampled_from(sorted(SPINES)))
     def truncate_below(self, data: st.DataObject, op: str) -> None:
@@ -187,6 +203,16 @@ class LocationMachine(RuleBasedStateMachine):
         if s.bound is None or _raises(s.bound, bound):
             s.bound = bound
         s.rows = at_or_above(s.rows, _nkeys(op), s.bound)
+
+    def _survivor(self, uid: str | None) -> str | None:
+        """`uid`, or its nearest retained ancestor if it was deleted."""
+        while uid is not None and uid not in self.retained:
+            uid = self.parent[uid]
+        return uid
+
+    def _deleted(self) -> None:
+        self.head = self._survivor(self.head)
+        self.base = self._survivor(self.base)
 
     # -- invariants --
 
@@ -199,6 +225,7 @@ class LocationMachine(RuleBasedStateMachine):
     def checkpoints_match(self) -> None:
         assert self.loc is not None
         assert [c.uuid for c in self.loc.list_checkpoints()] == self.retained
+        assert self.loc.head == self.head
         dirs = {n for n in os.listdir(self.dir) if os.path.isdir(os.path.join(self.dir, n))}
         assert dirs == set(self.retained)
 
