@@ -157,10 +157,6 @@ class Manifest:
             uid = by_id[uid].parent
         return out
 
-    def on_timeline(self) -> set[str]:
-        """The head and its ancestors: the checkpoints "latest" and a fallback consider."""
-        return {c.uuid for c in self.lineage(self.head)}
-
     def without(self, victims: set[str]) -> Manifest:
         """This manifest less `victims`: a survivor whose parent goes gets that parent's
         nearest surviving ancestor, and a deleted head passes to its nearest surviving

@@ -20,9 +20,8 @@ from storage_engine.errors import (
     CheckpointNotFoundError,
     CorruptionError,
     FingerprintMismatchError,
-    StorageError,
 )
-from storage_engine.manifest import CheckpointInfo, Manifest
+from storage_engine.manifest import Manifest
 from storage_engine.tools import list_checkpoints
 
 log = logging.getLogger("spindle.runner")
@@ -56,11 +55,12 @@ def open_state(
         raise StateError(str(e)) from e
     except CorruptionError as e:
         failed = e
-    asked = _resolve(path, checkpoint)
+    manifest = _manifest(path)
+    asked = manifest.latest() if checkpoint == "latest" else manifest.find(checkpoint)
     if asked is None:
         raise StateError(f"the storage location cannot be opened: {failed}") from failed
     skipped = [Skipped(asked.uuid, asked.step, str(failed))]
-    for c in _lineage(path, asked.uuid)[1:]:
+    for c in manifest.lineage(asked.uuid)[1:]:
         try:
             loc = opener(c.uuid, not fallback)
         except (CorruptionError, FingerprintMismatchError) as e:
@@ -90,22 +90,11 @@ def open_state(
 
 
 def _manifest(path: str) -> Manifest:
+    """The location's manifest, read without opening (locking) it; empty if unreadable."""
     if not os.path.isdir(path):
         return Manifest()
-    listing = list_checkpoints(path)
+    listing = list_checkpoints(path)  # reports a damaged manifest, never raises for it
     return Manifest(listing.checkpoints, listing.head)
-
-
-def _resolve(path: str, checkpoint: str) -> CheckpointInfo | None:
-    try:
-        m = _manifest(path)
-    except StorageError:
-        return None
-    return m.latest() if checkpoint == "latest" else m.find(checkpoint)
-
-
-def _lineage(path: str, uid: str) -> list[CheckpointInfo]:
-    return _manifest(path).lineage(uid)
 
 
 __all__ = ["Skipped", "StateError", "open_state"]
