@@ -28,6 +28,7 @@ from .fileio import FileLayer, PosixFileLayer, write_durably
 
 _SEGMENT = re.compile(r"^(\d{20})-(\d{10})\.arrow$")
 LOCK = "APPEND.lock"
+LOG_DIR = "input-log"  # under a storage location: input-log/<stream>/<segment>
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,17 @@ class Segment:
     @property
     def end(self) -> int:
         return self.first + self.count
+
+
+def list_segments(fs: FileLayer, path: str) -> list[Segment]:
+    """The whole segments in the log directory `path`, in offset order."""
+    segs = [s for s in map(parse_segment, fs.listdir(path)) if s is not None]
+    return sorted(segs, key=lambda s: s.first)
+
+
+def parse_segment(name: str) -> Segment | None:
+    m = _SEGMENT.match(name)
+    return Segment(int(m.group(1)), int(m.group(2)), name) if m else None
 
 
 def _fields(schema: pa.Schema) -> str:
@@ -53,12 +65,7 @@ class InputLog:
         os.makedirs(path, exist_ok=True)
 
     def segments(self) -> list[Segment]:
-        out = []
-        for n in self.fs.listdir(self.path):
-            m = _SEGMENT.match(n)
-            if m:
-                out.append(Segment(int(m.group(1)), int(m.group(2)), n))
-        return sorted(out, key=lambda s: s.first)
+        return list_segments(self.fs, self.path)
 
     def end(self) -> int:
         """The offset the next appended record gets."""

@@ -9,6 +9,7 @@ metadata):
     batches/<32 hex>.batch                 immutable batch files, shared by checkpoints
     checkpoints/<uuid>/checkpoint.json     a checkpoint's metadata, as in the local layout
     checkpoints/<uuid>/spine-<op>.json
+    input-log/<stream>/<segment>.arrow     the input log's segments (remote_log.py)
 
 Invariants:
 - a checkpoint's batch files and metadata are uploaded before a manifest names it, so the
@@ -55,6 +56,7 @@ from .manifest import (
 )
 from .objstore import ObjectMissingError, ObjectStoreLike, RemoteUnavailableError
 from .remote_cache import RemoteFileCache
+from .remote_log import LogMirror, pull_log
 
 OWNER = "OWNER"
 MANIFESTS = "manifests/"
@@ -194,6 +196,7 @@ class RemoteTier:
         self.cache = RemoteFileCache(
             store, cache_dir or os.path.join(path, CACHE_DIR), store.settings.cache_bytes, BATCHES
         )
+        self.log = LogMirror(store, path, fs)
 
     # -- reads --
 
@@ -412,6 +415,8 @@ class RemoteTier:
                         continue
                 fresh.append(t.info)
             if fresh:
+                # Input not consumed yet travels with the checkpoint that will read it.
+                self.log.sync()
                 self._write_manifest(st.manifest.appended(fresh))
                 for info in fresh:
                     st.refs[info.uuid] = uploaded[info.uuid]
@@ -641,6 +646,7 @@ def _pull_into(
         # The checkpoints left behind as broken: the location may drop them from the prefix
         # when it first claims it (`pulled_skipped`), which it would otherwise refuse.
         write_doc(fs, os.path.join(path, PULL_SKIPPED), {"skipped": skipped}, atomic=False)
+    downloaded += pull_log(store, path, fs)
     fs.sync_dir(path)
     manifest = Manifest(keep, chosen.uuid)
     write_doc(fs, os.path.join(path, MANIFEST), manifest.to_json())  # commit point

@@ -193,7 +193,8 @@ class LogSource(_Model):
         return pa.schema([(c, LOG_TYPES[t.strip().lower()]) for c, t in self.schema_.items()])
 
     def log_dir(self, storage: str | os.PathLike[str]) -> str:
-        """Where the stream's input log lives: in the pipeline's storage location."""
+        """Where the stream's input log lives: in the pipeline's storage location (the
+        layout `storage_engine.input_log.LOG_DIR` names, which the object store mirrors)."""
         return os.path.join(storage, "input-log", self.stream)
 
 

@@ -13,10 +13,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from storage_engine import CorruptionError, EngineSettings, StorageLocation
 from storage_engine.fileio import PosixFileLayer
+from storage_engine.input_log import LOG_DIR, InputLog
 from storage_engine.objstore import ObjectMissingError, ObjectStore, ObjectStoreSettings
 from storage_engine.remote import (
     BATCHES,
@@ -27,6 +29,7 @@ from storage_engine.remote import (
     pull,
     read_remote_manifest,
 )
+from storage_engine.remote_log import PREFIX as LOG_PREFIX
 from tests.engine.test_location import INT, rows, state
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -349,6 +352,37 @@ def test_a_failed_pull_leaves_the_directory_as_it_was(tmp_path: Path, store: Obj
         pull(store, str(dst), PosixFileLayer(), eager=True)
     assert not dst.exists() or list(dst.iterdir()) == []
     assert pull(store, str(dst), PosixFileLayer(), eager=True, fallback=True).skipped
+
+
+def test_the_input_log_travels_with_the_checkpoints(tmp_path: Path, store: ObjectStore) -> None:
+    """Records ingested but not yet consumed by a checkpoint are not lost with the disk: the
+    log's segments are uploaded with each checkpoint, truncated with the local log, and come
+    back with a pull."""
+    schema = pa.schema([("k", pa.int64())])
+
+    def ingest(log: InputLog, *values: int) -> None:
+        log.append(pa.table({"k": list(values)}, schema=schema))
+
+    a = tmp_path / "a"
+    loc = open_remote(a, store)
+    log = InputLog(str(a / LOG_DIR / "bids"), schema)
+    ingest(log, 0, 1)
+    ingest(log, 2)
+    ingest(log, 3, 4, 5)
+    loc.commit_async(step=1, metadata={"source_offset": 2}).wait_remote(timeout=60)
+    ingest(log, 6)  # after the upload: on this disk only, until the next checkpoint
+    assert keys(store, LOG_PREFIX) == {f"{LOG_PREFIX}bids/{s.name}" for s in log.segments()[:3]}
+    # Machine B: the checkpoint and the records it has not consumed.
+    b = tmp_path / "b"
+    pull(store, str(b), PosixFileLayer())
+    moved = InputLog(str(b / LOG_DIR / "bids"), schema)
+    assert (moved.start(), moved.end()) == (0, 6)
+    assert [r["k"] for x in moved.read(2, 6) for r in x.to_pylist()] == [2, 3, 4, 5]
+    # The local log truncated below the oldest checkpoint's offset: so is the copy.
+    assert log.truncate_below(3) == 2
+    loc.commit_async(step=2, metadata={"source_offset": 7}).wait_remote(timeout=60)
+    assert keys(store, LOG_PREFIX) == {f"{LOG_PREFIX}bids/{s.name}" for s in log.segments()}
+    loc.close()
 
 
 def test_a_missing_bucket_is_created_by_the_writer(tmp_path: Path, store: ObjectStore) -> None:

@@ -11,7 +11,7 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -20,7 +20,9 @@ import pytest
 import yaml
 from pyspark.sql import DataFrame, SparkSession
 
+from storage_engine.input_log import InputLog
 from storage_engine.schema import WEIGHT
+from workers import spec as S
 from workers.runner import QUERY_RESTARTS, Runner, spark_session
 from workers.sinks import FilesSink
 from workers.spec import SpecError, load_spec, parse_spec
@@ -296,24 +298,16 @@ def test_stop_when_idle_does_not_count_a_slow_start_up(
         r.close()
 
 
-def test_a_log_sources_first_step_is_read_ahead_in_the_driver_and_a_restart_loses_nothing(
-    tmp_path: Path, spark: SparkSession, read: list[tuple[int, int]]
-) -> None:
-    """Records already in the input log when a run starts: its first step is read ahead, in
-    the driver (no Python worker), before the query starts at its end; then the query takes
-    the rest, each batch's records read in the driver too. A second run, restored from the
-    first one's checkpoint, does the same from there. Nothing lost, nothing counted twice:
-    the view equals the aggregate computed here."""
+Bid = tuple[int, int, float, Any]
+
+
+def _bids_in_four_record_steps() -> tuple[S.PipelineSpec, list[Bid], list[dict[str, Any]]]:
+    """The ingest-log example filtered, four records a step; 18 bids and the view's rows."""
     import datetime as dt
-
-    import pyarrow as pa
-
-    from workers.sinks import ViewSink
 
     doc = _fast(yaml.safe_load((EXAMPLES / "ingest-log.yaml").read_text()))
     doc["source"]["max_records_per_step"] = 4
     doc["transform"] = {"where": "price > 2", "select": ["auction", "bidder", "price", "ts"]}
-    spec = parse_spec(doc)
     t0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
     records = [(i % 3, i, float(i % 7), t0 + dt.timedelta(seconds=i)) for i in range(18)]
     expected: dict[int, dict[str, Any]] = {}
@@ -322,6 +316,34 @@ def test_a_log_sources_first_step_is_read_ahead_in_the_driver_and_a_restart_lose
             e = expected.setdefault(auction, {"auction": auction, "max_price": price, "bids": 0})
             e["max_price"] = max(e["max_price"], price)
             e["bids"] += 1
+    return parse_spec(doc), records, [expected[a] for a in sorted(expected)]
+
+
+def _append(log: InputLog, records: list[Bid]) -> None:
+    import pyarrow as pa
+
+    a, b, price, ts = (list(c) for c in zip(*records, strict=True))
+    log.append(pa.table({"auction": a, "bidder": b, "price": price, "ts": ts}))
+
+
+def _view_rows(r: Runner, auctions: Iterable[int]) -> list[dict[str, Any]]:
+    from workers.sinks import ViewSink
+
+    view = r.sinks["latest"]
+    assert isinstance(view, ViewSink)
+    return [row for a in auctions for row in view.get([a])]
+
+
+def test_a_log_sources_first_step_is_read_ahead_in_the_driver_and_a_restart_loses_nothing(
+    tmp_path: Path, spark: SparkSession, read: list[tuple[int, int]]
+) -> None:
+    """Records already in the input log when a run starts: its first step is read ahead, in
+    the driver (no Python worker), before the query starts at its end; then the query takes
+    the rest, each batch's records read in the driver too. A second run, restored from the
+    first one's checkpoint, does the same from there. Nothing lost, nothing counted twice:
+    the view equals the aggregate computed here."""
+
+    spec, records, expected = _bids_in_four_record_steps()
     state = str(tmp_path / "state")
 
     def runner() -> Runner:
@@ -331,8 +353,7 @@ def test_a_log_sources_first_step_is_read_ahead_in_the_driver_and_a_restart_lose
     try:
         log = r.input_log()
         for part in (records[:10], records[10:]):
-            a, b, price, ts = (list(c) for c in zip(*part, strict=True))
-            log.append(pa.table({"auction": a, "bidder": b, "price": price, "ts": ts}))
+            _append(log, part)
         r.close()
         r = runner()  # its records are in the log before it starts: read ahead
         assert r._ahead is not None and r._ahead.end == 4
@@ -350,11 +371,33 @@ def test_a_log_sources_first_step_is_read_ahead_in_the_driver_and_a_restart_lose
         res = r.run(stop_when_idle=2)
         assert res.source_offset == 18
         assert read[2:] == [(8, 12), (12, 16), (16, 18)]
-        view = r.sinks["latest"]
-        assert isinstance(view, ViewSink)
-        assert [row for a in sorted(expected) for row in view.get([a])] == [
-            expected[a] for a in sorted(expected)
-        ]
+        assert _view_rows(r, range(3)) == expected
+    finally:
+        r.close()
+
+
+def test_a_log_pipeline_moved_to_another_machine_reads_what_it_had_not_consumed(
+    tmp_path: Path, spark: SparkSession
+) -> None:
+    """The input log travels with the checkpoints in the object store: on a machine with
+    nothing local, the run restores step 2 and reads the 10 records acknowledged on the
+    first machine but not yet consumed (before, the log was left behind and they were lost)."""
+    from storage_engine.objstore import DirectoryObjectStore
+
+    spec, records, expected = _bids_in_four_record_steps()
+    store = DirectoryObjectStore(tmp_path / "store")
+    r = Runner(spec, str(tmp_path / "a"), base_dir=str(tmp_path), spark=spark, remote=store)
+    try:
+        _append(r.input_log(), records)
+        res = r.run(max_steps=2)
+        assert (res.last_step, res.source_offset) == (2, 8)
+    finally:
+        r.close()
+    r = Runner(spec, str(tmp_path / "b"), base_dir=str(tmp_path), spark=spark, remote=store)
+    try:
+        assert (r.step, r.offset) == (2, 8)
+        assert r.run(stop_when_idle=2).source_offset == 18
+        assert _view_rows(r, range(3)) == expected
     finally:
         r.close()
 
