@@ -103,7 +103,11 @@ NOTES = [
     "recovery_platform_restart_ms: the rest (the supervisor noticing the exit, recording it, "
     "handing the run to the spare or starting a driver); recovery_platform_spare_runs: how many of"
     " the kills' runs the spare took over. 3 kills in full mode, 1 otherwise. Its target compares "
-    "medians (not pairs) with spark_startup_ms.",
+    "medians (not pairs) with spark_startup_ms. recovery_platform_multi_*: the same with three "
+    "more operators in the pipeline (an aggregate, a distinct and a join: MULTI_OPERATORS); "
+    "recovery_platform_busy_*: the same single-operator pipeline with one busy-looping process "
+    "per core running from just before each kill to the new run's first step (a loaded "
+    "machine). Both variants run in full mode only.",
     "recovery_standby_ms: as recovery_ms, but the new run is a hot standby driver (`run "
     "--standby`: Spark started and warmed up) started before the kill and told to take over "
     "right after it, as the control plane does with SPINDLE_STANDBY_DRIVERS. Recoveries and "
@@ -436,11 +440,11 @@ PLATFORM_RESET_S = 2.0  # a run up this long makes its crash a first restart aga
 PLATFORM_STEPS_PER_KILL = 60
 
 
-def _platform_input(work: Path, files: int) -> Path:
+def _platform_input(work: Path, files: int, tag: str) -> Path:
     """`files` input files for the platform's pipeline: links to the input's, over and over
     (the kills and the spare's warm-ups take more steps than the input has files)."""
     inp = sorted((work / "in").iterdir())
-    d = work / "platform-in"
+    d = work / f"platform-in-{tag}"
     d.mkdir()
     for i in range(files):
         (d / f"part-{i:05d}.json").symlink_to(inp[i % len(inp)])
@@ -461,7 +465,48 @@ def _wait_steps(metrics: Path, n: int, timeout_s: float = 300) -> None:
         time.sleep(0.05)
 
 
-def platform_recovery(work: Path, repeats: int, log: Log) -> list[dict[str, Any]]:
+# The multi-operator variant: the bench's aggregate plus a second aggregate, a distinct and
+# a join of two filtered views of the stream (each side about 0.5 % of the rows).
+MULTI_OPERATORS: list[dict[str, Any]] = [
+    {
+        "name": "per_amount",
+        "kind": "aggregate",
+        "group_by": ["amount"],
+        "aggregates": [{"name": "n", "func": "count"}],
+    },
+    {"name": "customers", "kind": "distinct", "columns": ["customer"]},
+    {
+        "name": "big_and_small",
+        "kind": "join",
+        "left": {"where": "amount > 995", "select": ["customer", "amount AS big"]},
+        "right": {"where": "amount < 6", "select": ["customer AS who", "amount AS small"]},
+        "left_on": ["customer"],
+        "right_on": ["who"],
+    },
+]
+
+
+class _Busy:
+    """`n` processes spinning on a core each: the machine as loaded as a user's may be."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def __enter__(self) -> _Busy:
+        loop = "while True: pass"
+        self.procs = [subprocess.Popen([sys.executable, "-c", loop]) for _ in range(self.n)]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for p in self.procs:
+            p.kill()
+            p.wait()
+
+
+def platform_recovery(
+    work: Path, repeats: int, log: Log, *, multi: bool = False, busy: int = 0
+) -> list[dict[str, Any]]:
     """Recoveries through the control plane, as it runs by default: `python -m backend serve`
     in embedded mode (as bench.api starts it) runs the same pipeline on the same input, its
     files repeated (`_platform_input`) and read one a second, and its driver is killed with
@@ -471,18 +516,24 @@ def platform_recovery(work: Path, repeats: int, log: Log) -> list[dict[str, Any]
     (`recovery_ms`), of which the new driver's own part (`driver_ms`: its `started` record,
     from the takeover, or from a cold driver's process start) and the platform's part
     (`platform_ms`: the supervisor seeing the exit, recording it, handing the run over);
-    `spare`: whether the spare took the run over."""
+    `spare`: whether the spare took the run over. `multi`: the pipeline has the operators of
+    MULTI_OPERATORS too; `busy`: that many processes keep the machine's cores busy during
+    the kills."""
     import httpx
 
     from .api import API, Platform
 
-    root = work / "platform"
+    tag = f"{'multi' if multi else 'one'}-{busy}"
+    root = work / f"platform-{tag}"
     root.mkdir()
     settings = {"file_roots": json.dumps([str(work)]), "restart_reset_s": str(PLATFORM_RESET_S)}
     platform = Platform(root, log, settings=settings)
     spec = yaml.safe_load(spindle_spec(work).read_text())
     spec["trigger"] = {"interval": PLATFORM_TRIGGER}
-    spec["source"]["path"] = str(_platform_input(work, PLATFORM_STEPS_PER_KILL * (repeats + 1)))
+    files = PLATFORM_STEPS_PER_KILL * (repeats + 1)
+    spec["source"]["path"] = str(_platform_input(work, files, tag))
+    if multi:
+        spec["state"] += MULTI_OPERATORS
     metrics = root / "data" / "pipelines" / spec["name"] / "storage" / "metrics.jsonl"
     out = []
     try:
@@ -496,36 +547,48 @@ def platform_recovery(work: Path, repeats: int, log: Log) -> list[dict[str, Any]
             _wait_steps(metrics, len(_records(metrics)) + 3)
             started = events(metrics, "started")[-1]["ts"]
             time.sleep(max(0.0, started + PLATFORM_RESET_S - time.time()))
-            deadline = time.monotonic() + 300
-            while not _spare_ready(root):  # as the platform runs: its spare driver ready
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the platform's spare driver was not ready in time")
-                time.sleep(0.1)
-            pid = int(events(metrics, "started")[-1]["pid"])  # a spare's run, or a cold one
-            before, runs = len(_records(metrics)), len(events(metrics, "started"))
-            os.kill(pid, signal.SIGKILL)
-            killed = time.time()
-            _wait_steps(metrics, before + 1)
-            first = _records(metrics)[before]["ts"]
-            while len(events(metrics, "started")) <= runs:  # written right after that step
-                time.sleep(0.02)
-            new_run = events(metrics, "started")[-1]
-            driver, spare = float(new_run["total_ms"]), bool(new_run["standby"])
-            total = (first - killed) * 1000
-            out.append(
-                {
-                    "recovery_ms": total,
-                    "driver_ms": driver,
-                    "platform_ms": total - driver,
-                    "spare": spare,
-                }
+            _wait_spare(root)
+            with _Busy(busy):
+                out.append(_kill_the_driver(metrics))
+            r = out[-1]
+            log(
+                f"platform recovery ({tag}): {r['recovery_ms']:,.0f} ms "
+                f"({r['platform_ms']:,.0f} ms the platform's)"
             )
-            log(f"platform recovery: {total:,.0f} ms ({total - driver:,.0f} ms the platform's)")
     except Exception as e:
         raise RuntimeError(f"{e}\n{platform.log_tail()}") from e
     finally:
         platform.stop()
     return out
+
+
+def _wait_spare(root: Path) -> None:
+    deadline = time.monotonic() + 300
+    while not _spare_ready(root):  # as the platform runs: its spare driver ready
+        if time.monotonic() > deadline:
+            raise RuntimeError("the platform's spare driver was not ready in time")
+        time.sleep(0.1)
+
+
+def _kill_the_driver(metrics: Path) -> dict[str, Any]:
+    """SIGKILL the platform's running driver; the recovery's times."""
+    pid = int(events(metrics, "started")[-1]["pid"])  # a spare's run, or a cold one
+    before, runs = len(_records(metrics)), len(events(metrics, "started"))
+    os.kill(pid, signal.SIGKILL)
+    killed = time.time()
+    _wait_steps(metrics, before + 1)
+    first = _records(metrics)[before]["ts"]
+    while len(events(metrics, "started")) <= runs:  # written right after that step
+        time.sleep(0.02)
+    new_run = events(metrics, "started")[-1]
+    driver, spare = float(new_run["total_ms"]), bool(new_run["standby"])
+    total = (first - killed) * 1000
+    return {
+        "recovery_ms": total,
+        "driver_ms": driver,
+        "platform_ms": total - driver,
+        "spare": spare,
+    }
 
 
 _STARTUP = (
@@ -591,6 +654,10 @@ def run_benchmark(
         hot = [recovery(work, log, standby=True) for _ in range(repeats)]
         log("recovery through the platform")
         plat = platform_recovery(work, repeats, log)
+        variants: dict[str, list[dict[str, Any]]] = {"": plat}
+        if mode == "full":  # each is one more platform and spare start-up
+            variants["_multi"] = platform_recovery(work, repeats, log, multi=True)
+            variants["_busy"] = platform_recovery(work, repeats, log, busy=os.cpu_count() or 2)
         log("Spark's own recovery")
         peer = [spark_recovery_ms(work) for _ in range(3 if mode == "full" else 1)]
     finally:
@@ -619,11 +686,12 @@ def run_benchmark(
     report["recovery_standby_ms"] = median([r for r, _ in hot])
     report["recovery_standby_ms_runs"] = [r for r, _ in hot]
     report["recovery_standby_phases_ms"] = sorted(hot, key=lambda r: r[0])[len(hot) // 2][1]
-    report["recovery_platform_ms"] = median([r["recovery_ms"] for r in plat])
-    report["recovery_platform_ms_runs"] = [r["recovery_ms"] for r in plat]
-    report["recovery_platform_restart_ms"] = median([r["platform_ms"] for r in plat])
-    report["recovery_platform_driver_ms"] = median([r["driver_ms"] for r in plat])
-    report["recovery_platform_spare_runs"] = sum(1 for r in plat if r["spare"])
+    for key, runs in variants.items():
+        report[f"recovery_platform{key}_ms"] = median([r["recovery_ms"] for r in runs])
+        report[f"recovery_platform{key}_ms_runs"] = [r["recovery_ms"] for r in runs]
+        report[f"recovery_platform{key}_restart_ms"] = median([r["platform_ms"] for r in runs])
+        report[f"recovery_platform{key}_driver_ms"] = median([r["driver_ms"] for r in runs])
+        report[f"recovery_platform{key}_spare_runs"] = sum(1 for r in runs if r["spare"])
     # Not paired with start-ups: the medians of the two series.
     report["recovery_platform_minus_spark_startup_ms"] = (
         report["recovery_platform_ms"] - report["spark_startup_ms"]

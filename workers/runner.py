@@ -476,6 +476,10 @@ def pre_aggregation(
     return PreAggregation(forms, stream, event_time, lines)
 
 
+# A step's Spark results as Arrow: the rows job's and the pre-aggregation's (None: not run).
+JobTables = tuple[pa.Table | None, pa.Table | None]
+
+
 @dataclass
 class MicroBatch:
     """One micro-batch as the circuit gets it, with what the step's metrics need."""
@@ -796,11 +800,12 @@ class Runner:
             if isinstance(src, S.FilesSource)
             else None
         )
-        self._jobs: dict[bool, DataFrame] = {}  # pre-aggregated? -> a files batch's job
+        # pre-aggregated? -> a files batch's jobs (`_jobs_of`)
+        self._jobs: dict[bool, tuple[DataFrame | None, DataFrame | None]] = {}
         tl.mark("sinks_rollback")
         # The first batch, read while the query starts (`_read_ahead`).
         self._ahead: _ReadAhead | None = None
-        self._ahead_table: tuple[bool, pa.Table] | None = None
+        self._ahead_table: tuple[bool, JobTables] | None = None
         self._reported = False
         self.pre_aggregate = pre_aggregate
         self._last_rows_in = 0
@@ -855,8 +860,7 @@ class Runner:
         rows = self._batch_rows(batch_id)
         if rows is None:
             return
-        one = set(self.plan.inputs) == {SOURCE}
-        self._step(self._one_job(rows) if one else self._per_input_jobs(rows), t0)
+        self._step(self._one_job(rows), t0)
 
     def _first_step_ahead(self, ahead: _ReadAhead) -> None:
         """The run's first step, from the batch read ahead (`_read_ahead`), before the query
@@ -960,7 +964,7 @@ class Runner:
         return self._files.rows()
 
     def _read_ahead(self) -> None:
-        """Start reading the first batch of a source read by one job (`_one_job`): a files
+        """Start reading the first batch (`_one_job`'s tables) of a files or log source: a files
         source's files from the run's offset, as many as a step takes, or a log source's
         records, as many as a step takes of those in the log now (what the source's next
         offset would take). The run's first step is that batch (`_first_step_ahead`), and
@@ -968,8 +972,6 @@ class Runner:
         is the batch's. A log's records are read here, in the driver, by the source's own
         function, and reach Spark as Arrow (`createDataFrame`): no Python worker."""
         src = self.spec.source
-        if set(self.plan.inputs) != {SOURCE}:
-            return
         if isinstance(src, S.LogSource):
             self._log_ahead(src)
             return
@@ -985,10 +987,10 @@ class Runner:
         end = self.offset + len(paths)
         files = self._files
 
-        def job() -> tuple[bool, pa.Table]:
+        def job() -> tuple[bool, JobTables]:
             pre = self._pre_aggregation()
             files.read(paths, end)
-            return pre is not None, self._one_job_frame(files.rows(), pre).toArrow()
+            return pre is not None, self._job_tables(files.rows(), pre)
 
         self._ahead = _ReadAhead(end, job, files.rows, paths)
 
@@ -1001,10 +1003,10 @@ class Runner:
             return  # nothing to read: the query waits for records
         frame: list[DataFrame] = []
 
-        def job() -> tuple[bool, pa.Table]:
+        def job() -> tuple[bool, JobTables]:
             pre = self._pre_aggregation()
             frame.append(self._driver_frame(start, end))
-            return pre is not None, self._one_job_frame(frame[0], pre).toArrow()
+            return pre is not None, self._job_tables(frame[0], pre)
 
         self._ahead = _ReadAhead(end, job, lambda: frame[0])
 
@@ -1047,113 +1049,121 @@ class Runner:
         return pre if self._last_rows_in >= PRE_AGGREGATE_MIN_ROWS else None
 
     def _one_job(self, df: DataFrame) -> MicroBatch:
-        """One Spark job per step: the transform's columns, its filter as a flag, the
-        parse flag, a bad row's file, line number and line, and the batch's end offset, for
-        every row; then either Spark's pre-aggregation of them (`PreAggregation`) or the
-        rows, split in Arrow. (Arrow, not collect(): row pickling has overflowed the
-        stream thread's stack.)"""
+        """A step's Spark work, in as few jobs as the plan allows: one computes every
+        row-level circuit input of every row (the transformed stream and each join side,
+        `_jobs_of`), the dead letters and the end offset; the stream's pre-aggregation, when
+        taken (`_pre_aggregation`), is a second one. Then the Arrow results are split into
+        the circuit's inputs (`_split`). (Arrow, not collect(): row pickling has overflowed
+        the stream thread's stack.)"""
         pre = self._pre_aggregation()
         ready, self._ahead_table = self._ahead_table, None
         if ready is not None and ready[0] == (pre is not None):
-            tab = ready[1]
-        else:
-            tab = self._one_job_frame(df, pre).toArrow()
-        if pre is not None:
-            return pre.split(tab)
-        if tab.num_rows == 0:
-            return MicroBatch(None, 0, None, {}, tab)
-        end = pc.max(tab.column(END)).as_py()
-        bad = pc.fill_null(tab.column("__bad"), False)
-        good = pc.and_(pc.invert(bad), pc.fill_null(tab.column("__keep"), False))
-        stream = tab.filter(good).select(list(range(len(self.plan.stream_schema))))
-        stream = stream.rename_columns(self.plan.stream_schema.names)
-        stream = stream.cast(self.plan.stream_schema)
-        et = self.plan.event_time
-        oldest = None if et is None else _min_event_us(stream.column(et))
-        return MicroBatch(end, stream.num_rows, oldest, {}, tab.filter(bad), {SOURCE: stream})
+            return self._split(ready[1], pre)
+        return self._split(self._job_tables(df, pre), pre)
 
-    def _one_job_frame(self, df: DataFrame, pre: PreAggregation | None) -> DataFrame:
-        """`_one_job`'s DataFrame. A files source's is built once per path (rows or
-        pre-aggregated) and planned anew for each batch (`FileBatches`)."""
-        if self._files is not None and (job := self._jobs.get(pre is not None)) is not None:
-            return job.select("*")
+    def _job_tables(self, df: DataFrame, pre: PreAggregation | None) -> JobTables:
+        rows, agg = self._jobs_of(df, pre)
+        return (
+            None if rows is None else rows.toArrow(),
+            None if agg is None else agg.toArrow(),
+        )
+
+    def _row_inputs(self, pre: PreAggregation | None) -> list[str]:
+        """The circuit inputs the rows job gives (all but a pre-aggregated stream)."""
+        return [n for n in self.plan.inputs if n != SOURCE or pre is None]
+
+    def _jobs_of(
+        self, df: DataFrame, pre: PreAggregation | None
+    ) -> tuple[DataFrame | None, DataFrame | None]:
+        """The rows job and the pre-aggregation job (None: not needed). A files source's
+        are built once per path (with or without pre-aggregation) and planned anew for
+        each batch (`FileBatches`)."""
+        jobs = self._jobs.get(pre is not None) if self._files is not None else None
+        if jobs is None:
+            jobs = self._build_jobs(df, pre)
+            if self._files is not None:
+                self._jobs[pre is not None] = jobs
+        rows, agg = jobs
+        return (
+            None if rows is None else rows.select("*"),
+            None if agg is None else agg.select("*"),
+        )
+
+    def _build_jobs(
+        self, df: DataFrame, pre: PreAggregation | None
+    ) -> tuple[DataFrame | None, DataFrame | None]:
         t = self.spec.transform
         names = [f"`{f.name}`" for f in self.plan.source_schema.fields]
         select = [x for e in t.select for x in (names if e.strip() == "*" else [e])]
         keep = f"coalesce(({t.where}), false)" if t.where else "true"
-        width = len(self.plan.stream_schema)
+        hidden = ["__keep", "__bad", "__file", "__lineno", "__line", END]
+        stream_names = self.plan.stream_schema.names
+        stream = self._flagged(df).selectExpr(*select, f"{keep} AS __keep", *hidden[1:])
+        agg = None
         if pre is not None:
-            hidden = ["__keep", "__bad", "__file", "__lineno", "__line", END]
-            rows = self._flagged(df).selectExpr(*select, f"{keep} AS __keep", *hidden[1:])
-            rows = rows.toDF(*(f"__c{i}" for i in range(width)), *hidden)
-            job = pre.dataframe(rows)
-        else:
-            # Good rows' lines are not needed: shipping them took a third of a 200k-row step.
-            is_bad = "coalesce(__bad, false)"
-            letters = [
-                f"CASE WHEN {is_bad} THEN {c} END AS {c}" for c in ("__file", "__lineno", "__line")
-            ]
-            flagged = self._flagged(df)
-            job = flagged.selectExpr(*select, f"{keep} AS __keep", "__bad", *letters, END)
-        if self._files is not None:
-            self._jobs[pre is not None] = job
-        return job
+            agg = pre.dataframe(
+                stream.toDF(*(f"__c{i}" for i in range(len(stream_names))), *hidden)
+            )
+        inputs = self._row_inputs(pre)
+        if not inputs:
+            return None, agg
+        # Each input's columns in turn, a join side's preceded by its filter as a flag; the
+        # expressions read the transformed stream's columns by name, as the spec writes them.
+        stream = stream.toDF(*stream_names, *hidden)
+        every = [f"`{n}`" for n in stream_names]
+        cols: list[str] = []
+        for name in inputs:
+            where, sel = self.plan.inputs[name]
+            if name != SOURCE:
+                cols.append(f"coalesce(({where}), false)" if where else "true")
+            cols += [x for e in sel for x in (every if e.strip() == "*" else [e])]
+        et = self.plan.event_time
+        if et is not None and SOURCE not in self.plan.inputs:
+            cols.append(f"`{et}`")  # for the latency metric
+        letters = ["__file", "__lineno", "__line"] if pre is None else []
+        # Good rows' lines are not needed: shipping them took a third of a 200k-row step.
+        rows = stream.selectExpr(
+            *cols,
+            "__keep",
+            "__bad",
+            *(f"CASE WHEN coalesce(__bad, false) THEN {c} END" for c in letters),
+            END,
+        )
+        return rows.toDF(*(f"__x{i}" for i in range(len(cols))), *hidden[:2], *letters, END), agg
 
-    def _per_input_jobs(self, df: DataFrame) -> MicroBatch:
-        """Joins read several inputs: the batch is cached and each input is one job (the
-        `source` input pre-aggregated if the plan says so); with an event-time column and no
-        `source` input, one more job finds the oldest event time of the rows that passed
-        the transform's filter."""
-        df = df.persist()
-        try:
-            end = df.agg(F.max(END).alias("e")).toArrow().column("e")[0].as_py()
-            if end is None:
-                return MicroBatch(None, 0, None, {}, None)
-            flagged = self._flagged(df)
-            cols = [f"`{f.name}`" for f in self.plan.source_schema.fields]
-            stream = flagged.where(~F.col("__bad")).selectExpr(*cols)
-            t = self.spec.transform
-            if t.where:
-                stream = stream.where(t.where)
-            stream = stream.selectExpr(*t.select)
-            tables: dict[str, pa.Table] = {}
-            pre = self._pre_aggregation()
-            source: MicroBatch | None = None
-            for name, (where, select) in self.plan.inputs.items():
-                if name == SOURCE and pre is not None:
-                    rows = stream.toDF(*(f"__c{i}" for i in range(len(stream.columns))))
-                    rows = rows.select(
-                        "*",
-                        F.lit(True).alias("__keep"),
-                        F.lit(False).alias("__bad"),
-                        F.lit(None).cast("string").alias("__file"),
-                        F.lit(None).cast("bigint").alias("__lineno"),
-                        F.lit(None).cast("string").alias("__line"),
-                        F.lit(end).cast("bigint").alias(END),
-                    )
-                    source = pre.split(pre.dataframe(rows).toArrow())
-                    continue
-                d = stream if name == SOURCE else stream.where(where) if where else stream
-                if name != SOURCE:
-                    d = d.selectExpr(*select)
-                tables[name] = d.toArrow().cast(self.plan.input_schemas[name])
-            bad = flagged.where(F.col("__bad")).select("__file", "__lineno", "__line").toArrow()
-            oldest = None
-            et = self.plan.event_time
-            if et is not None:
-                if source is not None:
-                    oldest = source.oldest
-                elif SOURCE in tables:
-                    oldest = _min_event_us(tables[SOURCE].column(et))
-                else:
-                    m = stream.agg(F.min(F.col(f"`{et}`")).alias("m")).toArrow()
-                    oldest = _min_event_us(m.column("m"))
-            rows_in = sum(t.num_rows for t in tables.values())
-            rows_in += source.rows_in if source is not None else 0
-            partials = source.partials if source is not None else {}
-            return MicroBatch(int(end), rows_in, oldest, partials, bad, tables)
-        finally:
-            df.unpersist()
+    def _split(self, tables: JobTables, pre: PreAggregation | None) -> MicroBatch:
+        """The jobs' Arrow results as the circuit's inputs, dead letters and metrics."""
+        rows, agg = tables
+        batch = None if pre is None or agg is None else pre.split(agg)
+        if rows is None:
+            assert batch is not None
+            return batch
+        if rows.num_rows == 0:
+            return batch or MicroBatch(None, 0, None, {}, None)
+        bad = pc.fill_null(rows.column("__bad"), False)
+        good = pc.and_(pc.invert(bad), pc.fill_null(rows.column("__keep"), False))
+        inputs: dict[str, pa.Table] = {}
+        k = 0
+        for name in self._row_inputs(pre):
+            schema = self.plan.input_schemas[name]
+            mask = good
+            if name != SOURCE:
+                mask, k = pc.and_(good, rows.column(k)), k + 1
+            part = rows.filter(mask).select(list(range(k, k + len(schema))))
+            inputs[name] = part.rename_columns(schema.names).cast(schema)
+            k += len(schema)
+        rows_in = sum(x.num_rows for x in inputs.values())
+        if batch is not None:  # its dead letters, end and oldest event cover the batch
+            return MicroBatch(
+                batch.end, batch.rows_in + rows_in, batch.oldest, batch.partials, batch.bad, inputs
+            )
+        et, oldest = self.plan.event_time, None
+        if et is not None:
+            times = inputs[SOURCE].column(et) if SOURCE in inputs else rows.filter(good).column(k)
+            oldest = _min_event_us(times)
+        end = pc.max(rows.column(END)).as_py()
+        letters = rows.filter(bad).select(["__file", "__lineno", "__line"])
+        return MicroBatch(int(end), rows_in, oldest, {}, letters, inputs)
 
     def _flagged(self, df: DataFrame) -> DataFrame:
         """The batch with the source's columns parsed, `__bad` marking unparseable rows, and
@@ -1569,18 +1579,18 @@ class _ReadAhead:
     def __init__(
         self,
         end: int,
-        job: Callable[[], tuple[bool, pa.Table]],
+        job: Callable[[], tuple[bool, JobTables]],
         rows: Callable[[], DataFrame],
         paths: list[str] | None = None,
     ) -> None:
         self.end, self.rows, self.paths = end, rows, paths or []
-        self._out: tuple[bool, pa.Table] | None = None
+        self._out: tuple[bool, JobTables] | None = None
         self._thread = threading.Thread(
             target=self._run, args=(job,), name="spindle-read-ahead", daemon=True
         )
         self._thread.start()
 
-    def _run(self, job: Callable[[], tuple[bool, pa.Table]]) -> None:
+    def _run(self, job: Callable[[], tuple[bool, JobTables]]) -> None:
         try:
             self._out = job()
         except Exception as e:  # the batch itself will read again and report the error
@@ -1589,7 +1599,7 @@ class _ReadAhead:
     def wait(self) -> None:
         self._thread.join()
 
-    def result(self) -> tuple[bool, pa.Table] | None:
+    def result(self) -> tuple[bool, JobTables] | None:
         """The batch read ahead (None if the read failed), once the read has ended."""
         self.wait()
         return self._out

@@ -266,14 +266,14 @@ def test_the_first_step_is_the_batch_read_ahead_and_the_query_starts_after_it(
         if arrives:
             write(1)
         jobs = 0
-        frame = r._one_job_frame
+        tables = r._job_tables
 
         def counted(*args: Any) -> Any:
             nonlocal jobs
             jobs += 1
-            return frame(*args)
+            return tables(*args)
 
-        r._one_job_frame = counted  # type: ignore[method-assign]
+        r._job_tables = counted  # type: ignore[method-assign]
         result = r.run(max_steps=2 if arrives else 1)
     finally:
         r.close()
