@@ -46,7 +46,7 @@ import yaml
 
 from backend.services import ingest as ingest_service
 from backend.settings import Settings
-from workers.spec import LogSource, parse_spec
+from pipeline_spec.model import LogSource, parse_spec
 
 from .report import (
     Log,

@@ -31,6 +31,7 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
 
 COPY alembic.ini ./
 COPY migrations/ migrations/
+COPY pipeline_spec/ pipeline_spec/
 COPY storage_engine/ storage_engine/
 COPY workers/ workers/
 COPY backend/ backend/

@@ -58,7 +58,7 @@ from .objstore import ObjectStoreLike
 from .remote import PULL_SKIPPED, RemoteTier, pull, pulled_skipped
 from .schema import ZSetSchema
 from .settings import EngineSettings
-from .spine import MemoryBudget, Merger, Spine, _Entry
+from .spine import Entry, MemoryBudget, Merger, Spine
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ class _CommitJob:
     """A requested commit: the snapshot it must write, taken at request time."""
 
     handle: CommitHandle
-    spines: dict[str, tuple[tuple[_Entry, ...], tuple[Any, ...] | None]]
+    spines: dict[str, tuple[tuple[Entry, ...], tuple[Any, ...] | None]]
     identifier: str | None
     step: int
     metadata: dict[str, Any]

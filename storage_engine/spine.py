@@ -21,9 +21,9 @@ import logging
 import math
 import queue
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -32,10 +32,7 @@ from .batch import Batch
 from .batch_file import BatchFile
 from .errors import SchemaMismatchError, StorageError
 from .schema import ZSetSchema
-
-if TYPE_CHECKING:
-    from .location import StorageLocation
-
+from .settings import EngineSettings
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +59,7 @@ class MemoryBudget:
         return self._used > self.limit
 
 
-class _Entry:
+class Entry:
     """One batch of a spine: in memory, in a file, or both (after a commit wrote it).
 
     `mem` may be dropped (spilled) by another thread at any time, after `file` is set:
@@ -179,7 +176,7 @@ class SpineStats:
     merging: bool
 
 
-def _lead_range(entries: Sequence[_Entry]) -> tuple[Any, Any] | None:
+def _lead_range(entries: Sequence[Entry]) -> tuple[Any, Any] | None:
     """The range of the first key column over the batches (None: unknown or empty)."""
     firsts, lasts = [], []
     for e in entries:
@@ -283,12 +280,35 @@ class Merger:
             t.join()
 
 
+class SpineStore(Protocol):
+    """What a spine needs of its storage location (`location.StorageLocation`)."""
+
+    @property
+    def settings(self) -> EngineSettings: ...
+
+    @property
+    def budget(self) -> MemoryBudget: ...
+
+    @property
+    def merger(self) -> Merger: ...
+
+    def write_batch(self, batch: Batch, durable: bool = True) -> BatchFile: ...
+
+    def write_batch_stream(
+        self, schema: ZSetSchema, chunks: Iterable[pa.RecordBatch], durable: bool = True
+    ) -> BatchFile | None: ...
+
+    def retire_files(self, names: Sequence[str]) -> None: ...
+
+    def discard_file(self, f: BatchFile) -> None: ...
+
+
 class Spine:
     def __init__(
         self,
         op_id: str,
         schema: ZSetSchema,
-        location: StorageLocation,
+        location: SpineStore,
         restored: Sequence[BatchFile] = (),
         lower_bound: Sequence[Any] | None = None,
     ) -> None:
@@ -301,7 +321,7 @@ class Spine:
                 raise SchemaMismatchError(
                     f"spine {op_id!r}: checkpointed batch {f.name} has a different schema"
                 )
-        self._entries: tuple[_Entry, ...] = tuple(_Entry(file=f) for f in restored)
+        self._entries: tuple[Entry, ...] = tuple(Entry(file=f) for f in restored)
         self.lower_bound: tuple[Any, ...] | None = tuple(lower_bound) if lower_bound else None
         self._lock = threading.Condition()
         self._io_lock = threading.Lock()
@@ -319,7 +339,7 @@ class Spine:
         self._raise_merge_error()
         if len(batch) == 0:
             return
-        entry = _Entry(mem=batch)
+        entry = Entry(mem=batch)
         self._loc.budget.add(entry.mem_bytes)
         with self._lock:
             self._entries = (*self._entries, entry)
@@ -346,7 +366,7 @@ class Spine:
 
     # -- reads ---------------------------------------------------------------------------
 
-    def snapshot(self) -> tuple[_Entry, ...]:
+    def snapshot(self) -> tuple[Entry, ...]:
         return self._entries
 
     def seek(self, keys: Any) -> Batch:
@@ -362,7 +382,7 @@ class Spine:
         return self._seek_batches(entries, keys, lead)
 
     def _seek_batches(
-        self, entries: Sequence[_Entry], keys: Any, lead: tuple[Any, Any] | None
+        self, entries: Sequence[Entry], keys: Any, lead: tuple[Any, Any] | None
     ) -> Batch:
         """`seek` by the general path: every batch's found rows as a record batch (any
         column type), merged."""
@@ -378,7 +398,7 @@ class Spine:
         return Batch(self.schema, *merged)
 
     def _find(
-        self, entries: Sequence[_Entry], keys: Any, lead: tuple[Any, Any] | None
+        self, entries: Sequence[Entry], keys: Any, lead: tuple[Any, Any] | None
     ) -> pa.RecordBatch | None:
         """`seek` materialized late (`lookup`), or None where it does not apply (also when
         the key range is unknown: no batch, or null keys, which have no encoding)."""
@@ -440,9 +460,9 @@ class Spine:
             return 0
         return 1 + int(math.log(rows / base, self._settings.merge_fanout))
 
-    def _plan(self, snap: tuple[_Entry, ...]) -> list[list[_Entry]]:
+    def _plan(self, snap: tuple[Entry, ...]) -> list[list[Entry]]:
         fanout = self._settings.merge_fanout
-        levels: dict[int, list[_Entry]] = {}
+        levels: dict[int, list[Entry]] = {}
         for e in snap:
             if not e.busy:
                 levels.setdefault(self._level(e.rows), []).append(e)
@@ -458,7 +478,7 @@ class Spine:
             self._merging += 1
             self._loc.merger.submit(functools.partial(self._merge, group))
 
-    def _merge(self, group: list[_Entry]) -> None:
+    def _merge(self, group: list[Entry]) -> None:
         try:
             out = self._merge_entries(group)
         except BaseException as e:  # surfaced on the next insert or commit
@@ -502,7 +522,7 @@ class Spine:
                 self.merge_error = e
                 self._lock.notify_all()
 
-    def _merge_entries(self, group: list[_Entry]) -> _Entry | None:
+    def _merge_entries(self, group: list[Entry]) -> Entry | None:
         total = sum(g.nbytes for g in group)
         limit = min(self._settings.max_memory_batch_bytes, self._loc.budget.limit // 4)
         to_file = total > limit or self._loc.budget.over()
@@ -518,12 +538,12 @@ class Spine:
                 out, keys = cut, None
             if not out.num_rows:
                 return None
-            return _Entry(mem=Batch(self.schema, out, keys))  # sources: set at the swap
+            return Entry(mem=Batch(self.schema, out, keys))  # sources: set at the swap
         stream = merge_stream([g.chunks(self._settings.block_rows) for g in group], self.schema)
         f = self._loc.write_batch_stream(
             self.schema, (self._apply_lower_bound(c) for c in stream), durable=False
         )
-        return _Entry(file=f) if f is not None else None
+        return Entry(file=f) if f is not None else None
 
     def _relieve_memory(self, background: bool = False) -> None:
         """Keep in-memory batches under the budget.
@@ -571,7 +591,7 @@ class Spine:
         return self._loc.write_batch(batch, durable=False)
 
     def _ensure_file(
-        self, e: _Entry, write: Callable[[Batch], BatchFile], for_commit: bool
+        self, e: Entry, write: Callable[[Batch], BatchFile], for_commit: bool
     ) -> BatchFile | None:
         """The entry's own file, writing it if it has none. The write runs outside the locks
         (a merge swap or an insert must not wait for a file write); if another writer (spill
@@ -622,7 +642,7 @@ class Spine:
     # -- checkpointing (called by the location) ------------------------------------------
 
     def persist(
-        self, write: Callable[[Batch], BatchFile], entries: Sequence[_Entry]
+        self, write: Callable[[Batch], BatchFile], entries: Sequence[Entry]
     ) -> list[BatchFile]:
         """Make the entries of a snapshot file-backed; return their files, in spine order.
 
@@ -636,7 +656,7 @@ class Spine:
         return files
 
     def _durable_files(
-        self, e: _Entry, write: Callable[[Batch], BatchFile]
+        self, e: Entry, write: Callable[[Batch], BatchFile]
     ) -> tuple[BatchFile, ...]:
         """Files holding the entry's rows on disk. Merge outputs and spills are written
         unsynced (`durable=False`): this waits for their fsync. An entry with no file is

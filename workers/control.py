@@ -40,8 +40,9 @@ from backend.services import checkpoints as cps
 from backend.services import lifecycle, metrics
 from backend.services import operations as ops
 from backend.settings import Settings
+from pipeline_spec.exits import EXIT_INTERRUPTED, EXIT_RELAUNCH, EXIT_STOPPED
 
-from .runner import EXIT_RELAUNCH, EXIT_STOPPED, Runner
+from .runner import Runner
 
 log = logging.getLogger("spindle.job")
 
@@ -135,7 +136,7 @@ class JobControl:
             try:
                 if os.getppid() != self._parent:  # the supervisor is gone: so are we
                     log.error("supervisor process gone; stopping")
-                    os._exit(lifecycle.EXIT_INTERRUPTED)
+                    os._exit(EXIT_INTERRUPTED)
                 with self.db.session() as s:
                     self._flush_metrics(s)
                     now = time.monotonic()

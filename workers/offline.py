@@ -19,13 +19,12 @@ from backend.services import lifecycle, retention
 from backend.services import operations as ops
 from backend.services.queue import TaskQueue
 from backend.settings import Settings
+from pipeline_spec.model import LogSource, parse_spec
 from storage_engine import StorageLocation
 from storage_engine.errors import LockedError
 from storage_engine.input_log import InputLog
 from storage_engine.location import GcResult
 from storage_engine.objstore import open_object_store
-
-from .spec import LogSource, parse_spec
 
 
 def execute(db: Database, settings: Settings, op_id: str) -> None:

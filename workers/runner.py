@@ -51,6 +51,19 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType, StructField, StructType
 
+from pipeline_spec import expressions
+from pipeline_spec import model as S
+from pipeline_spec.exits import (
+    EXIT_FENCED,
+    EXIT_HUNG,
+    EXIT_INTERRUPTED,
+    EXIT_SPEC,
+    EXIT_STATE,
+    EXIT_STOPPED,
+    FENCED_HEADING,
+    HUNG_HEADING,
+    STATE_ERROR_HEADING,
+)
 from storage_engine import StorageLocation
 from storage_engine.circuit import (
     Aggregate,
@@ -69,8 +82,7 @@ from storage_engine.manifest import MANIFEST
 from storage_engine.objstore import ObjectStoreLike, open_object_store
 from storage_engine.remote import FencedError
 
-from . import driver_jvm, expressions
-from . import spec as S
+from . import driver_jvm
 from .durability import DurabilityWatch
 from .file_batches import CORRUPT, FileBatches
 from .restore import StateError, open_state
@@ -97,17 +109,6 @@ TAKEOVER_LOCK_WAIT_S = 30.0  # a standby taking over waits this long for the loc
 # in a row before the run fails: see Runner._run.
 QUERY_RESTARTS = 2
 
-# Exit codes the control plane's supervisor reads (backend.services.lifecycle).
-EXIT_STOPPED = 0
-EXIT_SPEC = 2
-EXIT_RELAUNCH = 3
-EXIT_INTERRUPTED = 4
-EXIT_STATE = 5  # the state cannot be restored (corrupt, another circuit's): no retry helps
-EXIT_FENCED = 6  # another writer claimed the object-store prefix: this run must not go on
-EXIT_HUNG = 7  # no step while input waited for the hang timeout: restarted like a crash
-STATE_ERROR_HEADING = "state error:"  # how the driver prints a StateError, on one line
-FENCED_HEADING = "fenced:"  # how it prints a FencedError
-HUNG_HEADING = "hung:"  # and a stuck query
 
 MetricsSink = Callable[[dict[str, Any]], None]
 log = logging.getLogger("spindle.runner")
@@ -248,11 +249,12 @@ def _analyse(
     spark: SparkSession, schema: StructType, where: str | None, select: list[str], path: str
 ) -> StructType:
     # Again on Spark's own parse of each expression, before Spark analyses any of them: the
-    # spec was checked at validation, but this is what runs (`workers.expressions`).
+    # spec was checked at validation, but this is what runs (`pipeline_spec.expressions`).
     named = [(f"{path}.where", where)] if where else []
+    parser = spark._jsparkSession.sessionState().sqlParser()
     for field_path, text in [*named, *((f"{path}.select.{i}", t) for i, t in enumerate(select))]:
         try:
-            expressions.check_parsed(spark, text)
+            expressions.check_parsed(parser, text)
         except expressions.ExpressionError as e:
             raise S.SpecError([(field_path, str(e))]) from None
         except Exception as e:  # Spark's parser raises several kinds

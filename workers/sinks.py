@@ -26,13 +26,12 @@ from typing import Any, Protocol
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline_spec.model import DSN_VARIABLE, DSN_VARIABLE_PREFIX
+from pipeline_spec.model import FilesSink as FilesSinkSpec
+from pipeline_spec.model import PostgresSink as PostgresSinkSpec
+from pipeline_spec.model import ViewSink as ViewSinkSpec
 from storage_engine import Batch, Spine, StorageLocation, ZSetSchema
 from storage_engine.schema import WEIGHT
-
-from .spec import DSN_VARIABLE, DSN_VARIABLE_PREFIX
-from .spec import FilesSink as FilesSinkSpec
-from .spec import PostgresSink as PostgresSinkSpec
-from .spec import ViewSink as ViewSinkSpec
 
 STEP = "__step"
 _STEP_FILE = re.compile(r"^step-(\d{12})\.(parquet|jsonl)$")

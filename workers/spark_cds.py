@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
-    from . import spec as S
+    from pipeline_spec import model as S
 
 _JVM_EXIT_TIMEOUT_S = 300.0  # dumping takes a few seconds after the session stops
 # Signed jars of Spark's whose copies without signatures go first on drivers' class path.
@@ -225,7 +225,7 @@ def _workload(dump_to: Path) -> None:
 
 def nexmark_join_spec() -> S.PipelineSpec:
     """The archive's join workload: docs/examples/nexmark-q3.yaml without its sink."""
-    from .spec import parse_spec
+    from pipeline_spec.model import parse_spec
 
     return parse_spec(NEXMARK_JOIN)
 
@@ -283,7 +283,7 @@ def files_spec(work: Path, fmt: str = "json") -> S.PipelineSpec:
                 }
             )
             pq.write_table(table, inp / f"part-{f}.parquet")
-    from .spec import parse_spec
+    from pipeline_spec.model import parse_spec
 
     return parse_spec(
         {

@@ -50,10 +50,11 @@ import pyarrow as pa
 import typer
 from pyspark.sql import SparkSession
 
+from pipeline_spec import model as S
+from pipeline_spec.exits import EXIT_SPEC, EXIT_STOPPED
 from storage_engine.input_log import InputLog
 
-from . import spec as S
-from .runner import EXIT_SPEC, EXIT_STOPPED, Runner, spark_session
+from .runner import Runner, spark_session
 
 log = logging.getLogger("spindle.standby")
 T = TypeVar("T")

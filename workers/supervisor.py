@@ -50,8 +50,8 @@ from backend.services import operations as ops
 from backend.services.logs import tail
 from backend.services.queue import TaskQueue
 from backend.settings import Settings
-
-from .spec import resolve_path
+from pipeline_spec.exits import EXIT_INTERRUPTED
+from pipeline_spec.model import resolve_path
 
 log = logging.getLogger("spindle.supervisor")
 
@@ -523,7 +523,7 @@ def _wait(
         try:
             code = proc.wait(timeout=min(every_s, 0.5))
             # Asked to stop for a shutdown before it could install its handler: the same.
-            return lifecycle.EXIT_INTERRUPTED if asked and code == -signal.SIGTERM else code
+            return EXIT_INTERRUPTED if asked and code == -signal.SIGTERM else code
         except subprocess.TimeoutExpired:
             if SHUTDOWN.is_set() and not asked:
                 proc.send_signal(signal.SIGTERM)

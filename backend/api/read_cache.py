@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from fastapi import Request, Response
 from fastapi.concurrency import run_in_threadpool
@@ -26,8 +26,7 @@ from pydantic import TypeAdapter
 from sqlalchemy.orm import Session
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-if TYPE_CHECKING:
-    from .context import Context
+from ..db import Database
 
 T = TypeVar("T")
 _SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -67,8 +66,18 @@ class ReadCache:
         self._entries.clear()
 
 
+class Reads(Protocol):
+    """What the cached reads need of the API's context (`context.Context`)."""
+
+    @property
+    def reads(self) -> ReadCache: ...
+
+    @property
+    def db(self) -> Database: ...
+
+
 async def cached_read(
-    request: Request, ctx: Context, adapter: TypeAdapter[T], read: Callable[[Session], T]
+    request: Request, ctx: Reads, adapter: TypeAdapter[T], read: Callable[[Session], T]
 ) -> Response:
     """The JSON of `read` (run in the thread pool, in its own transaction), from the cache
     when it is fresh. The route keeps its `response_model` for the OpenAPI document."""
@@ -82,7 +91,7 @@ async def cached_read(
     return Response(body, media_type="application/json")
 
 
-def _read(ctx: Context, adapter: TypeAdapter[Any], read: Callable[[Session], Any]) -> bytes:
+def _read(ctx: Reads, adapter: TypeAdapter[Any], read: Callable[[Session], Any]) -> bytes:
     with ctx.db.session() as s:
         return adapter.dump_json(read(s))
 
@@ -91,7 +100,7 @@ class InvalidateOnWrite:
     """ASGI middleware: a write request empties the read cache when its response starts (the
     request's transaction has committed by then), before the client can read again."""
 
-    def __init__(self, app: ASGIApp, ctx: Context) -> None:
+    def __init__(self, app: ASGIApp, ctx: Reads) -> None:
         self.app = app
         self.ctx = ctx  # its cache is looked up per request: tests substitute it
 

@@ -16,6 +16,18 @@ from dataclasses import dataclass
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from pipeline_spec.exits import (
+    EXIT_FENCED,
+    EXIT_INTERRUPTED,
+    EXIT_RELAUNCH,
+    EXIT_SPEC,
+    EXIT_STATE,
+    EXIT_STOPPED,
+    FENCED_HEADING,
+    SPEC_ERROR_HEADING,
+    STATE_ERROR_HEADING,
+)
+
 from ..errors import Conflict
 from ..models import (
     ENDED_RUN,
@@ -32,16 +44,6 @@ from ..models import (
 )
 from ..settings import Settings
 from . import operations as ops
-
-# The job's exit codes (workers.runner): anything else is a crash.
-EXIT_STOPPED = 0  # stopped on request
-EXIT_SPEC = 2  # the spec cannot run (planning failed): restarting would not help
-EXIT_RELAUNCH = 3  # a restore: start again from the requested checkpoint
-EXIT_INTERRUPTED = 4  # the worker is shutting down: restart when a worker is back
-EXIT_STATE = 5  # the state cannot be restored (corrupt, another circuit's): no retry helps
-EXIT_FENCED = 6  # another writer claimed the object-store prefix: restarting would fight it
-STATE_ERROR_HEADING = "state error:"  # the driver's one-line message for EXIT_STATE
-FENCED_HEADING = "fenced:"  # and for EXIT_FENCED
 
 LIVE_RUN = (RunState.starting, RunState.running)
 
@@ -269,9 +271,6 @@ def _heading_line(tail: str, heading: str) -> str:
     return ""
 
 
-SPEC_ERROR_HEADING = "invalid pipeline spec:"  # how workers.spec.SpecError prints itself
-
-
 def _spec_error(tail: str) -> str:
     """The driver's spec error (its heading and one line per field) from the end of its log,
     without the Spark output before it; the log's end if the heading is not there."""
@@ -376,12 +375,6 @@ def _resume_point(s: Session, p: Pipeline, ended: Run) -> str:
 
 
 __all__ = [
-    "EXIT_FENCED",
-    "EXIT_INTERRUPTED",
-    "EXIT_RELAUNCH",
-    "EXIT_SPEC",
-    "EXIT_STATE",
-    "EXIT_STOPPED",
     "Exit",
     "backoff_s",
     "describe_exit",

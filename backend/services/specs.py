@@ -1,5 +1,5 @@
 """Checking a user's pipeline spec before it is stored: the spec's own rules
-(`workers.spec`), plus the control plane's: file paths stay inside the configured roots.
+(`pipeline_spec.model`), plus the control plane's: file paths stay inside the configured roots.
 Column references are checked by the job's planner when a run starts (it needs Spark)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from workers.spec import PipelineSpec, SpecError, outside_roots, parse_spec
+from pipeline_spec.model import PipelineSpec, SpecError, outside_roots, parse_spec
 
 from ..errors import InvalidSpec
 

@@ -47,11 +47,11 @@ from backend.models import (
 from backend.services import metrics, tokens
 from backend.services import operations as ops
 from backend.settings import Settings
+from pipeline_spec.model import ViewSink as ViewSinkSpec
 from storage_engine import WEIGHT, Batch, StorageLocation, ZSetSchema
 from storage_engine.input_log import InputLog
 from workers import offline
 from workers.sinks import ViewSink
-from workers.spec import ViewSink as ViewSinkSpec
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 API = "/api/v1"

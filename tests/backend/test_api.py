@@ -41,10 +41,11 @@ from backend.models import (
 )
 from backend.services import checkpoints as cps
 from backend.services import lifecycle, tokens
+from pipeline_spec import exits
+from pipeline_spec.model import ViewSink as ViewSinkSpec
 from storage_engine import StorageLocation
 from storage_engine.schema import WEIGHT
 from workers.sinks import ViewSink
-from workers.spec import ViewSink as ViewSinkSpec
 
 from .api_fixtures import (
     MAX_BODY_BYTES,
@@ -613,7 +614,7 @@ def test_start_and_stop(api: Api) -> None:
     )
     assert api.get(f"pipelines/{CLICKS}").json()["state"] == "stopping"
     assert api.queue.executed == []  # the live run takes it, not a worker
-    end_run(api, CLICKS, lifecycle.EXIT_STOPPED)
+    end_run(api, CLICKS, exits.EXIT_STOPPED)
     got = api.get(f"pipelines/{CLICKS}").json()
     assert (got["state"], got["desired_state"]) == ("stopped", "stopped")
 
@@ -844,7 +845,7 @@ def test_offline_restore_applies_at_the_next_start(api: Api) -> None:
     assert api.post(f"pipelines/{CLICKS}/start").status_code == 202
     assert [r.from_checkpoint for r in api.runs(CLICKS)] == [uids[1]]
     # An explicit choice wins over the restore point.
-    end_run(api, CLICKS, lifecycle.EXIT_SPEC)
+    end_run(api, CLICKS, exits.EXIT_SPEC)
     assert api.post(f"pipelines/{CLICKS}/start?from_checkpoint=none").status_code == 202
     assert [r.from_checkpoint for r in api.runs(CLICKS)] == [uids[1], "none"]
 

@@ -37,6 +37,7 @@ from backend.services import lifecycle, metrics, retention
 from backend.services import operations as ops
 from backend.services.retention import Candidate, Policy
 from backend.settings import Settings
+from pipeline_spec import exits
 
 from .api_fixtures import clicks_spec, sqlite_url
 
@@ -445,7 +446,7 @@ def test_exit_0_after_a_stop_request(sqlite_db: Database, policy: Settings) -> N
         assert p is not None
         assert lifecycle.request_stop(s, p) is not None
         assert p.state == PipelineState.stopping
-    out = exited(sqlite_db, run, lifecycle.EXIT_STOPPED)
+    out = exited(sqlite_db, run, exits.EXIT_STOPPED)
     assert (out.relaunch, out.restart_due) == (None, False)
     r = get_run(sqlite_db, run)
     assert (r.state, r.exit_code, r.exit_reason) == (RunState.stopped, 0, "stopped on request")
@@ -458,7 +459,7 @@ def test_exit_0_after_a_stop_request(sqlite_db: Database, policy: Settings) -> N
 def test_exit_2_is_a_spec_error_without_restart(sqlite_db: Database, policy: Settings) -> None:
     pid, run = started_pipeline(sqlite_db)
     tail = "planning...\nSpecError: transform.select: `nope` cannot be resolved\n"
-    out = exited(sqlite_db, run, lifecycle.EXIT_SPEC, tail)
+    out = exited(sqlite_db, run, exits.EXIT_SPEC, tail)
     assert (out.relaunch, out.restart_due) == (None, False)
     r = get_run(sqlite_db, run)
     assert r.state == RunState.failed
@@ -481,7 +482,7 @@ def test_a_spec_error_is_reported_without_the_spark_output_before_it(
         "  state.0.group_by: `user_id` is not a column"
     )
     tail = "WARN SparkSession: ...\norg.apache.spark.sql.AnalysisException: ...\n" * 50
-    exited(sqlite_db, run, lifecycle.EXIT_SPEC, tail + spec_error + "\n")
+    exited(sqlite_db, run, exits.EXIT_SPEC, tail + spec_error + "\n")
     assert get_pipeline(sqlite_db, pid).error == spec_error
 
 
@@ -493,7 +494,7 @@ def test_exit_3_relaunches_from_the_restored_checkpoint(sqlite_db: Database) -> 
         assert p is not None
         op = ops.create(s, p, OperationKind.restore, {"checkpoint": uid})
         assert ops.claim(s, pid) == [op]  # the job took it
-    out = exited(sqlite_db, run, lifecycle.EXIT_RELAUNCH)
+    out = exited(sqlite_db, run, exits.EXIT_RELAUNCH)
     assert out.restart_due is False and out.relaunch is not None
     nxt = out.relaunch
     assert (nxt.number, nxt.state, nxt.from_checkpoint, nxt.restart_count) == (
@@ -521,15 +522,15 @@ def test_a_restore_whose_run_cannot_open_the_checkpoint_fails_at_once(
         op = ops.create(s, p, OperationKind.restore, {"checkpoint": uid})
         op_id = op.id
         assert ops.claim(s, pid) == [op]
-    out = exited(sqlite_db, run, lifecycle.EXIT_RELAUNCH)
+    out = exited(sqlite_db, run, exits.EXIT_RELAUNCH)
     assert out.relaunch is not None
     reason = (
         f"checkpoint {uid} (step 16) is corrupt: /data/pipelines/p/storage/"
         "0123456789abcdef0123456789abcdef.batch: footer checksum mismatch. The newest intact "
         "checkpoint of its timeline is 11111111-2222-4333-8444-555555555555 (step 14)"
     )
-    tail = "WARN ...\nTraceback ...\n" * 20 + f"{lifecycle.STATE_ERROR_HEADING} {reason}\n"
-    out = exited(sqlite_db, out.relaunch.id, lifecycle.EXIT_STATE, tail)
+    tail = "WARN ...\nTraceback ...\n" * 20 + f"{exits.STATE_ERROR_HEADING} {reason}\n"
+    out = exited(sqlite_db, out.relaunch.id, exits.EXIT_STATE, tail)
     assert (out.relaunch, out.restart_due) == (None, False)
     p2 = get_pipeline(sqlite_db, pid)
     assert (p2.state, p2.desired_state, p2.error) == (
@@ -549,7 +550,7 @@ def test_a_fenced_run_fails_the_pipeline_without_restarts(
 ) -> None:
     pid, run = started_pipeline(sqlite_db)
     why = "s3://b/p was claimed by another writer (epoch 4, host h2, pid 7) after this one"
-    out = exited(sqlite_db, run, lifecycle.EXIT_FENCED, f"...\n{lifecycle.FENCED_HEADING} {why}\n")
+    out = exited(sqlite_db, run, exits.EXIT_FENCED, f"...\n{exits.FENCED_HEADING} {why}\n")
     assert (out.relaunch, out.restart_due) == (None, False)
     p = get_pipeline(sqlite_db, pid)
     assert (p.state, p.error) == (PipelineState.failed, why)
@@ -573,7 +574,7 @@ def test_operations_a_run_claimed_fail_when_it_dies(sqlite_db: Database) -> None
 
 def test_exit_3_without_a_restore_stops(sqlite_db: Database) -> None:
     pid, run = started_pipeline(sqlite_db)
-    out = exited(sqlite_db, run, lifecycle.EXIT_RELAUNCH)
+    out = exited(sqlite_db, run, exits.EXIT_RELAUNCH)
     assert (out.relaunch, out.restart_due) == (None, False)
     assert get_run(sqlite_db, run).exit_reason == "stopped for a restore"
     assert get_pipeline(sqlite_db, pid).state == PipelineState.stopped
@@ -582,7 +583,7 @@ def test_exit_3_without_a_restore_stops(sqlite_db: Database) -> None:
 def test_exit_4_interrupted_restarts_without_backoff(sqlite_db: Database, policy: Settings) -> None:
     pid, run = started_pipeline(sqlite_db)
     update_run(sqlite_db, run, restart_count=2)
-    out = exited(sqlite_db, run, lifecycle.EXIT_INTERRUPTED)
+    out = exited(sqlite_db, run, exits.EXIT_INTERRUPTED)
     assert (out.relaunch, out.restart_due) == (None, False)
     r = get_run(sqlite_db, run)
     assert (r.state, r.exit_reason) == (RunState.stopped, "interrupted: the worker shut down")
@@ -598,7 +599,7 @@ def test_exit_4_interrupted_restarts_without_backoff(sqlite_db: Database, policy
 def test_exit_4_while_stopping_just_stops(sqlite_db: Database) -> None:
     pid = add_pipeline(sqlite_db, desired=DesiredState.stopped, state=PipelineState.stopping)
     run = add_run(sqlite_db, pid)
-    exited(sqlite_db, run, lifecycle.EXIT_INTERRUPTED)
+    exited(sqlite_db, run, exits.EXIT_INTERRUPTED)
     assert get_pipeline(sqlite_db, pid).state == PipelineState.stopped
 
 

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from pipeline_spec.model import SpecError, parse_spec
 from workers.runner import Runner, plan, spark_session
-from workers.spec import SpecError, parse_spec
 
 AGE_S = 5.0
 FILTERED_AGE_S = 3600.0

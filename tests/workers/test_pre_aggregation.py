@@ -20,10 +20,10 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from pipeline_spec.model import parse_spec
 from storage_engine.schema import WEIGHT
 from workers.runner import PRE_AGGREGATE_MIN_ROWS, Runner, plan, spark_session
 from workers.sinks import FilesSink
-from workers.spec import parse_spec
 
 FILES, ROWS = 4, 150
 T0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)

@@ -20,12 +20,12 @@ import pytest
 import yaml
 from pyspark.sql import DataFrame, SparkSession
 
+from pipeline_spec import model as S
+from pipeline_spec.model import SpecError, load_spec, parse_spec
 from storage_engine.input_log import InputLog
 from storage_engine.schema import WEIGHT
-from workers import spec as S
 from workers.runner import QUERY_RESTARTS, Runner, spark_session
 from workers.sinks import FilesSink
-from workers.spec import SpecError, load_spec, parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "docs" / "examples"

@@ -11,15 +11,15 @@ import pyarrow as pa
 import pytest
 import yaml
 
+from pipeline_spec.model import FilesSink as FilesSpec
+from pipeline_spec.model import PostgresSink as PgSpec
+from pipeline_spec.model import ViewSink as ViewSpec
+from pipeline_spec.model import outside_roots
 from storage_engine import StorageLocation
 from storage_engine.schema import WEIGHT
 from workers import sinks
 from workers.sinks import FilesSink, PostgresSink, SinkConflictError, ViewSink
 from workers.sources import list_input_files
-from workers.spec import FilesSink as FilesSpec
-from workers.spec import PostgresSink as PgSpec
-from workers.spec import ViewSink as ViewSpec
-from workers.spec import outside_roots
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 
@@ -115,8 +115,8 @@ def test_paths_are_checked_against_the_roots_when_a_run_opens_them(tmp_path: Pat
     """A sink path that did not exist when the spec was validated, made a symlink to a
     directory outside the file roots before the run: the run refuses it (it wrote there,
     and its rollback deleted files there). Checked before Spark starts."""
+    from pipeline_spec.model import SpecError, parse_spec
     from workers.runner import Runner
-    from workers.spec import SpecError, parse_spec
 
     root, outside = tmp_path / "root", tmp_path / "outside"
     root.mkdir()

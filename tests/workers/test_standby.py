@@ -28,9 +28,9 @@ from backend.db import Database
 from backend.migrate import upgrade
 from backend.models import DesiredState, Pipeline, PipelineState
 from backend.settings import Settings
+from pipeline_spec.model import parse_spec
 from workers import supervisor
 from workers.runner import EXIT_SPEC, Runner, spark_session
-from workers.spec import parse_spec
 from workers.standby import (
     SpareTakeover,
     Takeover,

@@ -8,9 +8,9 @@ import anyio
 import pyarrow as pa
 from fastapi import APIRouter, Query, Request
 
+from pipeline_spec.model import ViewSink, parse_spec
 from storage_engine.errors import CorruptionError, StorageError
 from storage_engine.tools import read_spine, to_jsonable
-from workers.spec import ViewSink, parse_spec
 
 from ...errors import InvalidInput, NotFound, StateUnavailable
 from ...schemas.metrics import IngestOut, ViewPage

@@ -11,8 +11,8 @@ from pydantic import TypeAdapter
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from pipeline_spec.model import PipelineSpec
 from storage_engine.objstore import open_object_store
-from workers.spec import PipelineSpec
 
 from ...errors import Conflict, InvalidSpec, NotFound
 from ...models import (

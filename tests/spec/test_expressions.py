@@ -1,5 +1,5 @@
 """Spec expressions may call only Spark's allowed built-in functions and hold no subquery
-(`workers.expressions`): refused at validation, naming the field, and again in the driver
+(`pipeline_spec.expressions`): refused at validation, naming the field, and again in the driver
 on Spark's own parse (tests/workers/test_runner.py)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from workers.expressions import ALLOWED, DENIED, ExpressionError, check
+from pipeline_spec.expressions import ALLOWED, DENIED, ExpressionError, check
+from pipeline_spec.model import SpecError, parse_spec
 from workers.sinks import _expand_env
-from workers.spec import SpecError, parse_spec
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 

@@ -40,6 +40,7 @@ from pydantic import (
 )
 
 from . import expressions
+from .exits import SPEC_ERROR_HEADING
 
 DSN_VARIABLE = re.compile(r"\$\{(\w+)\}")
 DSN_VARIABLE_PREFIX = "SPINDLE_SINK_"
@@ -409,7 +410,7 @@ class SpecError(ValueError):
 
     def __init__(self, errors: list[tuple[str, str]]) -> None:
         self.errors = errors
-        super().__init__("invalid pipeline spec:\n" + "\n".join(f"  {p}: {m}" for p, m in errors))
+        super().__init__(f"{SPEC_ERROR_HEADING}\n" + "\n".join(f"  {p}: {m}" for p, m in errors))
 
 
 def _path(loc: tuple[Any, ...]) -> str:
@@ -488,7 +489,3 @@ def outside_roots(spec: PipelineSpec, roots: Sequence[Path]) -> list[tuple[str, 
 
 def json_schema() -> str:
     return json.dumps(PipelineSpec.model_json_schema(by_alias=True), indent=2, sort_keys=True)
-
-
-if __name__ == "__main__":  # python -m workers.spec > docs/pipeline-spec.schema.json
-    print(json_schema())

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from workers.spec import PipelineSpec, SpecError, json_schema, load_spec
+from pipeline_spec.model import PipelineSpec, SpecError, json_schema, load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "docs" / "examples").glob("*.yaml"))
@@ -16,7 +16,7 @@ EXAMPLES = sorted((ROOT / "docs" / "examples").glob("*.yaml"))
 def test_the_published_json_schema_is_current() -> None:
     published = (ROOT / "docs" / "pipeline-spec.schema.json").read_text()
     assert json.loads(published) == json.loads(json_schema()), (
-        "regenerate: python -m workers.spec > docs/pipeline-spec.schema.json"
+        "regenerate: python -m pipeline_spec > docs/pipeline-spec.schema.json"
     )
 
 

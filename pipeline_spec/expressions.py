@@ -13,14 +13,11 @@ through). docs/pipelines.md lists the rule.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlglot.dialects.spark import Spark
 from sqlglot.errors import SqlglotError
 from sqlglot.tokenizer_core import TokenType
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
 
 DENIED: dict[str, str] = {
     **dict.fromkeys(
@@ -158,10 +155,10 @@ def check(text: str) -> None:
             raise _refused(word)
 
 
-def check_parsed(spark: SparkSession, text: str) -> None:
-    """`check` on the expression tree Spark's own parser makes of `text`: every function it
-    calls must be in `ALLOWED`, and it may hold no subquery."""
-    parser: Any = spark._jsparkSession.sessionState().sqlParser()
+def check_parsed(parser: Any, text: str) -> None:
+    """`check` on the expression tree Spark's own parser makes of `text` (`parser`: the
+    session's, `spark._jsparkSession.sessionState().sqlParser()`): every function it calls
+    must be in `ALLOWED`, and it may hold no subquery."""
     todo = [parser.parseExpression(text)]
     while todo:
         node = todo.pop()

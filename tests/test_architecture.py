@@ -1,0 +1,116 @@
+"""The packages' dependency rules, on the import graph of the source (grimp): every import
+statement counts, those inside functions and under TYPE_CHECKING too.
+
+- `pipeline_spec` imports nothing else of Spindle's; `storage_engine` imports no package
+  above it; the control plane (`backend`) does not import Spark.
+- No import cycle between modules, except the one the Spark runtime's split removes (issue
+  29: the driver's command line in `workers.runner` starts `standby`/`control`, which import
+  the runner back, and the class-data archive's build runs the runner). The test fails if
+  another cycle appears, or if that one grows or is gone (then drop it from KNOWN_CYCLES).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import grimp
+import pytest
+
+PACKAGES = ("pipeline_spec", "storage_engine", "backend", "workers", "cli")
+KNOWN_CYCLES = {
+    frozenset(
+        {
+            "workers.control",
+            "workers.driver_jvm",
+            "workers.runner",
+            "workers.spark_cds",
+            "workers.standby",
+        }
+    )
+}
+
+
+@pytest.fixture(scope="module")
+def graph() -> grimp.ImportGraph:
+    return grimp.build_graph(*PACKAGES, include_external_packages=True, cache_dir=None)
+
+
+def _cycles(graph: grimp.ImportGraph) -> Iterator[frozenset[str]]:
+    """The import graph's strongly connected components of more than one module (Tarjan's
+    algorithm, iterative: the graph is deep)."""
+    ours = {m for m in graph.modules if m.split(".")[0] in PACKAGES}
+    edges = {m: sorted(graph.find_modules_directly_imported_by(m) & ours) for m in ours}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    for root in sorted(ours):
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            v, i = work.pop()
+            if i == 0:
+                index[v] = low[v] = len(index)
+                stack.append(v)
+                on_stack.add(v)
+            if i < len(edges[v]):
+                work.append((v, i + 1))
+                w = edges[v][i]
+                if w not in index:
+                    work.append((w, 0))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            if work:  # v is done: its parent takes its low link
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[v])
+            if low[v] == index[v]:
+                component = set()
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    component.add(w)
+                    if w == v:
+                        break
+                if len(component) > 1:
+                    yield frozenset(component)
+
+
+def test_no_import_cycle_but_the_known_one(graph: grimp.ImportGraph) -> None:
+    assert set(_cycles(graph)) == KNOWN_CYCLES
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    g = grimp.ImportGraph()
+    for a, b in (
+        ("workers.a", "workers.b"),
+        ("workers.b", "workers.c"),
+        ("workers.c", "workers.a"),
+    ):
+        g.add_import(importer=a, imported=b)
+    g.add_import(importer="workers.c", imported="workers.d")
+    assert list(_cycles(g)) == [frozenset({"workers.a", "workers.b", "workers.c"})]
+
+
+@pytest.mark.parametrize(
+    ("importer", "imported"),
+    [
+        ("pipeline_spec", "storage_engine"),
+        ("pipeline_spec", "backend"),
+        ("pipeline_spec", "workers"),
+        ("pipeline_spec", "cli"),
+        ("pipeline_spec", "pyspark"),
+        ("storage_engine", "backend"),
+        ("storage_engine", "workers"),
+        ("storage_engine", "cli"),
+        ("storage_engine", "pyspark"),
+        ("backend", "pyspark"),
+        ("backend", "workers.runner"),
+        ("cli", "pyspark"),
+        ("cli", "workers"),
+    ],
+)
+def test_a_package_does_not_reach(graph: grimp.ImportGraph, importer: str, imported: str) -> None:
+    chains = graph.find_shortest_chains(importer=importer, imported=imported, as_packages=True)
+    assert not chains, f"{importer} imports {imported}: {sorted(chains)[0]}"
