@@ -84,7 +84,7 @@ NOTES = [
     "recovery_phases_ms: the median "
     "recovery's start-up phases (its `started` record in metrics.jsonl; see workers/README).",
     "spark_recovery_ms: the same for Spark's own query (the peer above, in a process of its own "
-    "with a query listener, workers.runner.QueryProgress): SIGKILL after 3 batches with input, "
+    "with a query listener, workers.progress.QueryProgress): SIGKILL after 3 batches with input, "
     "a new process restarting it from its checkpointLocation; from the kill to its first "
     "completed batch with input (1 run in quick mode, 3 in full).",
     "recovery_log_ms: as recovery_ms, with the same query on a `log` source whose input "
@@ -187,7 +187,7 @@ def _runner(work: Path, spec: Path, state: Path, standby: bool = False) -> subpr
         [
             sys.executable,
             "-m",
-            "workers.runner",
+            "workers.driver",
             "run",
             str(spec),
             "--storage",
@@ -275,7 +275,7 @@ def _peer_query(spark: Any, work: Path, checkpoint: Path) -> Any:
 
 
 def spark_rocksdb(work: Path, total_rows: int, log: Log) -> dict[str, Any]:
-    from workers.runner import spark_session
+    from workers.session import spark_session
 
     spark = spark_session("bench-spark-rocksdb")
     q = _peer_query(spark, work, work / "spark-ck")
@@ -365,7 +365,8 @@ def wait_ready(
 def _spark_peer(work: Path, checkpoint: Path, progress: Path) -> None:
     """The Spark side's query (as in `spark_rocksdb`) in this process until it is killed,
     appending `{"ts", "batch", "rows"}` to `progress` when a batch with input completes."""
-    from workers.runner import QueryProgress, spark_session
+    from workers.progress import QueryProgress
+    from workers.session import spark_session
 
     def on_progress(p: dict[str, Any]) -> None:
         if p.get("numInputRows", 0) > 0:
@@ -593,7 +594,7 @@ def _kill_the_driver(metrics: Path) -> dict[str, Any]:
 
 _STARTUP = (
     "import time\n"
-    "from workers.runner import spark_session\n"
+    "from workers.session import spark_session\n"
     "spark = spark_session()\n"
     "print(time.time(), flush=True)\n"
     "spark.stop()\n"

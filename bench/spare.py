@@ -2,7 +2,7 @@
 
     python -m bench.spare [--quick] [--json] [--dir DIR] [--kinds K,K]
 
-A worker's spare driver (`python -m workers.runner spare`) starts Spark and warms up on one
+A worker's spare driver (`python -m workers.driver spare`) starts Spark and warms up on one
 built-in pipeline (JSON-lines files, a group and a window aggregate) before any run needs
 it; a run handed to it skips Spark's start-up, and its first step finds warm only the code
 paths that warm-up took. Per source kind, this times a new run from its start to its first
@@ -41,7 +41,7 @@ import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 import yaml
 
-from workers.spark_cds import NEXMARK_JOIN
+from workers.warm_up import NEXMARK_JOIN
 
 from . import pipeline
 from .report import Log, clean, engine_revision, log_to_stderr, machine_info, median, quiet
@@ -155,7 +155,7 @@ def _run_args(spec: Path, state: Path) -> list[str]:
 
 def _start(args: list[str], takeover: bool) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "workers.runner", *args],
+        [sys.executable, "-m", "workers.driver", *args],
         cwd=ROOT,
         stdin=subprocess.PIPE if takeover else subprocess.DEVNULL,
         stdout=subprocess.PIPE if takeover else subprocess.DEVNULL,

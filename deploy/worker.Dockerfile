@@ -37,7 +37,7 @@ COPY workers/ workers/
 COPY backend/ backend/
 COPY cli/ cli/
 RUN pip install --no-deps --config-settings editable_mode=compat -e . \
-    && python -c "import workers.celery_app, workers.runner, cli.main" \
+    && python -c "import workers.celery_app, workers.driver, cli.main" \
     && java -version
 # Spark's classes in a class-data-sharing archive (/opt/venv/share/spindle): every driver's
 # JVM maps it and starts seconds sooner (workers/spark_cds.py).

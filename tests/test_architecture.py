@@ -3,10 +3,7 @@ statement counts, those inside functions and under TYPE_CHECKING too.
 
 - `pipeline_spec` imports nothing else of Spindle's; `storage_engine` imports no package
   above it; the control plane (`backend`) does not import Spark.
-- No import cycle between modules, except the one the Spark runtime's split removes (issue
-  29: the driver's command line in `workers.runner` starts `standby`/`control`, which import
-  the runner back, and the class-data archive's build runs the runner). The test fails if
-  another cycle appears, or if that one grows or is gone (then drop it from KNOWN_CYCLES).
+- No import cycle between modules.
 """
 
 from __future__ import annotations
@@ -17,17 +14,6 @@ import grimp
 import pytest
 
 PACKAGES = ("pipeline_spec", "storage_engine", "backend", "workers", "cli")
-KNOWN_CYCLES = {
-    frozenset(
-        {
-            "workers.control",
-            "workers.driver_jvm",
-            "workers.runner",
-            "workers.spark_cds",
-            "workers.standby",
-        }
-    )
-}
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +63,8 @@ def _cycles(graph: grimp.ImportGraph) -> Iterator[frozenset[str]]:
                     yield frozenset(component)
 
 
-def test_no_import_cycle_but_the_known_one(graph: grimp.ImportGraph) -> None:
-    assert set(_cycles(graph)) == KNOWN_CYCLES
+def test_no_import_cycle(graph: grimp.ImportGraph) -> None:
+    assert list(_cycles(graph)) == []
 
 
 def test_the_cycle_finder_finds_a_cycle() -> None:

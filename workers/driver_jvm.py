@@ -1,6 +1,6 @@
 """A driver's JVM started before the driver's Python modules have loaded.
 
-`python -m workers.runner run` spends about 0.9 s on its imports (interpreter, pyarrow,
+`python -m workers.driver run` spends about 0.9 s on its imports (interpreter, pyarrow,
 pyspark, the engine), then starts Spark, whose first part is launching the JVM and its Py4J
 gateway (about 1 s): the two need not take turns. `launch()` starts the JVM the way PySpark's
 `launch_gateway` does (`spark-submit ... pyspark-shell`, the connection details written to a
@@ -46,6 +46,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from .spark_install import java_binary, spark_home
+
 log = logging.getLogger(__name__)
 
 _WAIT_S = 60.0  # for the connection details, as long as a session start may take
@@ -61,18 +63,6 @@ class _Launched:
 _launched: _Launched | None = None
 # JVMs handed to PySpark: their stdin pipes must stay open as long as this process lives.
 _keep: list[subprocess.Popen[bytes]] = []
-
-
-def spark_home() -> Path:
-    """PySpark's install (its `bin/spark-submit` and jars), found without importing it."""
-    import importlib.util
-
-    if os.environ.get("SPARK_HOME"):
-        return Path(os.environ["SPARK_HOME"])
-    spec = importlib.util.find_spec("pyspark")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("pyspark is not installed")
-    return Path(next(iter(spec.submodule_search_locations)))
 
 
 # The driver's collector, unless its options pick one. A driver's heap is small (state lives
@@ -156,14 +146,6 @@ _SCRIPT_ENV = {"PYTHONHASHSEED": "0", "SPARK_ENV_LOADED": "1", "SPARK_SCALA_VERS
 _SCRIPT_SWITCHES = ("SPARK_TESTING", "SPARK_SQL_TESTING", "SPARK_PREPEND_CLASSES")
 # Prefixes of the environment variables the launcher may read (its cache key).
 _LAUNCHER_ENV = ("SPARK_", "HADOOP_", "YARN_", "JAVA", "_JAVA", "JDK_", "PYSPARK_")
-
-
-def java_binary(env: Mapping[str, str]) -> str | None:
-    """The `java` that bin/spark-class runs: JAVA_HOME's, else the first on PATH (None if
-    there is none)."""
-    home = env.get("JAVA_HOME")
-    java = os.path.join(home, "bin", "java") if home else shutil.which("java", path=env.get("PATH"))
-    return java if java is not None and os.path.exists(java) else None
 
 
 def _direct(

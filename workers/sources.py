@@ -33,7 +33,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 EPOCH_US = 1_704_067_200_000_000  # 2024-01-01T00:00:00Z: event time of datagen row 0
-END = "__end"
+END = "__end"  # every row's column: its micro-batch's end offset
+SOURCE = "source"  # the circuit input that is the transformed stream
 
 CLICKS_SCHEMA = "ts timestamp, user string, page string, amount double, __end bigint"
 NEXMARK_SCHEMA = (

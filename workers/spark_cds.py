@@ -44,7 +44,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import zipfile
 from pathlib import Path
@@ -53,9 +52,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
-    from pipeline_spec import model as S
+    pass
 
-_JVM_EXIT_TIMEOUT_S = 300.0  # dumping takes a few seconds after the session stops
+JVM_EXIT_TIMEOUT_S = 300.0  # dumping takes a few seconds after the session stops
 # Signed jars of Spark's whose copies without signatures go first on drivers' class path.
 _UNSIGNED = ("janino-", "commons-compiler-")
 _SIGNATURE = re.compile(r"META-INF/[^/]+\.(SF|RSA|DSA|EC)$")
@@ -72,7 +71,7 @@ def _settings() -> tuple[bool, Path]:
 def _key() -> str:
     """What the archive depends on: the `java` that Spark will start (its resolved path, size
     and time) and Spark's jars (names, sizes, times)."""
-    from .driver_jvm import java_binary
+    from .spark_install import java_binary
 
     java = java_binary(os.environ)
     parts: list[object] = [importlib.metadata.version("pyspark")]
@@ -88,7 +87,7 @@ def _key() -> str:
 
 
 def _spark_jars() -> Path:
-    from .driver_jvm import spark_home
+    from .spark_install import spark_home
 
     return spark_home() / "jars"
 
@@ -148,6 +147,11 @@ def java_options() -> str:
     return f"-XX:SharedArchiveFile={path}" if path.is_file() else ""
 
 
+def workload_class_path() -> str:
+    """The class path the archive's workload runs with: the unsigned copies' (`warm_up`)."""
+    return _class_path(_copies_in(_settings()[1]))
+
+
 # -- building ------------------------------------------------------------------------------
 
 
@@ -164,11 +168,11 @@ def build(force: bool = False) -> Path:
     try:
         _write_unsigned_copies(copies)
         proc = subprocess.run(
-            [sys.executable, "-m", "workers.spark_cds", "_workload", str(partial)],
+            [sys.executable, "-m", "workers.warm_up", str(partial)],
             cwd=Path(__file__).resolve().parents[1],
             capture_output=True,
             text=True,
-            timeout=_JVM_EXIT_TIMEOUT_S * 2,
+            timeout=JVM_EXIT_TIMEOUT_S * 2,
             env={**os.environ, "SPINDLE_SPARK_CDS": "false"},
         )
         if proc.returncode != 0 or not partial.is_file() or partial.stat().st_size == 0:
@@ -193,137 +197,6 @@ def build(force: bool = False) -> Path:
     return path
 
 
-def _workload(dump_to: Path) -> None:
-    """In its own process: one session dumping its classes at exit to `dump_to`; the
-    workload; then the JVM is told to exit and waited for, so the archive is complete when
-    this returns."""
-    from pyspark import SparkContext
-
-    from .runner import Runner, spark_session
-
-    spark = spark_session(
-        "spindle-cds",
-        java_options=f"-XX:ArchiveClassesAtExit={dump_to}",
-        class_path=_class_path(_copies_in(_settings()[1])),
-    )
-    with tempfile.TemporaryDirectory(prefix="spindle-cds-") as tmp:
-        work = Path(tmp)
-        specs = [files_spec(work), nexmark_join_spec()]
-        for i, spec in enumerate(specs):
-            runner = Runner(spec, str(work / f"storage-{i}"), spark=spark, base_dir=str(work))
-            try:
-                runner.run(max_steps=2, stop_when_idle=5)
-            finally:
-                runner.close()
-    gateway = SparkContext._gateway
-    spark.stop()
-    assert gateway is not None
-    jvm = gateway.proc
-    jvm.stdin.close()  # Spark's gateway exits when its standard input ends
-    jvm.wait(timeout=_JVM_EXIT_TIMEOUT_S)
-
-
-def nexmark_join_spec() -> S.PipelineSpec:
-    """The archive's join workload: docs/examples/nexmark-q3.yaml without its sink."""
-    from pipeline_spec.model import parse_spec
-
-    return parse_spec(NEXMARK_JOIN)
-
-
-# docs/examples/nexmark-q3.yaml without its sink (the worker image has no docs/).
-NEXMARK_JOIN = {
-    "name": "cds-nexmark",
-    "source": {"kind": "datagen", "generator": "nexmark", "seed": 1, "rows_per_second": 10000},
-    "state": [
-        {
-            "name": "auction_sellers",
-            "kind": "join",
-            "left": {
-                "where": "event_type = 'auction'",
-                "select": ["auction_id", "seller", "category"],
-            },
-            "right": {"where": "event_type = 'person'", "select": ["person_id", "name", "state"]},
-            "left_on": ["seller"],
-            "right_on": ["person_id"],
-        }
-    ],
-}
-
-
-def files_spec(work: Path, fmt: str = "json") -> S.PipelineSpec:
-    """The archive's files workload: 2 files of 500 rows (customer, amount, ts) under
-    `work` as JSON lines (`in/`), CSV with a header (`in-csv/`) or Parquet (`in-parquet/`),
-    a transform, a group and a window aggregate, a files sink."""
-    inp = work / ("in" if fmt == "json" else f"in-{fmt}")
-    inp.mkdir()
-    for f in range(2):
-        rows = [
-            {"customer": f"c{i % 50}", "amount": i, "ts": f"2024-01-01T00:0{f}:{i % 60:02d}Z"}
-            for i in range(500)
-        ]
-        if fmt == "json":
-            (inp / f"part-{f}.json").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-        elif fmt == "csv":
-            lines = ["customer,amount,ts"] + [
-                f"{r['customer']},{r['amount']},{r['ts']}" for r in rows
-            ]
-            (inp / f"part-{f}.csv").write_text("\n".join(lines) + "\n")
-        else:
-            import pyarrow as pa
-            import pyarrow.compute as pc
-            import pyarrow.parquet as pq
-
-            table = pa.table(
-                {
-                    "customer": [r["customer"] for r in rows],
-                    "amount": pa.array([r["amount"] for r in rows], pa.int64()),
-                    "ts": pc.assume_timezone(
-                        pc.strptime([r["ts"] for r in rows], "%Y-%m-%dT%H:%M:%SZ", "us"), "UTC"
-                    ),
-                }
-            )
-            pq.write_table(table, inp / f"part-{f}.parquet")
-    from pipeline_spec.model import parse_spec
-
-    return parse_spec(
-        {
-            "name": "cds-workload",
-            "source": {
-                "kind": "files",
-                "path": str(inp),
-                "format": fmt,
-                "schema": {"customer": "string", "amount": "bigint", "ts": "timestamp"},
-                "max_files_per_step": 1,
-            },
-            "transform": {"where": "amount >= 0", "select": ["customer", "amount", "ts"]},
-            "state": [
-                {
-                    "name": "per_customer",
-                    "kind": "aggregate",
-                    "group_by": ["customer"],
-                    "aggregates": [
-                        {"name": "n", "func": "count"},
-                        {"name": "total", "func": "sum", "column": "amount"},
-                        {"name": "top", "func": "max", "column": "amount"},
-                    ],
-                },
-                {
-                    "name": "per_minute",
-                    "kind": "window_aggregate",
-                    "time_column": "ts",
-                    "size": 60,
-                    "aggregates": [{"name": "n", "func": "count"}],
-                },
-            ],
-            "sinks": [
-                {"name": "out", "kind": "files", "from": "per_customer", "path": str(work / "out")}
-            ],
-            "checkpoint": {"every_steps": 1},
-            "trigger": {"interval": "10ms"},
-        }
-    )
-
-
 # -- command line --------------------------------------------------------------------------
 
 app = typer.Typer(help="The class-data-sharing archive of the drivers' JVM.", no_args_is_help=True)
@@ -346,11 +219,6 @@ def path_cmd() -> None:
     typer.echo(str(path))
     if not path.is_file():
         raise typer.Exit(1)
-
-
-@app.command("_workload", hidden=True)
-def workload_cmd(dump_to: Path) -> None:
-    _workload(dump_to)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """The driver's side of a hot standby: a driver process that has paid Spark's start-up in
 advance and takes over a pipeline's storage location when told to.
 
-    python -m workers.runner run SPEC --storage DIR --standby [other run options]
+    python -m workers.driver run SPEC --storage DIR --standby [other run options]
 
 starts Spark, warms up (`warm_up`: the spec's query, once, on a scratch storage location and
 without sinks, so the Python data source's workers, the parsing and the circuit's code paths
@@ -16,7 +16,7 @@ for failover time.
 
 A spare is the same for no pipeline in particular:
 
-    python -m workers.runner spare
+    python -m workers.driver spare
 
 starts Spark, warms up on small built-in pipelines (`warm_up_spare`: a group and a window
 aggregate over JSON, CSV and Parquet files, then a join, in a scratch directory), then waits
@@ -54,7 +54,8 @@ from pipeline_spec import model as S
 from pipeline_spec.exits import EXIT_SPEC, EXIT_STOPPED
 from storage_engine.input_log import InputLog
 
-from .runner import Runner, spark_session
+from .runner import Runner
+from .session import spark_session
 
 log = logging.getLogger("spindle.standby")
 T = TypeVar("T")
@@ -250,7 +251,7 @@ def warm_up_spare(spark: SparkSession, until: threading.Event) -> float:
     the circuit's operators), with nothing outside scratch directories read or written.
     What each adds, per source kind: bench.spare. Stops at the takeover. Returns the
     seconds it took."""
-    from .spark_cds import files_spec, nexmark_join_spec
+    from .warm_up import files_spec, nexmark_join_spec
 
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="spindle-spare-") as scratch:

@@ -1,4 +1,4 @@
-"""Runs a pipeline's Spark driver (`python -m workers.runner run ... --run-id N`) as a
+"""Runs a pipeline's Spark driver (`python -m workers.driver run ... --run-id N`) as a
 child process of the worker and waits for it: log to `<pipeline dir>/runs/<n>.log`, exit
 recorded through `backend.services.lifecycle.run_exited`, restores relaunched in place,
 crashes handed to the reaper. The driver dies with the worker (PR_SET_PDEATHSIG), so a
@@ -14,7 +14,7 @@ for the exact command line and spec it was started with; a stop, a failure or a 
 retires it (its input is closed: it exits without touching the storage location).
 
 With `SPINDLE_SPARE_DRIVER` (the default), the worker also keeps one spare driver while it
-supervises runs (`python -m workers.runner spare`: Spark started and warmed up on a built-in
+supervises runs (`python -m workers.driver spare`: Spark started and warmed up on a built-in
 pipeline), spawned once a run is up. Any pipeline's next run without a standby of its own
 takes it over (its `run` arguments on one line), and another spare is spawned once that run
 is up; the worker's last run ending retires it."""
@@ -102,7 +102,7 @@ def _prepare(db: Database, settings: Settings, run_id: int) -> _Launch | None:
         driver = [
             sys.executable,
             "-m",
-            "workers.runner",
+            "workers.driver",
             "run",
             str(spec_path),
             "--storage",
@@ -316,7 +316,7 @@ class Standbys:
 
 
 class Spares:
-    """The worker's spare driver (`python -m workers.runner spare`, workers/standby.py): at
+    """The worker's spare driver (`python -m workers.driver spare`, workers/standby.py): at
     most one, kept while the worker supervises runs (SPINDLE_SPARE_DRIVER). Any pipeline's
     next driver (a start, a crash's restart, a restore's relaunch) takes it over, unless the
     pipeline has a standby of its own; another is spawned once that run is up. Retired when
@@ -384,7 +384,7 @@ RETIRE_TIMEOUT_S = 180.0  # a retired standby still warming up is killed after t
 WATCH_BEATS = 5  # a standby's pipeline is checked every this many heartbeat intervals
 STANDBYS = Standbys()
 SPARES = Spares()
-_DRIVER = [sys.executable, "-m", "workers.runner"]
+_DRIVER = [sys.executable, "-m", "workers.driver"]
 
 
 def supervise(db: Database, settings: Settings, queue: TaskQueue, run_id: int) -> None:

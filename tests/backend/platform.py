@@ -137,7 +137,7 @@ class Platform:
         `standby`: only those started as standbys, taken over or not."""
         storage = self.settings.storage_dir(pipeline)
         out = subprocess.run(
-            ["pgrep", "-f", f"workers.runner run .*--storage {storage} {'.*--standby' * standby}"],
+            ["pgrep", "-f", f"workers.driver run .*--storage {storage} {'.*--standby' * standby}"],
             capture_output=True,
             text=True,
         )
@@ -161,10 +161,10 @@ class Platform:
             return pid
 
     def spare_pids(self) -> list[int]:
-        """The worker's spare drivers (`workers.runner spare`: waiting, or running the run
+        """The worker's spare drivers (`workers.driver spare`: waiting, or running the run
         they took over)."""
         out = subprocess.run(
-            ["pgrep", "-f", "workers.runner spare"], capture_output=True, text=True
+            ["pgrep", "-f", "workers.driver spare"], capture_output=True, text=True
         )
         root = os.path.realpath(self.settings.roots[0])  # drivers' working directory
         mine = []

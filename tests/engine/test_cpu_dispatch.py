@@ -51,7 +51,7 @@ def test_choose_sets_the_variable_on_zen4_unless_set_or_numpy_is_loaded(tmp_path
 
 
 def test_entry_packages_choose_before_numpy_is_imported() -> None:
-    """`python -m workers.runner` and `python -m bench.*` import their package first: NumPy
+    """`python -m workers.driver` and `python -m bench.*` import their package first: NumPy
     then loads with the choice made (the variable is what NumPy reads at import)."""
     code = (
         "import os, bench, workers, numpy; "

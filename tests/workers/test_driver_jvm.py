@@ -17,7 +17,7 @@ import json, os, sys
 from workers import driver_jvm
 driver_jvm.launch(*driver_jvm.driver_options(None, None))
 early = driver_jvm._launched.proc if driver_jvm._launched else None
-from workers.runner import spark_session
+from workers.session import spark_session
 spark = spark_session("probe", **json.loads(sys.argv[1]))
 gateway = spark.sparkContext._gateway
 # PySpark's workers hash strings only with PYTHONHASHSEED set, as spark-submit sets it.

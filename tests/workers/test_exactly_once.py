@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 
 from storage_engine.schema import WEIGHT
 from storage_engine.tools import inspect_location, list_checkpoints
-from workers.runner import spark_session
+from workers.session import spark_session
 from workers.sinks import STEP
 
 from ..conftest import trials
@@ -99,7 +99,7 @@ def run(tmp: Path, spec_path: Path, kill_after: float | None, *args: str) -> int
     cmd = [
         sys.executable,
         "-m",
-        "workers.runner",
+        "workers.driver",
         "run",
         str(spec_path),
         "--storage",
@@ -192,7 +192,7 @@ def test_a_corrupt_newest_checkpoint_fails_at_once_or_falls_back(
     data[-8:] = bytes(b ^ 0xFF for b in data[-8:])
     victim.write_bytes(bytes(data))
 
-    cmd = [sys.executable, "-m", "workers.runner", "run", str(spec_path), "--storage",
+    cmd = [sys.executable, "-m", "workers.driver", "run", str(spec_path), "--storage",
            str(state), "--stop-when-idle", "4"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)

@@ -33,7 +33,7 @@ ODD_NAMES = ["events-12:00:00.json", "x [1] {a,b} *?.json", "data#1 %20 + é.jso
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[SparkSession]:
-    from workers.runner import spark_session
+    from workers.session import spark_session
 
     s = spark_session("spindle-tests-file-batches")
     yield s

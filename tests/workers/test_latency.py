@@ -17,7 +17,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from pipeline_spec.model import SpecError, parse_spec
-from workers.runner import Runner, plan, spark_session
+from workers.plan import plan
+from workers.runner import Runner
+from workers.session import spark_session
 
 AGE_S = 5.0
 FILTERED_AGE_S = 3600.0

@@ -22,7 +22,9 @@ from pyspark.sql import functions as F
 
 from pipeline_spec.model import parse_spec
 from storage_engine.schema import WEIGHT
-from workers.runner import PRE_AGGREGATE_MIN_ROWS, Runner, plan, spark_session
+from workers.plan import plan
+from workers.runner import PRE_AGGREGATE_MIN_ROWS, Runner
+from workers.session import spark_session
 from workers.sinks import FilesSink
 
 FILES, ROWS = 4, 150
@@ -345,7 +347,7 @@ def test_one_aggregation_returns_groups_dead_letters_and_the_end_offset(
     (per grouping set) and one per bad line, not one per input row; a batch whose rows are
     all filtered out still gives its end offset."""
     from storage_engine.circuit import Aggregate, Circuit, GroupAggregate
-    from workers.runner import pre_aggregation
+    from workers.pre_aggregation import pre_aggregation
 
     stream = pa.schema([("user", pa.string()), ("amount", pa.int64())])
     aggs = [Aggregate("n", "count"), Aggregate("s", "sum", "amount")]

@@ -24,7 +24,8 @@ from pipeline_spec import model as S
 from pipeline_spec.model import SpecError, load_spec, parse_spec
 from storage_engine.input_log import InputLog
 from storage_engine.schema import WEIGHT
-from workers.runner import QUERY_RESTARTS, Runner, spark_session
+from workers.runner import QUERY_RESTARTS, Runner
+from workers.session import spark_session
 from workers.sinks import FilesSink
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,14 +99,14 @@ def test_datagen_examples_run(
 
 
 def test_files_and_postgres_example_plans(spark: SparkSession) -> None:
-    from workers.runner import plan
+    from workers.plan import plan
 
     p = plan(spark, load_spec(EXAMPLES / "orders-from-files.yaml"))
     assert p.stream_schema.names == ["customer"]
 
 
 def test_planning_errors_name_the_field(spark: SparkSession) -> None:
-    from workers.runner import plan
+    from workers.plan import plan
 
     base = yaml.safe_load((EXAMPLES / "clicks-per-user.yaml").read_text())
     bad = {**base, "transform": {"select": ["ts", "nope + 1 AS x"]}}
@@ -122,7 +123,7 @@ def test_planning_errors_name_the_field(spark: SparkSession) -> None:
 def test_the_driver_refuses_what_validation_let_through(spark: SparkSession) -> None:
     """The driver checks Spark's own parse of every expression again: a spec that reached
     it unvalidated (or past a lexing difference) still cannot call the JVM or subquery."""
-    from workers.runner import plan
+    from workers.plan import plan
 
     spec = load_spec(EXAMPLES / "clicks-per-user.yaml")
     assert spec.transform is not None
@@ -529,7 +530,7 @@ def test_a_stuck_query_ends_the_run_instead_of_hanging(tmp_path: Path) -> None:
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(yaml.safe_dump(doc))
     err = tmp_path / "err"
-    cmd = [sys.executable, "-m", "workers.runner", "run", str(spec_path), "--storage",
+    cmd = [sys.executable, "-m", "workers.driver", "run", str(spec_path), "--storage",
            str(tmp_path / "state"), "--hang-timeout", "5"]  # fmt: skip
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(root)}

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SESSION = """
 import sys
 from workers import spark_cds
-from workers.runner import spark_session
+from workers.session import spark_session
 s = spark_session("cds-check", java_options=spark_cds.java_options() + " " + sys.argv[1])
 s.range(3).selectExpr("id * 2").collect()
 s.stop()

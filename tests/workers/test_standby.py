@@ -28,9 +28,11 @@ from backend.db import Database
 from backend.migrate import upgrade
 from backend.models import DesiredState, Pipeline, PipelineState
 from backend.settings import Settings
+from pipeline_spec.exits import EXIT_SPEC
 from pipeline_spec.model import parse_spec
 from workers import supervisor
-from workers.runner import EXIT_SPEC, Runner, spark_session
+from workers.runner import Runner
+from workers.session import spark_session
 from workers.standby import (
     SpareTakeover,
     Takeover,
@@ -219,7 +221,7 @@ def test_the_spare_serves_any_run_and_is_kept_only_while_runs_are_supervised(
     """One spare per worker, spawned only while a run is supervised; a run's launch hands it
     the run's arguments and its log; retired (input closed) when the last supervision ends."""
     told = tmp_path / "told"
-    # A stand-in for `python -m workers.runner spare`: it records its input, then exits.
+    # A stand-in for `python -m workers.driver spare`: it records its input, then exits.
     code = f"import sys, pathlib; pathlib.Path({str(told)!r}).write_text(sys.stdin.read())"
     monkeypatch.setattr(supervisor, "_DRIVER", [sys.executable, "-c", code])
     settings = Settings(data_dir=tmp_path)

@@ -1,0 +1,236 @@
+"""A pipeline's driver process: the command line of the Spark runtime.
+
+    python -m workers.driver run SPEC --storage DIR [--from-checkpoint latest|none|UUID]
+                                      [--max-steps N] [--stop-when-idle SECONDS]
+    python -m workers.driver spare
+
+`run` opens the storage location, restores and runs the pipeline (`runner.Runner`) until it
+is stopped or a limit is reached, and ends with one of `pipeline_spec.exits`' codes; under
+the control plane (`--run-id`) its `control.JobControl` reports steps and run states. `spare`
+starts Spark and waits to become some pipeline's `run` (`standby.py`).
+"""
+
+from __future__ import annotations
+
+import sys
+
+if __name__ == "__main__" and sys.argv[1:2] in (["run"], ["spare"]):
+    # A driver: its JVM starts while the modules below load (`driver_jvm`).
+    from workers import driver_jvm as _early
+
+    _early.launch(*_early.driver_options(None, None))
+
+import json
+import signal
+from pathlib import Path
+from typing import Annotated, cast
+
+import tenacity
+import typer
+from pyspark.sql import SparkSession
+
+from pipeline_spec import model as S
+from pipeline_spec.exits import (
+    EXIT_FENCED,
+    EXIT_INTERRUPTED,
+    EXIT_SPEC,
+    EXIT_STATE,
+    EXIT_STOPPED,
+    FENCED_HEADING,
+    STATE_ERROR_HEADING,
+)
+from storage_engine.errors import CorruptionError, LockedError
+from storage_engine.objstore import open_object_store
+from storage_engine.remote import FencedError
+
+from .restore import StateError
+from .runner import (
+    PRE_AGGREGATE_MIN_ROWS,
+    TAKEOVER_LOCK_WAIT_S,
+    PreAggregate,
+    Runner,
+)
+from .session import Timeline, process_start_time
+
+app = typer.Typer(help="Run a Spindle pipeline on Spark (standalone).", no_args_is_help=True)
+
+
+@app.callback()
+def _commands() -> None:
+    """Subcommands: run, spare."""
+
+
+# A spare's Spark session and when its takeover arrived, for the `run` it turns into.
+_SPARE: tuple[SparkSession, float] | None = None
+
+
+@app.command("spare")
+def spare_cmd() -> None:
+    """A spare driver: start Spark and warm up on a built-in pipeline, then wait for one line
+    on standard input, {"argv": [...]}, the arguments of a `run`, and become that run on the
+    Spark already started; exit 0 if the input ends first (workers/standby.py)."""
+    global _SPARE
+    from .standby import stand_by_spare
+
+    spark, takeover = stand_by_spare()
+    if takeover is None:
+        spark.stop()
+        return  # not needed
+    _SPARE = (spark, takeover.at)
+    app(["run", *takeover.argv], prog_name="python -m workers.driver")
+
+
+@app.command("run")
+def run_cmd(
+    spec_file: Annotated[Path, typer.Argument(help="Pipeline spec (YAML or JSON).")],
+    storage: Annotated[str, typer.Option(help="The pipeline's storage location.")],
+    from_checkpoint: Annotated[str, typer.Option(help="latest, none, or a uuid.")] = "latest",
+    max_steps: Annotated[int | None, typer.Option(help="Stop after N steps.")] = None,
+    stop_when_idle: Annotated[
+        float | None, typer.Option(help="Stop after S seconds without a step.")
+    ] = None,
+    base_dir: Annotated[str, typer.Option(help="Relative sink paths start here.")] = ".",
+    hang_timeout: Annotated[
+        float,
+        typer.Option(
+            help="End the run (exit 7, restarted like a crash) when it takes no step for "
+            "this many seconds while input waits; 0: never."
+        ),
+    ] = 600.0,
+    files_root: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Files sources and sinks must resolve inside these directories (repeat the "
+            "option for several); checked as the run opens them."
+        ),
+    ] = None,
+    final_checkpoint: Annotated[bool, typer.Option(help="Checkpoint when stopping.")] = True,
+    run_id: Annotated[
+        int | None,
+        typer.Option(help="Run under the control plane as this run (database from SPINDLE_*)."),
+    ] = None,
+    remote: Annotated[
+        str | None,
+        typer.Option(help="Mirror checkpoints to this object store: file:///dir or s3://b/p."),
+    ] = None,
+    pre_aggregate: Annotated[
+        str,
+        typer.Option(
+            help="Partial aggregation in Spark before the circuit: auto (min/max, or steps of "
+            f"{PRE_AGGREGATE_MIN_ROWS} rows or more), always, never."
+        ),
+    ] = "auto",
+    standby: Annotated[
+        bool,
+        typer.Option(
+            help="Hot standby: start Spark and warm up, then wait for one line on standard "
+            'input ({"from_checkpoint": ..., "run_id": ...}, fields optional) before opening '
+            "the storage location; exit 0 if the input ends first (workers/standby.py)."
+        ),
+    ] = False,
+) -> None:
+    if pre_aggregate not in ("auto", "always", "never"):
+        raise typer.BadParameter("auto, always or never", param_hint="--pre-aggregate")
+    timeline = Timeline(process_start_time())
+    timeline.mark("imports")
+    started: list[Runner] = []
+
+    def _term(*_: object) -> None:
+        # SIGTERM (the worker shutting down): finish the step, checkpoint, exit.
+        if not started:
+            raise SystemExit(EXIT_INTERRUPTED)
+        started[0].request_exit(EXIT_INTERRUPTED)
+
+    signal.signal(signal.SIGTERM, _term)
+    control = None
+    try:
+        spec = S.load_spec(spec_file)
+        spark = None
+        if standby:
+            from .standby import stand_by
+
+            spark, takeover = stand_by(spec)
+            if takeover is None:
+                spark.stop()
+                return  # not needed: the storage location was never opened
+            from_checkpoint = takeover.from_checkpoint or from_checkpoint
+            run_id = takeover.run_id if takeover.run_id is not None else run_id
+            timeline = Timeline(takeover.at, standby=True)
+        elif _SPARE is not None:
+            spark, at = _SPARE
+            timeline = Timeline(at, standby=True)
+        if run_id is not None:
+            from backend.db import Database
+            from backend.settings import Settings
+
+            from .control import JobControl
+
+            settings = Settings()
+            control = JobControl(Database(settings.db_url), settings, run_id)
+        # A standby may be told to take over while the driver it replaces is still exiting:
+        # the location's lock is then released within moments.
+        opening = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(LockedError),
+            stop=tenacity.stop_after_delay(TAKEOVER_LOCK_WAIT_S if spark is not None else 0),
+            wait=tenacity.wait_fixed(0.05),
+            reraise=True,
+        )
+        runner = opening(
+            Runner,
+            spec,
+            storage,
+            from_checkpoint=from_checkpoint,
+            base_dir=base_dir,
+            files_roots=files_root,
+            spark=spark,
+            own_retention=control is None,
+            metrics_sinks=[control.metrics_sink] if control else None,
+            remote=open_object_store(remote) if remote else None,
+            timeline=timeline,
+            pre_aggregate=cast(PreAggregate, pre_aggregate),
+        )
+    except S.SpecError as e:
+        typer.echo(str(e), err=True)
+        raise typer.Exit(EXIT_SPEC) from None
+    except StateError as e:
+        typer.echo(f"{STATE_ERROR_HEADING} {e}", err=True)
+        raise typer.Exit(EXIT_STATE) from None
+    started.append(runner)
+    try:
+        if control is not None:
+            control.opened(runner)
+        try:
+            res = runner.run(max_steps, stop_when_idle, hang_timeout or None)
+        except CorruptionError as e:
+            # Read from a checkpoint's file during a step: restoring it again would too.
+            typer.echo(f"{STATE_ERROR_HEADING} {e}", err=True)
+            raise typer.Exit(EXIT_STATE) from None
+        except FencedError as e:
+            typer.echo(f"{FENCED_HEADING} {e}", err=True)
+            raise typer.Exit(EXIT_FENCED) from None
+        code = runner.exit_code or EXIT_STOPPED
+        # A checkpoint on the way out, unless a stop said not to or a restore discards it.
+        commit = final_checkpoint if control is None else code == EXIT_INTERRUPTED
+        # Not when the policy's checkpoint already covers the last step: a second one at the
+        # same step would take a retention slot for nothing.
+        if commit and runner.step > res.first_step and runner.steps_since_checkpoint:
+            runner.commit(wait=True)
+        typer.echo(json.dumps(res.__dict__ | {"last_step": runner.step}))
+    finally:
+        if control is not None:
+            control.close()
+        runner.close()
+        # Stop Spark while this process can still answer it: a JVM left to notice the
+        # process's exit may still send it a query's last progress event, and print the
+        # failure to deliver it.
+        runner.spark.stop()
+    if code:
+        raise typer.Exit(code)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()
