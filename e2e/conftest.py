@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Error, Page, Playwright, sync_playwright
 
-from tests.backend.platform import ROOT, Platform, platform
+from tests.backend.live_platform import ROOT, Platform, platform
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"

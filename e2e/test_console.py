@@ -15,7 +15,8 @@ from typing import Any
 
 from playwright.sync_api import Locator, Page, expect
 
-from tests.backend.platform import Platform, wait_until
+from tests.backend.live_platform import Platform
+from tests.polling import wait_until
 
 from .conftest import ARTIFACTS, UI
 

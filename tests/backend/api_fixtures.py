@@ -44,7 +44,7 @@ from backend.models import (
     Role,
     Run,
 )
-from backend.services import metrics, tokens
+from backend.services import lifecycle, metrics, tokens
 from backend.services import operations as ops
 from backend.settings import Settings
 from pipeline_spec.model import ViewSink as ViewSinkSpec
@@ -550,3 +550,34 @@ __all__ = [
     "with_changes",
     "write_view",
 ]
+
+
+CLICKS = "clicks-per-user"
+BIDS = "bids-from-log"
+NDJSON = {"Content-Type": "application/x-ndjson"}
+UNKNOWN_UUID = "0f0f0f0f-0000-4000-8000-000000000000"
+
+
+def error(r: Any, status: int, code: str) -> dict[str, Any]:
+    """The JSON error body of `r`, after checking its status and code."""
+    assert r.status_code == status, (r.status_code, r.text)
+    body = r.json()
+    assert isinstance(body, dict)
+    assert body["code"] == code, body
+    assert isinstance(body["message"], str) and body["message"]
+    return body
+
+
+def fields(body: dict[str, Any]) -> list[str]:
+    return [e["field"] for e in body["errors"]]
+
+
+def end_run(api: Api, name: str, code: int) -> None:
+    """The supervisor's bookkeeping when the live run's driver exits with `code`."""
+    with api.db.session() as s:
+        p = s.scalar(select(Pipeline).where(Pipeline.name == name))
+        assert p is not None
+        run = lifecycle.live_run(s, p)
+        assert run is not None
+        lifecycle.run_exited(s, run, code)
+    api.reads_expire()

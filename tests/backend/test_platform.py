@@ -16,7 +16,8 @@ import pytest
 from bench.seaweedfs import SeaweedS3
 
 from .. import customers
-from .platform import REDIS, Platform, platform, wait_until
+from ..polling import wait_until
+from .live_platform import REDIS, Platform, platform
 
 FILES, ROWS = 16, 200
 

@@ -25,7 +25,7 @@ import yaml
 from typer.testing import CliRunner
 
 from cli.main import app
-from tests.backend.platform import Platform, free_port
+from tests.backend.live_platform import Platform, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "docs" / "examples"

@@ -18,13 +18,13 @@ import stat
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import httpx
 
 from backend.__main__ import _stop_worker
-from tests.backend.platform import ROOT, free_port, wait_until
+from tests.backend.live_platform import ROOT, free_port
+from tests.polling import wait_until
 
 DIST_INDEX = ROOT / "frontend" / "dist" / "index.html"
 
@@ -201,11 +201,8 @@ def test_stopping_the_worker_ends_the_processes_it_forked() -> None:
     child = int(proc.stdout.readline())
     try:
         _stop_worker(proc)
-        deadline = time.monotonic() + 10
-        while not _gone(child) and time.monotonic() < deadline:
-            time.sleep(0.05)
         assert proc.returncode == 0
-        assert _gone(child), "the worker's child outlived it"
+        wait_until(lambda: _gone(child), 10, "the worker's child to end with it", every=0.05)
     finally:
         if not _gone(child):
             os.kill(child, signal.SIGKILL)

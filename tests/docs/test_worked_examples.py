@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.backend.platform import ROOT, Platform
+from tests.backend.live_platform import ROOT, Platform
 
 from .console import Block, FormatError, Session, difference, matches, parse
 

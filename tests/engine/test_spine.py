@@ -30,6 +30,7 @@ from storage_engine import (
 from storage_engine.fileio import PosixFileLayer
 from storage_engine.spine import Spine, merge_stream
 from tests.conftest import trials
+from tests.polling import wait_until
 
 from .strategies import (
     CASES,
@@ -493,11 +494,8 @@ def test_prefetch_populates_the_cache(tmp_path: Path) -> None:
         probes = sorted({r[0] for r in list(model)[::40]})
         before = loc.cache.stats.prefetched
         sp.prefetch(probes)
-        deadline = time.monotonic() + 10
-        while loc.cache.stats.prefetched == before and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: loc.cache.stats.prefetched > before, 10, "a prefetch", every=0.01)
         time.sleep(0.2)
-        assert loc.cache.stats.prefetched > before
         hits = loc.cache.stats.hits
         got = sp.seek(probes)
         assert_matches(got, restrict_keys(model, 1, [(p,) for p in probes]))
@@ -698,10 +696,8 @@ def test_merges_of_disjoint_batches_run_at_once_on_the_merger_threads() -> None:
                 rows = [((k,), (0,), 1), ((k + 50,), (0,), 1)]
                 sp.insert(batch_of(CASES["int64"], rows))
                 add_rows(model, rows)
-            deadline = time.monotonic() + 30
-            while len(seen) < 2 and time.monotonic() < deadline:
-                time.sleep(0.01)
-            assert len(seen) >= 2  # a second merge ran while the first was held
+            # A second merge runs while the first is held.
+            wait_until(lambda: len(seen) >= 2, 30, "a second merge", every=0.01)
             release.set()
             loc.wait_idle()
         assert_matches(sp.to_batch(), model)

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from storage_engine.remote import (
 )
 from storage_engine.remote_log import PREFIX as LOG_PREFIX
 from tests.engine.test_location import INT, rows, state
+from tests.polling import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = EngineSettings(block_rows=64, merge_base_rows=10**6, remote_close_timeout_s=2.0)
@@ -185,10 +185,7 @@ def test_server_stopped_mid_upload_delays_the_remote_copy_only(
     known = keys(store, BATCHES)
     h = loc.commit_async(step=2)
     second = h.wait_local(timeout=60)  # local durability does not wait for S3
-    deadline = time.monotonic() + 60
-    while len(keys(store, BATCHES)) < len(known) + 2:
-        assert time.monotonic() < deadline, "the upload never started"
-        time.sleep(0.01)
+    wait_until(lambda: len(keys(store, BATCHES)) >= len(known) + 2, 60, "the upload", every=0.01)
     s3_server.stop(grace=0)  # SIGKILL: a graceful stop could let the upload finish
     try:
         assert loc.remote is not None
@@ -227,10 +224,8 @@ def test_a_stopped_server_is_reported_until_it_is_back(
         watch.track(h2 := loc.commit_async(step=2))
         h2.wait_local(timeout=60)
         assert loc.remote is not None
-        deadline = time.monotonic() + 60
-        while not loc.remote.last_error:
-            assert time.monotonic() < deadline, "the failed upload was never noticed"
-            time.sleep(0.05)
+        remote = loc.remote
+        wait_until(lambda: remote.last_error, 60, "the failed upload to be noticed", every=0.05)
         watch.check()
         watch.check()
         (down,) = events
@@ -537,10 +532,8 @@ def test_sigkill_during_an_upload_leaves_no_visible_checkpoint_and_resumes(
         assert line.startswith("LOCAL "), line
         second = line.split()[1]
         known = keys(store, BATCHES)
-        deadline = time.monotonic() + 60
-        while len(keys(store, BATCHES)) < len(known) + 3:  # some new files are up, not all
-            assert time.monotonic() < deadline, "the upload never started"
-            time.sleep(0.01)
+        # Some new files are up, not all.
+        wait_until(lambda: len(keys(store, BATCHES)) >= len(known) + 3, 60, "the upload", 0.01)
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=30)
     finally:

@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,6 @@ from pyspark.sql import functions as F
 
 from storage_engine.schema import WEIGHT
 from storage_engine.tools import inspect_location, list_checkpoints
-from workers.session import spark_session
 from workers.sinks import STEP
 
 from ..conftest import trials
@@ -32,13 +30,6 @@ from ..conftest import trials
 ROOT = Path(__file__).resolve().parents[2]
 FILES, ROWS = 16, 300
 T0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    s = spark_session("spindle-tests")
-    yield s
-    s.stop()
 
 
 def write_input(d: Path) -> int:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +28,6 @@ from workers.sources import list_input_files
 
 # Names a Hadoop path cannot hold (a colon) or Spark would glob (brackets, braces, stars).
 ODD_NAMES = ["events-12:00:00.json", "x [1] {a,b} *?.json", "data#1 %20 + é.json"]
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    from workers.session import spark_session
-
-    s = spark_session("spindle-tests-file-batches")
-    yield s
-    s.stop()
 
 
 def _expected(paths: list[str], header: bool) -> list[tuple[str, int, str]]:

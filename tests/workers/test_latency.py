@@ -9,7 +9,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,17 +18,9 @@ from pyspark.sql import SparkSession
 from pipeline_spec.model import SpecError, parse_spec
 from workers.plan import plan
 from workers.runner import Runner
-from workers.session import spark_session
 
 AGE_S = 5.0
 FILTERED_AGE_S = 3600.0
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    s = spark_session("spindle-tests-latency")
-    yield s
-    s.stop()
 
 
 def _write_input(d: Path) -> float:

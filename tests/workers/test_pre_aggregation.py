@@ -11,7 +11,6 @@ import json
 import math
 import random
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,19 +23,11 @@ from pipeline_spec.model import parse_spec
 from storage_engine.schema import WEIGHT
 from workers.plan import plan
 from workers.runner import PRE_AGGREGATE_MIN_ROWS, Runner
-from workers.session import spark_session
 from workers.sinks import FilesSink
 
 FILES, ROWS = 4, 150
 T0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 SCHEMA = "user string, cat int, amount bigint, price double, ts timestamp, name string"
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    s = spark_session("spindle-tests-pre-aggregation")
-    yield s
-    s.stop()
 
 
 BAD_LINES = [

@@ -11,7 +11,7 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, cast
 
@@ -24,19 +24,12 @@ from pipeline_spec import model as S
 from pipeline_spec.model import SpecError, load_spec, parse_spec
 from storage_engine.input_log import InputLog
 from storage_engine.schema import WEIGHT
+from tests.polling import wait_until
 from workers.runner import QUERY_RESTARTS, Runner
-from workers.session import spark_session
 from workers.sinks import FilesSink
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "docs" / "examples"
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    s = spark_session("spindle-tests-runner")
-    yield s
-    s.stop()
 
 
 @pytest.fixture
@@ -414,9 +407,9 @@ def test_a_resume_while_the_paused_query_stops_continues_the_run(
     t = threading.Thread(target=lambda: result.append(r.run(max_steps=6)))
     try:
         t.start()
-        _until(lambda: r.step >= 2, "two steps")
+        wait_until(lambda: r.step >= 2, 120, "two steps", every=0.01)
         r.paused = True
-        _until(lambda: r._draining, "the query to start stopping")
+        wait_until(lambda: r._draining, 120, "the query to start stopping", every=0.01)
         r.paused = False
         t.join(180)
         assert not t.is_alive(), "the run did not finish"
@@ -425,13 +418,6 @@ def test_a_resume_while_the_paused_query_stops_continues_the_run(
         t.join(60)
         r.close()
     assert result and result[0].last_step - result[0].first_step >= 6
-
-
-def _until(cond: Any, what: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
 
 
 def _files_doc(tmp: Path) -> dict[str, Any]:

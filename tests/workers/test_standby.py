@@ -13,8 +13,6 @@ import logging
 import os
 import sys
 import threading
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from unittest.mock import ANY
@@ -30,9 +28,9 @@ from backend.models import DesiredState, Pipeline, PipelineState
 from backend.settings import Settings
 from pipeline_spec.exits import EXIT_SPEC
 from pipeline_spec.model import parse_spec
+from tests.polling import wait_until
 from workers import supervisor
 from workers.runner import Runner
-from workers.session import spark_session
 from workers.standby import (
     SpareTakeover,
     Takeover,
@@ -46,13 +44,6 @@ from .. import customers
 from ..backend.api_fixtures import clicks_spec, sqlite_url
 
 FILES, ROWS = 12, 200
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    s = spark_session("spindle-tests-standby")
-    yield s
-    s.stop()
 
 
 def spec_doc(tmp: Path) -> dict[str, Any]:
@@ -182,10 +173,12 @@ def test_a_standby_is_retired_once_its_pipeline_is_not_meant_to_run(tmp_path: Pa
     assert standbys.pid("p") == pid  # one per pipeline and key
     with db.session() as s:
         s.execute(update(Pipeline).values(desired_state=DesiredState.stopped))
-    deadline = time.monotonic() + 60
-    while standbys.pid("p") is not None or os.path.exists(f"/proc/{pid}"):
-        assert time.monotonic() < deadline, "the standby was not retired"
-        time.sleep(0.05)
+    wait_until(
+        lambda: standbys.pid("p") is None and not os.path.exists(f"/proc/{pid}"),
+        60,
+        "the standby to be retired",
+        every=0.05,
+    )
     assert not list((tmp_path / "runs").glob("standby-*.log"))  # it exited 0: log removed
     db.dispose()
 
@@ -250,9 +243,7 @@ def test_the_spare_serves_any_run_and_is_kept_only_while_runs_are_supervised(
         second = spares.pid()
         assert second is not None and second != first
     assert spares.pid() is None
-    deadline = time.monotonic() + 60
     # Retired: its input ended without a takeover; it exited 0, so its log is removed.
-    while list((tmp_path / "spares").glob("spare-*.log")):
-        assert time.monotonic() < deadline, "the spare was not retired"
-        time.sleep(0.05)
+    logs = tmp_path / "spares"
+    wait_until(lambda: not list(logs.glob("spare-*.log")), 60, "the spare's retirement", 0.05)
     assert told.read_text() == "" and not os.path.exists(f"/proc/{second}")

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from sqlalchemy import select
 from backend.db import Database
 from backend.models import Pipeline, Run
 from backend.settings import Settings
+from tests.polling import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 REDIS = os.environ.get("SPINDLE_TEST_REDIS", "redis://127.0.0.1:6379/0")
@@ -33,17 +34,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def wait_until(cond: Callable[[], Any], timeout: float, what: str, every: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = cond()
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
 class Platform:

@@ -1,0 +1,284 @@
+"""The REST API: ingest into input logs, and view reads. Over a real metadata database, each test
+on SQLite and on PostgreSQL; no Spark and no Celery (the TaskQueue is a recording double),
+storage locations built with the engine itself (conftest.py)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from backend.models import (
+    Role,
+)
+from pipeline_spec.model import ViewSink as ViewSinkSpec
+from storage_engine import StorageLocation
+from storage_engine.schema import WEIGHT
+from workers.sinks import ViewSink
+
+from ..api_fixtures import (
+    BIDS,
+    CLICKS,
+    MAX_BODY_BYTES,
+    MAX_INGEST_BYTES,
+    NDJSON,
+    Api,
+    bid,
+    build_checkpoints,
+    clicks_spec,
+    delta,
+    error,
+    input_log,
+    log_spec,
+    ndjson,
+    with_changes,
+    write_view,
+)
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_ingest_ndjson_returns_offsets(api: Api) -> None:
+    api.create_pipeline(log_spec())
+    url = f"pipelines/{BIDS}/ingest/bids"
+    first = [bid(i) for i in range(3)]
+    r = api.post(url, content=ndjson(first), headers=NDJSON)
+    assert r.status_code == 200, r.text
+    assert r.json() == {"stream": "bids", "records": 3, "first_offset": 0, "end_offset": 3}
+    second = [bid(i) for i in range(3, 8)]
+    r = api.post(url, content=ndjson(second), headers=NDJSON)
+    assert r.json() == {"stream": "bids", "records": 5, "first_offset": 3, "end_offset": 8}
+    log = input_log(api.storage(BIDS))
+    assert log.end() == 8
+    rows = [r for b in log.read(0, 8) for r in b.to_pylist()]
+    assert [r["bidder"] for r in rows] == [100 + i for i in range(8)]
+    assert rows[5]["price"] == 7.5 and rows[5]["auction"] == 2
+    assert rows[5]["ts"] == dt.datetime(2024, 1, 1, 0, 0, 5, tzinfo=dt.UTC)
+
+
+def test_ingest_after_the_log_was_lost_continues_after_the_consumed_offset(api: Api) -> None:
+    """The storage was restored (moved, or pulled from the object store) without its input
+    log: the checkpoint has consumed records 0-5. New records got offsets from 0 again,
+    which the pipeline skipped as already read."""
+    api.create_pipeline(log_spec())
+    build_checkpoints(api.storage(BIDS), 2, offsets=[4, 6])
+    url = f"pipelines/{BIDS}/ingest/bids"
+    r = api.post(url, content=ndjson([bid(1), bid(2)]), headers=NDJSON)
+    assert (r.json()["first_offset"], r.json()["end_offset"]) == (6, 8)
+    r = api.post(url, content=ndjson([bid(3)]), headers=NDJSON)
+    assert r.json()["first_offset"] == 8
+    log = input_log(api.storage(BIDS))
+    assert [x["bidder"] for b in log.read(6, 9) for x in b.to_pylist()] == [101, 102, 103]
+
+
+def test_ingest_csv(api: Api) -> None:
+    api.create_pipeline(log_spec())
+    url = f"pipelines/{BIDS}/ingest/bids"
+    csv = b"ts,auction,bidder,price\n2024-01-01T00:00:09Z,7,42,9.25\n2024-01-01T00:01:00Z,8,43,1\n"
+    r = api.post(url, content=csv, headers={"Content-Type": "text/csv"})
+    assert r.status_code == 200, r.text
+    assert (r.json()["first_offset"], r.json()["end_offset"]) == (0, 2)
+    r = api.post(url, params={"format": "csv"}, content=csv, headers={"Content-Type": "text/plain"})
+    assert (r.json()["first_offset"], r.json()["end_offset"]) == (2, 4)
+    rows = [r for b in input_log(api.storage(BIDS)).read(0, 4) for r in b.to_pylist()]
+    assert [(r["auction"], r["bidder"], r["price"]) for r in rows] == [
+        (7, 42, 9.25),
+        (8, 43, 1.0),
+    ] * 2
+    assert rows[1]["ts"] == dt.datetime(2024, 1, 1, 0, 1, 0, tzinfo=dt.UTC)
+
+
+BAD_RECORDS = [
+    (ndjson([bid(1), {**bid(2), "price": "cheap"}]), "application/x-ndjson"),
+    (ndjson([bid(1), {**bid(2), "auction": "x"}]), "application/x-ndjson"),
+    (ndjson([{**bid(1), "surprise": 1}]), "application/x-ndjson"),
+    (b"not json at all\n", "application/x-ndjson"),
+    (b"auction,bidder,price,ts\n1,2,3.0,2024-01-01T00:00:00Z\n1,x,3,2024\n", "text/csv"),
+    (b"\n  \n", "application/x-ndjson"),
+    # Arrow's JSON reader segfaulted on a bare null: the whole server process died.
+    (b"null", "application/x-ndjson"),
+    (ndjson([bid(1)]) + b"null\n[1, 2]\n", "application/x-ndjson"),
+    (b'"text"\n', "application/x-ndjson"),
+    # Invalid UTF-8 was stored, then every read of the view answered 500.
+    (ndjson([bid(1)]) + b'{"auction": 2, "s": "bad\xff\xfe"}\n', "application/x-ndjson"),
+    (b"ts,auction,bidder,price\n2024-01-01T00:00:09Z,7,42,9.25\xff\n", "text/csv"),
+]
+
+
+def test_ingest_errors_name_the_line_and_the_field(api: Api) -> None:
+    api.create_pipeline(log_spec())
+    url = f"pipelines/{BIDS}/ingest/bids"
+    cases = [
+        (ndjson([bid(1), bid(2)]) + b"null\n", "line 3", 3, None),
+        (ndjson([bid(1)]) + b'{"auction": "\xff"}\n', "line 2: not valid UTF-8", 2, None),
+        (ndjson([bid(1), {**bid(2), "surprise": 1}]), "unknown field 'surprise'", 2, "surprise"),
+        (ndjson([bid(1)]) + b"{oops\n", "line 2: not JSON", 2, None),
+    ]
+    for content, text, line, field in cases:
+        body = error(api.post(url, content=content, headers=NDJSON), 422, "invalid_input")
+        assert text in body["message"], body
+        assert body["details"]["line"] == line
+        assert body["details"].get("field") == field
+    assert input_log(api.storage(BIDS)).end() == 0
+
+
+def test_ingest_rejects_bad_records_whole(api: Api) -> None:
+    api.create_pipeline(log_spec())
+    url = f"pipelines/{BIDS}/ingest/bids"
+    assert api.post(url, content=ndjson([bid(0)]), headers=NDJSON).status_code == 200
+    log = input_log(api.storage(BIDS))
+    for content, content_type in BAD_RECORDS:
+        r = api.post(url, content=content, headers={"Content-Type": content_type})
+        error(r, 422, "invalid_input")
+        assert log.end() == 1 and len(log.segments()) == 1, content
+    # The stream still takes good records, at the next offset.
+    assert api.post(url, content=ndjson([bid(5)]), headers=NDJSON).json()["first_offset"] == 1
+
+
+def test_ingest_unknown_stream(api: Api) -> None:
+    api.create_pipeline(log_spec())
+    api.create_pipeline(clicks_spec())
+    body = error(
+        api.post(f"pipelines/{BIDS}/ingest/asks", content=ndjson([bid(0)]), headers=NDJSON),
+        404,
+        "not_found",
+    )
+    assert "'bids'" in body["message"]
+    error(
+        api.post(f"pipelines/{CLICKS}/ingest/bids", content=ndjson([bid(0)]), headers=NDJSON),
+        404,
+        "not_found",
+    )
+    assert not (api.storage(BIDS) / "input-log" / "asks").exists()
+    viewer = api.token(Role.viewer)
+    r = api.post(f"pipelines/{BIDS}/ingest/bids", token=viewer, content=ndjson([bid(0)]))
+    error(r, 403, "forbidden")
+
+
+def padded(limit: int) -> bytes:
+    """A valid NDJSON body of exactly `limit` bytes."""
+    body = ndjson([bid(i) for i in range(5)])
+    assert len(body) < limit
+    return body[:-1] + b" " * (limit - len(body)) + b"\n"
+
+
+def test_ingest_body_limit(api: Api) -> None:
+    api.create_pipeline(log_spec())
+    url = f"pipelines/{BIDS}/ingest/bids"
+    exact = padded(MAX_INGEST_BYTES)
+    r = api.post(url, content=exact, headers=NDJSON)
+    assert r.status_code == 200, r.text
+    assert r.json()["end_offset"] == 5
+    too_big = padded(MAX_INGEST_BYTES + 1)
+    body = error(api.post(url, content=too_big, headers=NDJSON), 413, "payload_too_large")
+    assert body["details"] == {"limit_bytes": MAX_INGEST_BYTES}
+
+    def chunks(data: bytes) -> Iterator[bytes]:
+        for i in range(0, len(data), 100):
+            yield data[i : i + 100]
+
+    r = api.post(url, content=chunks(too_big), headers=NDJSON)
+    assert "content-length" not in r.request.headers  # really streamed
+    error(r, 413, "payload_too_large")
+    r = api.post(url, content=chunks(exact), headers=NDJSON)
+    assert r.status_code == 200, r.text
+    assert (r.json()["first_offset"], r.json()["end_offset"]) == (5, 10)
+    assert input_log(api.storage(BIDS)).end() == 10
+
+
+def test_json_body_limit(api: Api) -> None:
+    doc = {"spec": clicks_spec(), "description": "x" * MAX_BODY_BYTES}
+    error(api.post("pipelines", json=doc), 413, "payload_too_large")
+
+    def stream() -> Iterator[bytes]:
+        yield json.dumps(doc).encode()
+
+    r = api.post("pipelines", content=stream(), headers={"Content-Type": "application/json"})
+    error(r, 413, "payload_too_large")
+    assert api.get("pipelines").json() == []
+    # The larger ingest limit applies to ingest only.
+    assert MAX_INGEST_BYTES < MAX_BODY_BYTES
+    api.create_pipeline(with_changes(clicks_spec(), name="a" * 20))
+
+
+def test_a_view_holding_invalid_utf8_still_reads(api: Api) -> None:
+    """State stored before ingest checked UTF-8 is served with replacement characters."""
+    api.create_pipeline(clicks_spec())
+    schema = pa.schema([("user", pa.string()), ("clicks", pa.int64())])
+    data = b"okbad\xff\xfe"
+    users = pa.Array.from_buffers(
+        pa.string(), 2, [None, pa.py_buffer(np.array([0, 2, 7], np.int32)), pa.py_buffer(data)]
+    )
+    d = pa.table({"user": users, "clicks": [1, 2], WEIGHT: pa.array([1, 1], pa.int64())})
+    with StorageLocation.open(str(api.storage(CLICKS))) as loc:
+        sink = ViewSink(ViewSinkSpec(name="v", kind="view", **{"from": "per_user"}), schema, loc)
+        sink.write(1, d)
+        loc.commit(step=1)
+    r = api.get(f"pipelines/{CLICKS}/views/v")
+    assert r.status_code == 200, r.text
+    assert r.json()["rows"] == [
+        {"user": "bad\ufffd\ufffd", "clicks": 2},
+        {"user": "ok", "clicks": 1},
+    ]
+
+
+def test_view_reads(api: Api) -> None:
+    api.create_pipeline(clicks_spec())
+    url = f"pipelines/{CLICKS}/views/v"
+    empty = api.get(url)
+    assert empty.status_code == 200
+    assert empty.json() == {"view": "v", "step": None, "checkpoint": None, "rows": []}
+    uid = write_view(
+        api.storage(CLICKS),
+        "v",
+        [
+            delta([(1, 1, 1), (2, 1, 1), (3, 1, 1), (5, 1, 1)]),
+            delta([(1, 1, -1), (1, 2, 1), (3, 1, -1), (3, 2, 1), (4, 5, 1), (5, 1, -1)]),
+        ],
+        step=7,
+    )
+    everything = [
+        {"user": 1, "clicks": 2},
+        {"user": 2, "clicks": 1},
+        {"user": 3, "clicks": 2},
+        {"user": 4, "clicks": 5},
+    ]
+    got = api.get(url).json()
+    assert got == {"view": "v", "step": 7, "checkpoint": uid, "rows": everything}
+    assert api.get(url, params={"offset": 1, "limit": 2}).json()["rows"] == everything[1:3]
+    assert api.get(url, params={"offset": 3, "limit": 10}).json()["rows"] == everything[3:]
+    assert api.get(url, params={"offset": 9}).json()["rows"] == []
+    by_key = api.get(url, params={"key": "3"}).json()
+    assert by_key == {"view": "v", "step": 7, "checkpoint": uid, "rows": [everything[2]]}
+    assert api.get(url, params={"key": ["3", "2"]}).json()["rows"] == [everything[2]]
+    assert api.get(url, params={"key": ["3", "1"]}).json()["rows"] == []
+    assert api.get(url, params={"key": "5"}).json()["rows"] == []  # retracted to zero
+    assert api.get(url, params={"key": "99"}).json()["rows"] == []
+
+    error(api.get(url, params={"key": "three"}), 422, "invalid_input")
+    error(api.get(url, params={"key": ["1", "2", "3"]}), 422, "invalid_input")
+    error(api.get(url, params={"limit": 0}), 422, "invalid_request")
+    error(api.get(f"pipelines/{CLICKS}/views/nope"), 404, "not_found")
+    error(api.get(f"pipelines/{CLICKS}/views/out"), 404, "not_found")  # a files sink
+
+    # The newest checkpoint is what is served.
+    uid2 = write_view(api.storage(CLICKS), "v", [delta([(2, 1, -1), (6, 3, 1)])], step=9)
+    got = api.get(url).json()
+    assert (got["step"], got["checkpoint"]) == (9, uid2)
+    assert got["rows"] == [everything[0], everything[2], everything[3], {"user": 6, "clicks": 3}]
+
+    # A corrupt file is an error naming it, never an empty or partial answer.
+    storage = api.storage(CLICKS)
+    batch = max(storage.glob("*.batch"), key=lambda f: f.stat().st_mtime)
+    raw = bytearray(batch.read_bytes())
+    raw[len(raw) // 3] ^= 0xFF
+    batch.write_bytes(bytes(raw))
+    body = error(api.get(url), 503, "state_unavailable")
+    assert batch.name in body["message"]
+    batch.unlink()
+    body = error(api.get(url), 503, "state_unavailable")
+    assert batch.name in body["message"]

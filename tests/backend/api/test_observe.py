@@ -1,0 +1,143 @@
+"""The REST API: metrics: history, Prometheus, the Server-Sent Events stream. Over a real metadata
+database, each test on SQLite and on PostgreSQL; no Spark and no Celery (the TaskQueue is a
+recording double), storage locations built with the engine itself (conftest.py)."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from backend.models import (
+    PipelineState,
+    Role,
+)
+
+from ..api_fixtures import (
+    BIDS,
+    CLICKS,
+    Api,
+    LineReader,
+    add_samples,
+    build_checkpoints,
+    clicks_spec,
+    error,
+    log_spec,
+)
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def samples(n: int, t0: float, step0: int = 1) -> list[dict[str, Any]]:
+    return [
+        {"ts": t0 + i, "step": step0 + i, "rows_in": 10 * (i + 1), "step_ms": 100.0 + i}
+        for i in range(n)
+    ]
+
+
+def test_metrics_history(api: Api) -> None:
+    api.create_pipeline(clicks_spec())
+    api.create_pipeline(log_spec())
+    pid = api.pipeline_id(CLICKS)
+    t0 = time.time() - 100
+    ids = add_samples(api.db, pid, samples(5, t0))
+    add_samples(api.db, api.pipeline_id(BIDS), samples(2, t0))
+    url = f"pipelines/{CLICKS}/metrics"
+    got = api.get(url).json()
+    assert [m["id"] for m in got] == ids
+    assert [m["step"] for m in got] == [1, 2, 3, 4, 5]
+    assert got[0]["rows_in"] == 10 and got[0]["resolution_s"] == 0 and got[0]["run_id"] is None
+    since = api.get(url, params={"since": t0 + 2}).json()
+    assert [m["step"] for m in since] == [3, 4, 5]
+    newest = api.get(url, params={"limit": 2}).json()
+    assert [m["step"] for m in newest] == [4, 5]
+    assert api.get(f"pipelines/{BIDS}/metrics", params={"since": t0 + 1}).json()[0]["step"] == 2
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return float(sample.value)
+    raise AssertionError(f"no sample {name}{labels}")
+
+
+def test_prometheus_exposition(api: Api) -> None:
+    api.create_pipeline(clicks_spec())
+    api.create_pipeline(log_spec())
+    add_samples(api.db, api.pipeline_id(CLICKS), samples(4, time.time() - 30))
+    add_samples(api.db, api.pipeline_id(BIDS), [{"ts": time.time(), "step": 3, "rows_in": 7}])
+    build_checkpoints(api.storage(CLICKS), 3)
+    api.get(f"pipelines/{CLICKS}/checkpoints")
+    api.set_state(BIDS, PipelineState.running)
+    r = api.get("/metrics", token=api.token(Role.viewer))
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/plain")
+    text = r.text
+    assert 'spindle_pipeline_rows_in_total{pipeline="clicks-per-user"} 100.0' in text
+    assert metric(text, "spindle_pipeline_rows_in_total", pipeline=BIDS) == 7
+    assert metric(text, "spindle_checkpoints", pipeline=CLICKS) == 3
+    assert metric(text, "spindle_checkpoints", pipeline=BIDS) == 0
+    assert metric(text, "spindle_pipeline_last_step", pipeline=CLICKS) == 4
+    assert metric(text, "spindle_pipeline_up", pipeline=BIDS) == 1
+    assert metric(text, "spindle_pipeline_up", pipeline=CLICKS) == 0
+    assert metric(text, "spindle_pipeline_state", pipeline=CLICKS, state="stopped") == 1
+    assert metric(text, "spindle_pipeline_state", pipeline=CLICKS, state="running") == 0
+    # rows in over the last minute / 60 s
+    assert metric(text, "spindle_pipeline_throughput_rows_per_second", pipeline=CLICKS) == (
+        pytest.approx(100 / 60)
+    )
+
+
+def stream_url(name: str, **params: Any) -> str:
+    query = "&".join(f"{k}={v}" for k, v in params.items())
+    return f"/api/v1/pipelines/{name}/metrics/stream" + (f"?{query}" if query else "")
+
+
+def test_metrics_stream_backlog_live_and_resume(api: Api) -> None:
+    api.create_pipeline(clicks_spec())
+    pid = api.pipeline_id(CLICKS)
+    ids = add_samples(api.db, pid, samples(3, time.time() - 10))
+    with api.client.stream("GET", stream_url(CLICKS, backlog=2), headers=api.auth()) as resp:
+        assert resp.status_code == 200
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        reader = LineReader(resp)
+        first = reader.next_event(timeout=10)
+        assert (first["event"], first["id"]) == ("step", str(ids[1]))
+        data = json.loads(first["data"])
+        assert (data["id"], data["step"], data["rows_in"]) == (ids[1], 2, 20)
+        assert reader.next_event(timeout=10)["id"] == str(ids[2])
+        # A row landing while connected arrives next.
+        (live,) = add_samples(api.db, pid, [{"ts": time.time(), "step": 42, "rows_in": 5}])
+        event = reader.next_event(timeout=10)
+        assert (event["event"], event["id"]) == ("step", str(live))
+        assert json.loads(event["data"])["step"] == 42
+    reader.join(timeout=10)
+
+    # Reconnecting with Last-Event-ID resumes right after it.
+    headers = {**api.auth(), "Last-Event-ID": str(ids[0])}
+    with api.client.stream("GET", stream_url(CLICKS, backlog=1), headers=headers) as resp:
+        reader = LineReader(resp)
+        got = [reader.next_event(timeout=10)["id"] for _ in range(3)]
+        assert got == [str(ids[1]), str(ids[2]), str(live)]
+    reader.join(timeout=10)
+
+
+def test_metrics_stream_without_backlog_sends_only_new_steps(api: Api) -> None:
+    api.create_pipeline(clicks_spec())
+    api.create_pipeline(log_spec())
+    pid = api.pipeline_id(CLICKS)
+    add_samples(api.db, pid, samples(3, time.time() - 10))
+    with api.client.stream("GET", stream_url(CLICKS), headers=api.auth()) as resp:
+        reader = LineReader(resp)
+        add_samples(api.db, api.pipeline_id(BIDS), [{"ts": time.time(), "step": 7}])
+        (new,) = add_samples(api.db, pid, [{"ts": time.time(), "step": 8}])
+        event = reader.next_event(timeout=10)
+        assert event["id"] == str(new)
+        assert json.loads(event["data"])["step"] == 8
+    reader.join(timeout=10)
+    r = api.get(stream_url(CLICKS), headers={"Last-Event-ID": "soon"})
+    error(r, 422, "invalid_request")
