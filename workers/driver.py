@@ -43,13 +43,9 @@ from storage_engine.errors import CorruptionError, LockedError
 from storage_engine.objstore import open_object_store
 from storage_engine.remote import FencedError
 
+from .batch_jobs import PRE_AGGREGATE_MIN_ROWS, PreAggregate
 from .restore import StateError
-from .runner import (
-    PRE_AGGREGATE_MIN_ROWS,
-    TAKEOVER_LOCK_WAIT_S,
-    PreAggregate,
-    Runner,
-)
+from .runner import TAKEOVER_LOCK_WAIT_S, Runner
 from .session import Timeline, process_start_time
 
 app = typer.Typer(help="Run a Spindle pipeline on Spark (standalone).", no_args_is_help=True)

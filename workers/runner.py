@@ -29,12 +29,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
 from pipeline_spec import model as S
@@ -48,17 +46,17 @@ from storage_engine.input_log import InputLog
 from storage_engine.manifest import MANIFEST
 from storage_engine.objstore import ObjectStoreLike
 
+from .batch_jobs import BatchJobs, PreAggregate
 from .durability import DurabilityWatch
-from .file_batches import CORRUPT, FileBatches
+from .file_batches import FileBatches
 from .plan import Plan, arrow_schema, ddl, plan
-from .pre_aggregation import JobTables, MicroBatch, PreAggregation, min_event_us
+from .pre_aggregation import JobTables, MicroBatch
 from .progress import QueryProgress, ReadAhead
 from .restore import open_state
 from .session import Timeline, spark_session
 from .sinks import FilesSink, PostgresSink, Sink, ViewSink
 from .sources import (
     END,
-    SOURCE,
     DatagenSource,
     FilesSource,
     LogSource,
@@ -68,9 +66,6 @@ from .sources import (
 )
 from .watchdog import HangWatchdog
 
-# See Runner._pre_aggregation.
-PreAggregate = Literal["auto", "always", "never"]
-PRE_AGGREGATE_MIN_ROWS = 100_000
 STARTUP_LIMIT_S = 600.0  # --stop-when-idle: a query's start-up longer than this fails the run
 TAKEOVER_LOCK_WAIT_S = 30.0  # a standby taking over waits this long for the location's lock
 # A query that fails outside a step is started again (from the run's offset) this many times
@@ -212,15 +207,11 @@ class Runner:
             if isinstance(src, S.FilesSource)
             else None
         )
-        # pre-aggregated? -> a files batch's jobs (`_jobs_of`)
-        self._jobs: dict[bool, tuple[DataFrame | None, DataFrame | None]] = {}
+        self.jobs = BatchJobs(spec, self.plan, self._files, pre_aggregate)
         tl.mark("sinks_rollback")
         # The first batch, read while the query starts (`_read_ahead`).
         self._ahead: ReadAhead | None = None
-        self._ahead_table: tuple[bool, JobTables] | None = None
         self._reported = False
-        self.pre_aggregate = pre_aggregate
-        self._last_rows_in = 0
         self._last_commit = time.monotonic()
         self._since_commit = 0
         self._commits = 0
@@ -272,7 +263,7 @@ class Runner:
         rows = self._batch_rows(batch_id)
         if rows is None:
             return
-        self._step(self._one_job(rows), t0)
+        self._step(self.jobs.micro_batch(rows), t0)
 
     def _first_step_ahead(self, ahead: ReadAhead) -> None:
         """The run's first step, from the batch read ahead (`_read_ahead`), before the query
@@ -290,8 +281,8 @@ class Runner:
                 if self._files is None:
                     return  # the query reads the batch, and reports what fails
                 self._files.read(ahead.paths, ahead.end)  # read again, and fail if it does
-            self._ahead_table = table
-            self._step(self._one_job(ahead.rows()), t0)
+            self.jobs.ready = table
+            self._step(self.jobs.micro_batch(ahead.rows()), t0)
         self._last_step_at = time.monotonic()
 
     def _step(self, batch: MicroBatch, t0: float) -> None:
@@ -318,7 +309,7 @@ class Runner:
         latency_ms = None if oldest is None else (written_us - oldest) / 1000
         engine_ms = (time.perf_counter() - t1) * 1000
         self.step, self.offset = step, int(end)
-        self._last_rows_in = batch.rows_in
+        self.jobs.last_rows_in = batch.rows_in
         commit_ms = self._maybe_commit()
         if first:
             self.timeline.mark("engine_step")
@@ -376,7 +367,7 @@ class Runner:
         return self._files.rows()
 
     def _read_ahead(self) -> None:
-        """Start reading the first batch (`_one_job`'s tables) of a files or log source: a files
+        """Start reading the first batch (`BatchJobs.tables`) of a files or log source: a files
         source's files from the run's offset, as many as a step takes, or a log source's
         records, as many as a step takes of those in the log now (what the source's next
         offset would take). The run's first step is that batch (`_first_step_ahead`), and
@@ -400,9 +391,9 @@ class Runner:
         files = self._files
 
         def job() -> tuple[bool, JobTables]:
-            pre = self._pre_aggregation()
+            pre = self.jobs.pre_aggregation()
             files.read(paths, end)
-            return pre is not None, self._job_tables(files.rows(), pre)
+            return pre is not None, self.jobs.tables(files.rows(), pre)
 
         self._ahead = ReadAhead(end, job, files.rows, paths)
 
@@ -416,9 +407,9 @@ class Runner:
         frame: list[DataFrame] = []
 
         def job() -> tuple[bool, JobTables]:
-            pre = self._pre_aggregation()
+            pre = self.jobs.pre_aggregation()
             frame.append(self._driver_frame(start, end))
-            return pre is not None, self._job_tables(frame[0], pre)
+            return pre is not None, self.jobs.tables(frame[0], pre)
 
         self._ahead = ReadAhead(end, job, lambda: frame[0])
 
@@ -444,185 +435,6 @@ class Runner:
             return int(json.loads(lines[-1])["offset"])
         except (IndexError, KeyError, TypeError, ValueError) as e:
             raise RuntimeError(f"{path}: not a Spark offset log entry of one source") from e
-
-    def _pre_aggregation(self) -> PreAggregation | None:
-        """This step's pre-aggregation, if the plan has one and the policy takes it: always,
-        never, or `auto` — when an operator keeps min/max (its value multisets then grow by
-        at most two values per group and step, not by every value), or when the previous
-        step had at least PRE_AGGREGATE_MIN_ROWS rows. Below that, Spark's aggregation
-        costs more than it saves: measured on 10 000-row steps (20 000 or 100 customers),
-        +45-150 ms per step, all in Spark, for no measurable engine saving. Either path
-        continues from the other's state, so the choice is free at every step."""
-        pre = self.plan.pre_aggregation
-        if pre is None or self.pre_aggregate == "never":
-            return None
-        if self.pre_aggregate == "always" or pre.keeps_extremes:
-            return pre
-        return pre if self._last_rows_in >= PRE_AGGREGATE_MIN_ROWS else None
-
-    def _one_job(self, df: DataFrame) -> MicroBatch:
-        """A step's Spark work, in as few jobs as the plan allows: one computes every
-        row-level circuit input of every row (the transformed stream and each join side,
-        `_jobs_of`), the dead letters and the end offset; the stream's pre-aggregation, when
-        taken (`_pre_aggregation`), is a second one. Then the Arrow results are split into
-        the circuit's inputs (`_split`). (Arrow, not collect(): row pickling has overflowed
-        the stream thread's stack.)"""
-        pre = self._pre_aggregation()
-        ready, self._ahead_table = self._ahead_table, None
-        if ready is not None and ready[0] == (pre is not None):
-            return self._split(ready[1], pre)
-        return self._split(self._job_tables(df, pre), pre)
-
-    def _job_tables(self, df: DataFrame, pre: PreAggregation | None) -> JobTables:
-        rows, agg = self._jobs_of(df, pre)
-        return (
-            None if rows is None else rows.toArrow(),
-            None if agg is None else agg.toArrow(),
-        )
-
-    def _row_inputs(self, pre: PreAggregation | None) -> list[str]:
-        """The circuit inputs the rows job gives (all but a pre-aggregated stream)."""
-        return [n for n in self.plan.inputs if n != SOURCE or pre is None]
-
-    def _jobs_of(
-        self, df: DataFrame, pre: PreAggregation | None
-    ) -> tuple[DataFrame | None, DataFrame | None]:
-        """The rows job and the pre-aggregation job (None: not needed). A files source's
-        are built once per path (with or without pre-aggregation) and planned anew for
-        each batch (`FileBatches`)."""
-        jobs = self._jobs.get(pre is not None) if self._files is not None else None
-        if jobs is None:
-            jobs = self._build_jobs(df, pre)
-            if self._files is not None:
-                self._jobs[pre is not None] = jobs
-        rows, agg = jobs
-        return (
-            None if rows is None else rows.select("*"),
-            None if agg is None else agg.select("*"),
-        )
-
-    def _build_jobs(
-        self, df: DataFrame, pre: PreAggregation | None
-    ) -> tuple[DataFrame | None, DataFrame | None]:
-        t = self.spec.transform
-        names = [f"`{f.name}`" for f in self.plan.source_schema.fields]
-        select = [x for e in t.select for x in (names if e.strip() == "*" else [e])]
-        keep = f"coalesce(({t.where}), false)" if t.where else "true"
-        hidden = ["__keep", "__bad", "__file", "__lineno", "__line", END]
-        stream_names = self.plan.stream_schema.names
-        stream = self._flagged(df).selectExpr(*select, f"{keep} AS __keep", *hidden[1:])
-        agg = None
-        if pre is not None:
-            agg = pre.dataframe(
-                stream.toDF(*(f"__c{i}" for i in range(len(stream_names))), *hidden)
-            )
-        inputs = self._row_inputs(pre)
-        if not inputs:
-            return None, agg
-        # Each input's columns in turn, a join side's preceded by its filter as a flag; the
-        # expressions read the transformed stream's columns by name, as the spec writes them.
-        stream = stream.toDF(*stream_names, *hidden)
-        every = [f"`{n}`" for n in stream_names]
-        cols: list[str] = []
-        for name in inputs:
-            where, sel = self.plan.inputs[name]
-            if name != SOURCE:
-                cols.append(f"coalesce(({where}), false)" if where else "true")
-            cols += [x for e in sel for x in (every if e.strip() == "*" else [e])]
-        et = self.plan.event_time
-        if et is not None and SOURCE not in self.plan.inputs:
-            cols.append(f"`{et}`")  # for the latency metric
-        letters = ["__file", "__lineno", "__line"] if pre is None else []
-        # Good rows' lines are not needed: shipping them took a third of a 200k-row step.
-        rows = stream.selectExpr(
-            *cols,
-            "__keep",
-            "__bad",
-            *(f"CASE WHEN coalesce(__bad, false) THEN {c} END" for c in letters),
-            END,
-        )
-        return rows.toDF(*(f"__x{i}" for i in range(len(cols))), *hidden[:2], *letters, END), agg
-
-    def _split(self, tables: JobTables, pre: PreAggregation | None) -> MicroBatch:
-        """The jobs' Arrow results as the circuit's inputs, dead letters and metrics."""
-        rows, agg = tables
-        batch = None if pre is None or agg is None else pre.split(agg)
-        if rows is None:
-            assert batch is not None
-            return batch
-        if rows.num_rows == 0:
-            return batch or MicroBatch(None, 0, None, {}, None)
-        bad = pc.fill_null(rows.column("__bad"), False)
-        good = pc.and_(pc.invert(bad), pc.fill_null(rows.column("__keep"), False))
-        inputs: dict[str, pa.Table] = {}
-        k = 0
-        for name in self._row_inputs(pre):
-            schema = self.plan.input_schemas[name]
-            mask = good
-            if name != SOURCE:
-                mask, k = pc.and_(good, rows.column(k)), k + 1
-            part = rows.filter(mask).select(list(range(k, k + len(schema))))
-            inputs[name] = part.rename_columns(schema.names).cast(schema)
-            k += len(schema)
-        rows_in = sum(x.num_rows for x in inputs.values())
-        if batch is not None:  # its dead letters, end and oldest event cover the batch
-            return MicroBatch(
-                batch.end, batch.rows_in + rows_in, batch.oldest, batch.partials, batch.bad, inputs
-            )
-        et, oldest = self.plan.event_time, None
-        if et is not None:
-            times = inputs[SOURCE].column(et) if SOURCE in inputs else rows.filter(good).column(k)
-            oldest = min_event_us(times)
-        end = pc.max(rows.column(END)).as_py()
-        letters = rows.filter(bad).select(["__file", "__lineno", "__line"])
-        return MicroBatch(int(end), rows_in, oldest, {}, letters, inputs)
-
-    def _flagged(self, df: DataFrame) -> DataFrame:
-        """The batch with the source's columns parsed, `__bad` marking unparseable rows, and
-        `__file`, `__lineno`, `__line` for dead letters (nulls for sources without lines;
-        JSON's line numbers are found later, for bad rows only: `FileBatches`). A JSON
-        record is bad when Spark's JSON reader does not parse it: not an object (or an array
-        of objects), malformed, or a present value that does not convert to its column's
-        type (an empty string for a number included); a CSV line, if it has the wrong
-        number of fields or a non-empty value does not convert."""
-        src = self.spec.source
-        fields = self.plan.source_schema.fields
-        columns = [F.col(f"`{f.name}`") for f in fields]
-        if not isinstance(src, S.FilesSource) or src.format == "parquet":
-            return df.select(
-                *columns,
-                F.lit(False).alias("__bad"),
-                F.lit(None).cast("string").alias("__file"),
-                F.lit(None).cast("bigint").alias("__lineno"),
-                F.lit(None).cast("string").alias("__line"),
-                F.col(END),
-            )
-        if src.format == "json":
-            return df.select(
-                *columns,
-                F.col(CORRUPT).isNotNull().alias("__bad"),
-                "__file",
-                F.lit(None).cast("bigint").alias("__lineno"),
-                F.col(CORRUPT).alias("__line"),
-                F.col(END),
-            )
-        line = F.col("__line")
-        parsed = df.withColumn("__p", F.from_csv(line, ddl(self.plan.source_schema)))
-        raw = [F.get(F.split(line, ","), i) for i in range(len(fields))]  # NULL if short
-        bad = F.size(F.split(line, ",")) != len(fields)
-        for f, r in zip(fields, raw, strict=True):
-            value = F.col(f"__p.`{f.name}`")
-            present = r.isNotNull() & (F.lower(F.trim(r)) != "null") & (F.trim(r) != "")
-            bad = bad | (present & value.isNull())
-        bad = bad | F.col("__p").isNull()
-        return parsed.select(
-            *[F.col(f"__p.`{f.name}`").alias(f.name) for f in fields],
-            bad.alias("__bad"),
-            "__file",
-            "__lineno",
-            "__line",
-            END,
-        )
 
     def _rollback_dead_letters(self) -> None:
         if not os.path.isdir(self.dead_letters):

@@ -256,14 +256,14 @@ def test_the_first_step_is_the_batch_read_ahead_and_the_query_starts_after_it(
         if arrives:
             write(1)
         jobs = 0
-        tables = r._job_tables
+        tables = r.jobs.tables
 
         def counted(*args: Any) -> Any:
             nonlocal jobs
             jobs += 1
             return tables(*args)
 
-        r._job_tables = counted  # type: ignore[method-assign]
+        r.jobs.tables = counted  # type: ignore[method-assign]
         result = r.run(max_steps=2 if arrives else 1)
     finally:
         r.close()

@@ -21,8 +21,9 @@ from pyspark.sql import functions as F
 
 from pipeline_spec.model import parse_spec
 from storage_engine.schema import WEIGHT
+from workers.batch_jobs import PRE_AGGREGATE_MIN_ROWS
 from workers.plan import plan
-from workers.runner import PRE_AGGREGATE_MIN_ROWS, Runner
+from workers.runner import Runner
 from workers.sinks import FilesSink
 
 FILES, ROWS = 4, 150
@@ -405,14 +406,14 @@ def test_auto_pre_aggregates_min_max_and_large_steps(tmp_path: Path, spark: Spar
     linear, extremes = runner(PER_USER_CAT, "a"), runner(EVERYTHING, "b")
     try:
         assert linear.plan.pre_aggregation is not None
-        assert linear._pre_aggregation() is None  # the first step: no size known yet
+        assert linear.jobs.pre_aggregation() is None  # the first step: no size known yet
         linear.run(max_steps=2)
-        assert linear._pre_aggregation() is None  # a few rows per step
-        linear._last_rows_in = PRE_AGGREGATE_MIN_ROWS
-        assert linear._pre_aggregation() is linear.plan.pre_aggregation
-        assert extremes._pre_aggregation() is extremes.plan.pre_aggregation
-        extremes.pre_aggregate = "never"
-        assert extremes._pre_aggregation() is None
+        assert linear.jobs.pre_aggregation() is None  # a few rows per step
+        linear.jobs.last_rows_in = PRE_AGGREGATE_MIN_ROWS
+        assert linear.jobs.pre_aggregation() is linear.plan.pre_aggregation
+        assert extremes.jobs.pre_aggregation() is extremes.plan.pre_aggregation
+        extremes.jobs.policy = "never"
+        assert extremes.jobs.pre_aggregation() is None
     finally:
         linear.close()
         extremes.close()
