@@ -56,7 +56,6 @@ class LogMirror:
         self.path = path
         self.fs = fs
         self._remote: set[str] | None = None  # listed once, then kept up to date
-        self.uploaded_bytes = 0
 
     def sync(self) -> None:
         """Upload the segments the copy lacks; drop those the local log has truncated."""
@@ -68,14 +67,12 @@ class LogMirror:
         todo = [f"{st}/{n}" for st, names in local.items() for n in names]
         todo = [k for k in todo if k not in remote]
 
-        def put(rel: str) -> int:
-            p = os.path.join(self.path, LOG_DIR, rel)
-            store.put_file(PREFIX + rel, p)
+        def put(rel: str) -> None:
+            store.put_file(PREFIX + rel, os.path.join(self.path, LOG_DIR, rel))
             remote.add(rel)
-            return self.fs.size(p)
 
         with ThreadPoolExecutor(store.settings.upload_concurrency) as pool:
-            self.uploaded_bytes += sum(pool.map(put, todo))
+            list(pool.map(put, todo))
         # A segment gone from a stream that still has segments was truncated (the newest
         # segment is never truncated); a stream absent locally is left alone.
         doomed = []
