@@ -288,7 +288,7 @@ def pull_cmd(
 
     from storage_engine.fileio import PosixFileLayer
     from storage_engine.objstore import ObjectStore, ObjectStoreSettings
-    from storage_engine.remote import pull
+    from storage_engine.remote_pull import pull
 
     try:
         store = ObjectStore(ObjectStoreSettings())  # from the env

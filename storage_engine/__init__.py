@@ -11,7 +11,6 @@ from . import allocator  # noqa: F401
 # isort: split
 
 from .batch import Batch
-from .batch_file import BatchFile, WriteOptions
 from .commit import CommitHandle
 from .errors import (
     CheckpointNotFoundError,
@@ -24,8 +23,10 @@ from .errors import (
     SchemaMismatchError,
     StorageError,
 )
+from .file_format import BatchFile, WriteOptions
 from .fileio import FileLayer, PosixFileLayer
-from .location import GcResult, SpineMeta, StorageLocation
+from .location import SpineMeta, StorageLocation
+from .location_gc import GcResult
 from .manifest import CheckpointInfo
 from .objstore import (
     DirectoryObjectStore,
@@ -37,7 +38,8 @@ from .objstore import (
     TierSettings,
     open_object_store,
 )
-from .remote import CheckpointGoneError, DivergedError, FencedError, PullResult, pull
+from .remote import CheckpointGoneError, DivergedError, FencedError
+from .remote_pull import PullResult, pull
 from .schema import WEIGHT, ZSetSchema
 from .settings import EngineSettings
 from .spine import Spine, SpineStats

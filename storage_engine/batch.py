@@ -14,6 +14,8 @@ import numpy as np
 import pyarrow as pa
 
 from . import kernels, lookup
+from .lookup.probes import ProbeEncodings, key_table
+from .lookup.seek import key_encoding, seek_keyed
 from .schema import WEIGHT, ZSetSchema
 
 
@@ -132,7 +134,7 @@ class Batch:
 
     def seek(self, keys: Any) -> Batch:
         """Rows whose key is one of `keys` (vectorised over all probes at once)."""
-        probes = kernels.key_table(keys, self.schema)
+        probes = key_table(keys, self.schema)
         return Batch(self.schema, self.seek_probes(probes))
 
     @property
@@ -142,23 +144,23 @@ class Batch:
         return enc if isinstance(enc, kernels.KeyEncoding) else None
 
     def seek_probes(self, probes: pa.RecordBatch) -> pa.RecordBatch:
-        """`seek` for probes already in `kernels.key_table` form; caches the key encoding."""
+        """`seek` for probes already in `probes.key_table` form; caches the key encoding."""
         return self.seek_probes_keyed(probes)[0]
 
     def seek_probes_keyed(
-        self, probes: pa.RecordBatch, probe_encodings: kernels.ProbeEncodings | None = None
+        self, probes: pa.RecordBatch, probe_encodings: ProbeEncodings | None = None
     ) -> kernels.Keyed:
-        """`seek_probes`, with the found rows' key encoding (`kernels.seek_keyed`)."""
+        """`seek_probes`, with the found rows' key encoding (`seek.seek_keyed`)."""
         if self._key_enc is False:
-            self._key_enc = kernels.key_encoding(self.data, self.schema)
+            self._key_enc = key_encoding(self.data, self.schema)
         enc = self._key_enc if isinstance(self._key_enc, kernels.KeyEncoding) else None
-        return kernels.seek_keyed(self.data, probes, self.schema, enc, probe_encodings)
+        return seek_keyed(self.data, probes, self.schema, enc, probe_encodings)
 
     def find(self, probes: lookup.Probes) -> lookup.Found | None:
         """The rows whose key is one of `probes`, as a lookup gathers them (`lookup`); None
         when the keys have no encoding or a value column has nulls."""
         if self._key_enc is False:
-            self._key_enc = kernels.key_encoding(self.data, self.schema)
+            self._key_enc = key_encoding(self.data, self.schema)
         enc = self._key_enc
         if not isinstance(enc, kernels.KeyEncoding):
             return None

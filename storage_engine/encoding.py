@@ -221,7 +221,7 @@ def _load8(data: Array, pos: Array, stride: int | None = None) -> Array:
         m = n if int(pos[-1]) <= limit else max(0, min(n, (limit - first) // step + 1))
         if step >= 8:
             # a record of `step` bytes per value, its first 8 a big-endian field: NumPy
-            # copies and byte-swaps them in one pass (a byte-strided copy is 15x slower)
+            # copies and byte-swaps them in one pass (a byte-strided copy is much slower)
             rec = np.dtype({"names": ["v"], "formats": [">u8"], "offsets": [0], "itemsize": step})
             m = max(0, min(m, (len(data) - first) // step))  # whole records only
             out: Array = np.empty(n, dtype=np.uint64)

@@ -90,11 +90,11 @@ WRITEBACK_BYTES = 1 << 20
 class _PosixFile:
     """A file being written. Every `WRITEBACK_BYTES` it asks the kernel to start writing
     back what was written so far (RocksDB's `bytes_per_sync`), so the final fsync of a
-    large file (a merge output: 40 MB) waits for its last pages, not all of them: 11 ms
-    fell to 0.2 ms on one benchmark VM (on another, an fsync cost 0.9 ms per MiB with or
-    without it: hence merge outputs are fsynced off the merge, see `write_batch`). A hint
-    only: durability still comes from `sync()`, and a failed hint is ignored (the fsync
-    reports the error)."""
+    large file (a merge output) waits for its last pages, not all of them. Some disks gain
+    nothing from it, since an fsync's cost grows with the file's size either way: hence
+    merge outputs are fsynced off the merge, see `write_batch`. A hint only: durability
+    still comes from `sync()`, and a failed hint is ignored (the fsync reports the
+    error)."""
 
     def __init__(self, path: str) -> None:
         self.path = path

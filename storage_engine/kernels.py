@@ -1,19 +1,22 @@
-"""Vectorised kernels over Arrow record batches: sort, consolidate, merge, seek, bounds.
+"""Vectorised kernels over Arrow record batches: sort, consolidate, merge, bounds.
 
 Two paths with one ordering:
 - NumPy, when every column has an order-preserving NumPy encoding (`encoding.py`: integers,
   temporals, bools, and strings/binaries as normalized-key chunks) and no nulls: sort on the
   first column (SIMD quicksort, or timsort for merges of sorted runs), then re-sort only the
-  groups whose later columns are out of order; `searchsorted` for seeks;
-- Arrow compute for everything else (nulls, long strings): `sort_indices`, semi-joins.
+  groups whose later columns are out of order;
+- Arrow compute for everything else (nulls, long strings): `sort_indices`.
 Nulls sort first. Both paths produce rows sorted by (keys, values) with weights summed and
 zero weights dropped: the batch invariant.
+
+Seeks (rows equal to probe keys) are the lookup package's (`lookup/seek.py`); the bounds
+here (`count_below`, `count_at_most`, `compare_rows`) serve ranges, truncation and the
+cuts of a streamed merge.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -23,7 +26,6 @@ import pyarrow.compute as pc
 
 from . import encoding
 from .schema import WEIGHT, ZSetSchema
-from .search import SearchTree, run_ends
 
 IntArray = npt.NDArray[np.int64]
 
@@ -51,10 +53,10 @@ def sort_order(rb: pa.RecordBatch, schema: ZSetSchema, runs: bool = False) -> In
     enc = encoding.encode(rb, schema.row_names)
     if enc is not None:
         return _numpy_order(enc[0].cols, runs)
-    return _arrow_order(rb, schema.row_names)
+    return arrow_order(rb, schema.row_names)
 
 
-def _arrow_order(rb: pa.RecordBatch, names: Sequence[str]) -> IntArray:
+def arrow_order(rb: pa.RecordBatch, names: Sequence[str]) -> IntArray:
     idx = pc.sort_indices(rb, sort_keys=_ascending(names))
     return np.asarray(idx.to_numpy(), dtype=np.int64)
 
@@ -95,7 +97,7 @@ def sorted_unique(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
     return s[np.concatenate(([True], s[1:] != s[:-1]))] if len(s) else s
 
 
-def _arrow_changes(rb: pa.RecordBatch, names: Sequence[str]) -> npt.NDArray[np.bool_]:
+def arrow_changes(rb: pa.RecordBatch, names: Sequence[str]) -> npt.NDArray[np.bool_]:
     """changes[i] is True when row i+1 differs from row i in some column (nulls equal)."""
     n = rb.num_rows
     changed = np.zeros(max(n - 1, 0), dtype=bool)
@@ -244,8 +246,8 @@ def _consolidate(
         kcols = [c if idx is None else c[idx] for c in cols[:width]]
         return out, encoding.Encoding(kcols, layouts)
     if sort:
-        rb = rb.take(pa.array(_arrow_order(rb, names)))
-    return _sum_equal_rows(rb, None, _arrow_changes(rb, names))[0], None
+        rb = rb.take(pa.array(arrow_order(rb, names)))
+    return _sum_equal_rows(rb, None, arrow_changes(rb, names))[0], None
 
 
 def consolidate_sorted(rb: pa.RecordBatch, schema: ZSetSchema) -> pa.RecordBatch:
@@ -309,140 +311,6 @@ def empty(schema: ZSetSchema) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist([], schema=schema.arrow)
 
 
-Cut = tuple[bytes | None, ...]  # a prefix per string key column, None for numeric ones
-
-
-def key_table(
-    keys: Any, schema: ZSetSchema, lead_range: tuple[Any, Any] | None = None
-) -> pa.RecordBatch:
-    """Probe keys as a record batch of the key columns, sorted and unique.
-
-    Accepts a record batch or table with the key columns, a dict of columns, a NumPy array
-    or a list (single key column), or a list of tuples (composite keys). `lead_range`: the
-    inclusive (min, max) of the first key column over the data to be probed; probes outside
-    it cannot match and are dropped before the sort, which is most of a lookup's own work
-    when many probed keys are absent.
-    """
-    rb = key_batch(keys, schema)
-    if lead_range is not None:
-        rb = _within(rb, *lead_range)
-    return _unique_sorted_keys(rb, schema)
-
-
-def probe_table(
-    keys: Any, schema: ZSetSchema, lead_range: tuple[Any, Any] | None
-) -> tuple[pa.RecordBatch, ProbeEncodings]:
-    """`key_table(keys, schema, lead_range)`, and the encoding of the probes made on the
-    way, for the batches of the lookup to share.
-
-    Keys whose first column is a string: every key in `lead_range` starts with the bytes
-    its two ends share, so the probes left in the range are encoded with that prefix cut
-    (no pass to find their own prefix, no check that they have it) and sorted on it. A
-    batch or file whose keys have the same cut (the usual case: it spans most of the range)
-    then compares with those columns directly, without encoding the probes again.
-    """
-    encodings = ProbeEncodings()
-    rb = key_batch(keys, schema)
-    if lead_range is not None:
-        rb = _within(rb, *lead_range)
-    cut = range_cut(schema, lead_range)
-    if cut is not None and cut[0] is None:
-        cut = None  # a numeric first column: its probes are sorted as they are
-    got = encoding.encode_prefixed(rb, schema.key_names, cut, checked=True) if cut else None
-    if cut is None or got is None or rb.num_rows == 0:
-        return _unique_sorted_keys(rb, schema), encodings
-    enc = got[0]
-    order = unique_order(enc.cols)
-    if order is not None:
-        enc = encoding.Encoding([c[order] for c in enc.cols], enc.layouts)
-        rb = rb.take(pa.array(order))
-    encodings.by_cut[cut] = (enc, None)
-    return rb, encodings
-
-
-def key_batch(keys: Any, schema: ZSetSchema) -> pa.RecordBatch:
-    """`key_table`'s accepted forms of probe keys as one record batch of the key columns."""
-    ks = schema.key_schema
-    if isinstance(keys, pa.Table):
-        keys = keys.combine_chunks().to_batches()[0] if keys.num_rows else ks.empty_table()
-    if isinstance(keys, pa.Table):
-        return pa.RecordBatch.from_pylist([], schema=ks)
-    if isinstance(keys, pa.RecordBatch):
-        return keys.select(schema.key_names).cast(ks)
-    if isinstance(keys, dict):
-        return pa.record_batch({n: keys[n] for n in schema.key_names}, schema=ks)
-    if len(schema.keys) == 1 and not (len(keys) and isinstance(keys[0], tuple)):
-        return pa.record_batch([pa.array(keys, type=schema.keys[0].type)], schema=ks)
-    cols: list[Any] = list(zip(*keys, strict=True)) if len(keys) else [[] for _ in schema.keys]
-    return pa.record_batch(
-        [pa.array(c, type=f.type) for c, f in zip(cols, schema.keys, strict=True)], schema=ks
-    )
-
-
-def range_cut(schema: ZSetSchema, lead_range: tuple[Any, Any] | None) -> Cut | None:
-    """The prefix cut shared by every key whose first column lies in `lead_range`: for a
-    string first column its ends' common prefix, none for the other string columns, None
-    for numeric ones; None when there is no such cut (no range, a column with no
-    encoding)."""
-    if lead_range is None or lead_range[0] is None or lead_range[1] is None:
-        return None
-    cut: list[bytes | None] = []
-    for j, f in enumerate(schema.keys):
-        if encoding.is_numeric(f.type):
-            cut.append(None)
-        elif encoding.is_stringish(f.type):
-            cut.append(encoding.shared_prefix(*lead_range) if j == 0 else b"")
-        else:
-            return None
-    return tuple(cut)
-
-
-def _within(rb: pa.RecordBatch, lo: Any, hi: Any) -> pa.RecordBatch:
-    """The rows of `rb` whose first column lies in [lo, hi] (null keys are kept: where
-    they sort is not this function's business). Types whose order Arrow's comparisons
-    may not share with the sort (floats: NaN) are left alone."""
-    col, typ = rb.column(0), rb.schema.field(0).type
-    if rb.num_rows == 0 or lo is None or hi is None:
-        return rb
-    if pa.types.is_integer(typ) and not col.null_count:
-        v = col.to_numpy()
-        keep = (v >= lo) & (v <= hi)
-    elif encoding.is_stringish(typ) or pa.types.is_temporal(typ):
-        inside = pc.and_(
-            pc.greater_equal(col, pa.scalar(lo, typ)), pc.less_equal(col, pa.scalar(hi, typ))
-        )
-        keep = pc.fill_null(inside, True).to_numpy(zero_copy_only=False)
-    else:
-        return rb
-    return rb if keep.all() else rb.filter(pa.array(keep))
-
-
-def _unique_sorted_keys(rb: pa.RecordBatch, schema: ZSetSchema) -> pa.RecordBatch:
-    if rb.num_rows < 2:
-        return rb
-    names = schema.key_names
-    if (
-        len(names) == 1
-        and pa.types.is_integer(rb.schema.field(0).type)
-        and not rb.column(0).null_count
-    ):
-        # one integer key: sorting the values is several times cheaper than an argsort
-        # followed by a take
-        values = rb.column(0).to_numpy()
-        if np.all(values[1:] > values[:-1]):
-            return rb
-        values = np.sort(values)
-        values = values[np.concatenate(([True], values[1:] != values[:-1]))]
-        return pa.record_batch([pa.array(values, rb.schema.field(0).type)], schema=rb.schema)
-    enc = encoding.encode(rb, names)
-    if enc is not None:
-        order = unique_order(enc[0].cols)
-        return rb if order is None else rb.take(pa.array(order))
-    rb = rb.take(pa.array(_arrow_order(rb, names)))
-    keep = np.concatenate(([True], _arrow_changes(rb, names)))
-    return rb.filter(pa.array(keep))
-
-
 def unique_order(cols: list[npt.NDArray[Any]]) -> IntArray | None:
     """Indices that sort encoded rows `cols` and keep the first of equal ones; None when
     they are sorted and unique already (e.g. the keys of a batch: no sort, no take)."""
@@ -467,181 +335,6 @@ def _strictly_increasing(cols: Sequence[npt.NDArray[Any]]) -> bool:
 KeyEncoding = encoding.Encoding
 
 
-def key_encoding(rb: pa.RecordBatch, schema: ZSetSchema) -> KeyEncoding | None:
-    """Encoding of a sorted batch's key columns, for repeated seeks (cache it with the batch)."""
-    enc = encoding.encode(rb, schema.key_names)
-    return enc[0] if enc is not None else None
-
-
-@dataclass
-class ProbeEncodings:
-    """The probes' encodings made during one lookup, for its batches to share.
-
-    `by_cut`: per prefix cut (one prefix per string key column, None for numeric ones), the
-    encoding of the probes that start with the prefixes (each string column with as many
-    chunks as its longest probe needs), and which probes those are (None: all). Batches and
-    files whose keys have that cut compare with it directly (`encoding.align`).
-    `by_layout`: per exact key layout, the encoded columns of the probes that can match a
-    batch of that layout (for probes too long for a complete encoding).
-    """
-
-    by_cut: dict[Cut, tuple[encoding.Encoding, npt.NDArray[np.bool_] | None]] = field(
-        default_factory=dict
-    )
-    by_layout: dict[tuple[encoding.StringLayout | None, ...], list[npt.NDArray[Any]]] = field(
-        default_factory=dict
-    )
-
-
-def seek(
-    rb: pa.RecordBatch,
-    probes: pa.RecordBatch,
-    schema: ZSetSchema,
-    enc: KeyEncoding | None = None,
-) -> pa.RecordBatch:
-    """Rows of sorted `rb` whose key equals one of the sorted, unique `probes` keys.
-
-    Binary search on the first encoded key column finds each probe's candidate rows (all the
-    rows of that key, or a few more sharing a string chunk); the other encoded columns then
-    confirm exact equality. `enc` is `rb`'s cached key encoding, if the caller has one.
-    """
-    return seek_keyed(rb, probes, schema, enc)[0]
-
-
-def seek_keyed(
-    rb: pa.RecordBatch,
-    probes: pa.RecordBatch,
-    schema: ZSetSchema,
-    enc: KeyEncoding | None = None,
-    probe_encodings: ProbeEncodings | None = None,
-) -> Keyed:
-    """`seek`, also returning the found rows' key encoding (gathered from `rb`'s: a merge of
-    several seeks' results then need not encode their strings again). `probe_encodings`
-    keeps the probes' encodings across the batches of one lookup: batches whose keys share a
-    layout (string prefix, chunk count) need them encoded once."""
-    if rb.num_rows == 0 or probes.num_rows == 0:
-        return rb.slice(0, 0), None
-    benc = enc if enc is not None else key_encoding(rb, schema)
-    rows = seek_positions(rb, probes, schema, benc, probe_encodings)
-    found = rb.take(pa.array(rows))
-    if benc is None or all(lay is None for lay in benc.layouts):
-        return found, None  # no encoding, or numeric keys (views): nothing to carry
-    return found, encoding.Encoding([c[rows] for c in benc.cols], benc.layouts)
-
-
-def seek_positions(
-    rb: pa.RecordBatch,
-    probes: pa.RecordBatch,
-    schema: ZSetSchema,
-    enc: KeyEncoding | None = None,
-    probe_encodings: ProbeEncodings | None = None,
-) -> IntArray:
-    """Ascending indices of the rows of sorted `rb` whose key is among the sorted, unique
-    `probes` (`seek_keyed`'s rows, for callers that align rows rather than copy them)."""
-    if rb.num_rows == 0 or probes.num_rows == 0:
-        return np.empty(0, dtype=np.int64)
-    benc = enc if enc is not None else key_encoding(rb, schema)
-    if benc is None:
-        return _seek_arrow(rb, probes, schema)
-    if probe_encodings is not None:
-        shared = probe_encodings.by_cut.get(encoding.cut_of(benc))
-        if shared is not None:
-            return seek_rows(*encoding.align(benc, shared[0]))
-    layout = tuple(benc.layouts)
-    pcols = probe_encodings.by_layout.get(layout) if probe_encodings is not None else None
-    if pcols is None:
-        penc = encoding.encode(probes, schema.key_names, like=benc)
-        if penc is None:
-            return _seek_arrow(rb, probes, schema)
-        pcols, valid = penc[0].cols, penc[1]
-        if valid is not None and not valid.all():
-            sel = np.flatnonzero(valid)
-            pcols = [c[sel] for c in pcols]
-        if probe_encodings is not None:
-            probe_encodings.by_layout[layout] = pcols
-    return seek_rows(benc.cols, pcols)
-
-
-def seek_rows(bcols: Sequence[npt.NDArray[Any]], pcols: Sequence[npt.NDArray[Any]]) -> IntArray:
-    """Indices of the rows whose encoded key (`bcols`, sorted) equals one of the sorted,
-    unique encoded probes (`pcols`, the same columns)."""
-    return seek_matches(bcols, pcols)[0]
-
-
-def seek_matches(
-    bcols: Sequence[npt.NDArray[Any]],
-    pcols: Sequence[npt.NDArray[Any]],
-    fixed: Sequence[int | None] | None = None,
-    tree: SearchTree | None = None,
-) -> tuple[IntArray, IntArray]:
-    """(rows, owners): the ascending indices of the rows whose encoded key (`bcols`, sorted)
-    equals one of the sorted, unique encoded probes (`pcols`, the same columns), and for
-    each row the index of the probe it equals. `fixed`, if known: per column of `bcols`,
-    the one value it holds (`single_value`); a later column that holds the same one value in
-    the probes is not compared (a string key's lengths, when all keys have one length).
-    `tree`: a search tree over `bcols[0]`, to search it with."""
-    if fixed is not None and len(bcols) > 1:
-        same = [
-            j > 0 and fixed[j] is not None and single_value(pcols[j]) == fixed[j]
-            for j in range(len(bcols))
-        ]
-        bcols = [c for c, s in zip(bcols, same, strict=True) if not s]
-        pcols = [c for c, s in zip(pcols, same, strict=True) if not s]
-    k, p = bcols[0], pcols[0]
-    n = len(k)
-    none = np.empty(0, dtype=np.int64)
-    if n == 0 or len(p) == 0:
-        return none, none
-    # Probes outside the batch's key range cannot match: two scalar searches spare them
-    # the binary search over the batch (absent keys are often outside it).
-    a = int(np.searchsorted(p, k[0], side="left"))
-    b = int(np.searchsorted(p, k[-1], side="right"))
-    if a > 0 or b < len(p):
-        pcols = [c[a:b] for c in pcols]
-        p = pcols[0]
-        if len(p) == 0:
-            return none, none
-    if tree is None:
-        lo = np.searchsorted(k, p, side="left")
-        found = k[np.minimum(lo, n - 1)] == p
-        lo, pidx = lo[found], np.flatnonzero(found)
-        hi = run_ends(k, lo + 1, p[pidx])
-    else:
-        lo, hi = tree.equal_range(p)
-        pidx = np.flatnonzero(hi > lo)
-        lo, hi = lo[pidx], hi[pidx]
-    if len(hi) and int((hi - lo).max()) > 1:
-        rows = ranges_to_indices(lo, hi)
-        owner = np.repeat(pidx, hi - lo)
-    else:  # one row per found probe: no ranges to expand
-        rows, owner = lo.astype(np.int64, copy=False), pidx
-    if len(bcols) > 1 and len(rows):
-        match = np.ones(len(rows), dtype=bool)
-        for bc, pcol in zip(bcols[1:], pcols[1:], strict=True):
-            match &= bc[rows] == pcol[owner]
-        rows, owner = rows[match], owner[match]
-    return rows, owner + a
-
-
-def single_value(col: npt.NDArray[Any]) -> int | None:
-    """The one value an encoded column holds (None: several, or none)."""
-    if not len(col):
-        return None
-    lo, hi = int(col.min()), int(col.max())
-    return lo if lo == hi else None
-
-
-def _null_safe_keys(rb: pa.RecordBatch, names: Sequence[str]) -> pa.Table:
-    """Key columns with nulls replaced by a filler plus an is-null flag per column, so a
-    hash join matches null keys to null keys (SQL joins never would)."""
-    cols: dict[str, pa.Array] = {}
-    for i, n in enumerate(names):
-        col = rb.column(n)
-        cols[f"k{i}"] = pc.fill_null(col, pa.scalar(filler(col.type), col.type))
-        cols[f"n{i}"] = pc.is_null(col)
-    return pa.table(cols)
-
-
 def filler(t: pa.DataType) -> Any:
     """A non-null value of type `t` (stands in for nulls where a value is required)."""
     if pa.types.is_string(t) or pa.types.is_large_string(t):
@@ -651,14 +344,6 @@ def filler(t: pa.DataType) -> Any:
     if pa.types.is_boolean(t):
         return False
     return pa.scalar(0, pa.int64()).cast(t).as_py()
-
-
-def _seek_arrow(rb: pa.RecordBatch, probes: pa.RecordBatch, schema: ZSetSchema) -> IntArray:
-    names = schema.key_names
-    left = _null_safe_keys(rb, names).append_column("row", pa.array(np.arange(rb.num_rows)))
-    right = _null_safe_keys(probes, names)
-    joined = left.join(right, keys=right.column_names, join_type="left semi", use_threads=False)
-    return np.sort(np.asarray(joined.column("row").to_numpy(), dtype=np.int64))
 
 
 def ranges_to_indices(lo: IntArray, hi: IntArray) -> IntArray:

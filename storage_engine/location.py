@@ -17,20 +17,24 @@ Invariants:
 - startup removes `*.mut`, checkpoint directories missing from the manifest, and batch
   files no checkpoint references; without a manifest but with checkpoint directories it
   refuses to open (ManifestMissingError) rather than guess.
+
+`StorageLocation` is this module (opening, the lock, restore, spines, batch file writes, the
+commit requests) with two concerns mixed in from their own modules: writing the requested
+checkpoints on the commit thread (`location_commit.CheckpointWriter`) and deleting
+checkpoints and files (`location_gc.Collector`). The read-only view of a location, for the
+API and the offline tools, is `location_view.py`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import logging
 import os
-import re
 import tempfile
 import threading
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -39,12 +43,10 @@ import pyarrow as pa
 import tenacity
 
 from .batch import Batch
-from .batch_file import BatchFile, BatchFileWriter, WriteOptions
 from .cache import BufferCache
 from .commit import CommitHandle, CommitThread
 from .errors import (
     CheckpointNotFoundError,
-    CommitFailedError,
     CorruptionError,
     FingerprintMismatchError,
     LockedError,
@@ -52,33 +54,32 @@ from .errors import (
     SchemaMismatchError,
     StorageError,
 )
+from .file_format import BatchFile, BatchFileWriter, WriteOptions
 from .fileio import FileLayer, PosixFileLayer
-from .manifest import CHECKPOINT_META, MANIFEST, CheckpointInfo, Manifest, read_doc, write_doc
+from .location_commit import CheckpointWriter, _CommitJob, decode_bound
+from .location_gc import Collector
+from .manifest import (
+    CHECKPOINT_META,
+    CHECKPOINT_RE,
+    LOCK,
+    MANIFEST,
+    OP_ID_RE,
+    CheckpointInfo,
+    Manifest,
+    read_doc,
+    spine_file,
+    write_doc,
+)
+from .merging import Merger
 from .objstore import ObjectStoreLike
-from .remote import PULL_SKIPPED, RemoteTier, pull, pulled_skipped
+from .remote import RemoteTier
+from .remote_pull import PULL_SKIPPED, pull, pulled_skipped
 from .schema import ZSetSchema
 from .settings import EngineSettings
-from .spine import Entry, MemoryBudget, Merger, Spine
-
-log = logging.getLogger(__name__)
-
-LOCK = "LOCK"
-BATCH_RE = re.compile(r"^[0-9a-f]{32}\.batch$")
-CHECKPOINT_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-OP_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+from .spine import Spine
+from .spine_store import MemoryBudget
 
 T = TypeVar("T")
-
-
-class _ManifestInDoubt(OSError):
-    """A manifest write failed and the previous manifest could not be put back."""
-
-
-@dataclass(frozen=True)
-class GcResult:
-    deleted: list[str]
-    files_removed: int
-    bytes_freed: int
 
 
 @dataclass(frozen=True)
@@ -92,23 +93,7 @@ class SpineMeta:
     bytes: int
 
 
-@dataclass
-class _CommitJob:
-    """A requested commit: the snapshot it must write, taken at request time."""
-
-    handle: CommitHandle
-    spines: dict[str, tuple[tuple[Entry, ...], tuple[Any, ...] | None]]
-    identifier: str | None
-    step: int
-    metadata: dict[str, Any]
-    keep_last: int | None = None
-
-
-def spine_file(op_id: str) -> str:
-    return f"spine-{op_id}.json"
-
-
-class StorageLocation:
+class StorageLocation(CheckpointWriter, Collector):
     """Owns a storage directory: spines, commit, gc, delete, restore. Use `open()`."""
 
     def __init__(
@@ -174,7 +159,7 @@ class StorageLocation:
 
         With `remote`, checkpoints are also uploaded to that object-store prefix, and this
         location becomes its only writer (fencing any other). `from_remote` first restores
-        an absent or empty `path` from the prefix (see `remote.pull`): lazily, fetching
+        an absent or empty `path` from the prefix (see `remote_pull.pull`): lazily, fetching
         batch files on demand, or `eager`ly; `remote_fallback` falls back to the newest
         intact checkpoint if the requested one has a missing or corrupt object.
         """
@@ -259,28 +244,6 @@ class StorageLocation:
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         self._lock_fd = fd
-
-    def _cleanup(self, names: list[str]) -> None:
-        fs, removed = self.fs, False
-        known = {c.uuid for c in self._manifest.checkpoints}
-        referenced = set().union(*self._refs.values()) if self._refs else set()
-        for n in names:
-            p = self._p(n)
-            if n.endswith(".mut") and (BATCH_RE.match(n[:-4]) or n[:-4] == MANIFEST):
-                fs.remove(p)
-                removed = True
-            elif CHECKPOINT_RE.match(n) and fs.isdir(p) and n not in known:
-                fs.rmtree(p)
-                removed = True
-            elif CHECKPOINT_RE.match(n) and fs.isdir(p):
-                for m in fs.listdir(p):
-                    if m.endswith(".mut"):
-                        fs.remove(os.path.join(p, m))
-            elif BATCH_RE.match(n) and n not in referenced and not self._unreadable:
-                fs.remove(p)
-                removed = True
-        if removed:
-            fs.sync_dir(self.path)
 
     def _restore(self, fingerprint: str, ref: str | None, allow_state_drop: bool) -> None:
         if ref in (None, "none"):
@@ -370,7 +333,7 @@ class StorageLocation:
                 self._open_batch(n, size, schema)
                 for n, size in zip(meta.batches, sizes, strict=True)
             ]
-            lower = _decode_bound(schema, meta.lower_bound)
+            lower = decode_bound(schema, meta.lower_bound)
         sp = Spine(op_id, schema, self, files, lower)
         self._spines[op_id] = sp
         return sp
@@ -455,31 +418,6 @@ class StorageLocation:
         pending = self._syncer.submit(w.sync_and_close)
         return BatchFile(self.fs, w.path, self.cache, schema, pending_sync=pending)
 
-    def retire_files(self, names: Sequence[str]) -> None:
-        """Files a merge replaced: delete now unless a checkpoint still references them."""
-        if not names or self.read_only:
-            return
-        with self._lock:
-            referenced = set().union(*self._refs.values()) if self._refs else set()
-            keep = referenced | self._pinned_files()
-            for n in names:
-                if n not in keep and not self._unreadable:
-                    self._remove_batch(n)
-
-    def discard_file(self, f: BatchFile) -> None:
-        """Delete a batch file just written that nothing references (a lost write race)."""
-        f.evict()
-        self._remove_batch(f.name)
-
-    def _remove_batch(self, name: str) -> int:
-        p = self._p(name)
-        try:
-            size = self.fs.size(p)
-            self.fs.remove(p)
-        except FileNotFoundError:
-            return 0
-        return size
-
     # -- checkpoints ---------------------------------------------------------------------
 
     def list_checkpoints(self) -> list[CheckpointInfo]:
@@ -556,232 +494,6 @@ class StorageLocation:
             self._committer = CommitThread(self._run_commits, self.settings.max_pending_commits)
         return self._committer
 
-    def _run_commits(self, jobs: list[_CommitJob]) -> None:
-        """Write a group of requested commits; one manifest replace makes them durable."""
-        started = time.perf_counter()
-
-        def attempt() -> list[CheckpointInfo]:
-            # Each attempt has fresh uuids: no manifest on disk ever names a directory that
-            # a retry is rebuilding.
-            uids = [str(uuidlib.uuid4()) for _ in jobs]
-            try:
-                return self._write_checkpoints(list(zip(uids, jobs, strict=True)), started)
-            except _ManifestInDoubt:
-                raise  # the on-disk manifest may name them: keep their directories
-            except OSError:
-                for uid in uids:
-                    with contextlib.suppress(OSError):
-                        self._discard_dir(uid)
-                raise
-
-        try:
-            try:
-                infos = self._retrying(attempt)
-            except OSError as e:
-                steps = ", ".join(str(j.step) for j in jobs)
-                raise CommitFailedError(f"commit of step {steps} failed: {e}") from e
-        except BaseException as e:
-            self.last_commit_error = f"{type(e).__name__}: {e}"
-            for job in jobs:
-                job.handle._fail(e)
-            return
-        finally:
-            with self._lock:
-                with self._pending_lock:
-                    for job in jobs:
-                        self._pending.remove(job)
-                for job in jobs:
-                    self._release_retired(job)
-        self.last_commit_error = None
-        for job, info in zip(jobs, infos, strict=True):
-            job.handle._set_local(info.uuid)
-            if self.remote is not None:
-                self.remote.upload(info, job.handle)
-        keep = jobs[-1].keep_last  # the newest request's policy
-        if keep is not None:
-            self._retain(keep)
-
-    def _retain(self, keep_last: int) -> None:
-        """Delete the oldest checkpoints until `keep_last` remain (on the commit thread)."""
-        try:
-            with self._lock:
-                victims = [c.uuid for c in self._manifest.checkpoints[:-keep_last]]
-                if victims:
-                    self._delete(victims)
-        except (OSError, StorageError) as e:
-            log.warning("%s: deleting old checkpoints failed, left for later: %s", self.path, e)
-
-    def _write_checkpoints(
-        self, group: list[tuple[str, _CommitJob]], started: float
-    ) -> list[CheckpointInfo]:
-        fs = self.fs
-        written = [(uid, job, self._write_checkpoint_dir(uid, job)) for uid, job in group]
-        # One sync of the base directory makes every new batch file's and checkpoint
-        # directory's name durable.
-        fs.sync_dir(self.path)
-        with self._lock:
-            infos: list[CheckpointInfo] = []
-            parent = self._parent
-            old = set().union(*self._refs.values()) if self._refs else set()
-            now = self.clock()
-            for uid, job, (files, total, rows) in written:
-                infos.append(
-                    CheckpointInfo(
-                        uuid=uid,
-                        step=job.step,
-                        fingerprint=self._fingerprint,
-                        created_at=now,
-                        identifier=job.identifier,
-                        parent=parent,
-                        duration_ms=(time.perf_counter() - started) * 1000,
-                        total_bytes=total,
-                        new_bytes=sum(f.size for f in files.values() if f.name not in old),
-                        rows=rows,
-                        files=len(files),
-                    )
-                )
-                old |= set(files)
-                parent = uid
-            manifest = self._manifest.appended(infos)
-            try:
-                write_doc(fs, self._p(MANIFEST), manifest.to_json())  # commit point
-            except OSError as e:
-                # The rename may have happened before the failure: put the previous manifest
-                # back durably so that a reported failure really leaves it unchanged.
-                try:
-                    write_doc(fs, self._p(MANIFEST), self._manifest.to_json())
-                except OSError:
-                    raise _ManifestInDoubt(str(e)) from e
-                raise
-            self._manifest = manifest
-            for uid, job, (files, _, _) in written:
-                self._refs[uid] = set(files)
-                self.step = job.step
-                self.metadata = dict(job.metadata)
-            self._parent = parent
-        return infos
-
-    def _write_checkpoint_dir(
-        self, uid: str, job: _CommitJob
-    ) -> tuple[dict[str, BatchFile], int, int]:
-        """The snapshot's batch files and `<uid>/`, durable; ({name: file}, bytes, rows)."""
-        fs = self.fs
-        spine_docs: dict[str, dict[str, Any]] = {}
-        all_files: dict[str, BatchFile] = {}
-        for op, (entries, lower) in job.spines.items():
-            sp = self._spines[op]
-            files = sp.persist(self._write_batch_once, entries)  # the whole commit is retried
-            spine_docs[op] = {
-                "op_id": op,
-                "schema_fingerprint": sp.schema.fingerprint(),
-                "batches": [f.name for f in files],
-                "sizes": [f.size for f in files],
-                "lower_bound": _encode_bound(sp.schema, lower),
-                "rows": sum(f.rows for f in files),
-                "bytes": sum(f.size for f in files),
-            }
-            all_files.update((f.name, f) for f in files)
-        # The checkpoint directory is unreferenced until the manifest names it, so its files
-        # need no atomic rename: fsync each, then the directory once.
-        ckdir = self._p(uid)
-        if fs.exists(ckdir):
-            fs.rmtree(ckdir)  # left over from a failed attempt
-        fs.mkdir(ckdir)
-        for op, doc in spine_docs.items():
-            write_doc(fs, os.path.join(ckdir, spine_file(op)), doc, atomic=False)
-        write_doc(
-            fs,
-            os.path.join(ckdir, CHECKPOINT_META),
-            {
-                "uuid": uid,
-                "step": job.step,
-                "identifier": job.identifier,
-                "metadata": job.metadata,
-                "spines": sorted(spine_docs),
-            },
-            atomic=False,
-        )
-        fs.sync_dir(ckdir)
-        total = sum(f.size for f in all_files.values())
-        rows = sum(f.rows for f in all_files.values())
-        return all_files, total, rows
-
-    def _pinned_files(self) -> set[str]:
-        """Files of snapshots that requested commits still have to write."""
-        with self._pending_lock:
-            return {
-                f.name
-                for job in self._pending
-                for entries, _ in job.spines.values()
-                for e in entries
-                for f in e.all_files()
-            }
-
-    def _release_retired(self, job: _CommitJob) -> None:
-        """After a commit: delete files of its snapshot that merges replaced meanwhile and
-        that nothing needs any more (caller holds _lock)."""
-        names = [
-            f.name
-            for entries, _ in job.spines.values()
-            for e in entries
-            if e.retired
-            for f in e.all_files()
-        ]
-        self.retire_files(names)
-
-    def gc_checkpoint(self, protect: Iterable[str] = ()) -> GcResult:
-        """Delete the oldest checkpoint not in `protect`, never the newest one nor the head,
-        and every batch file no remaining checkpoint or live spine uses."""
-        keep = {*protect, self._manifest.head}
-        cands = [c for c in self._manifest.checkpoints[:-1] if c.uuid not in keep]
-        if not cands:
-            return GcResult([], 0, 0)
-        return self._delete([cands[0].uuid])
-
-    def delete_checkpoint(self, uid: str) -> GcResult:
-        return self.delete_checkpoints([uid])
-
-    def delete_checkpoints(self, uids: Sequence[str]) -> GcResult:
-        """Delete these checkpoints with one manifest write (the newest may go too: the
-        live state does not depend on it)."""
-        known = {c.uuid for c in self._manifest.checkpoints}
-        for uid in uids:
-            if uid not in known:
-                raise CheckpointNotFoundError(f"{self.path}: no checkpoint {uid!r}")
-        return self._delete(list(dict.fromkeys(uids))) if uids else GcResult([], 0, 0)
-
-    def _delete(self, victims: list[str]) -> GcResult:
-        self._check_writable()
-        with self._lock:
-            remaining = self._manifest.without(set(victims))
-            self._retrying(lambda: write_doc(self.fs, self._p(MANIFEST), remaining.to_json()))
-            self._manifest = remaining
-            dropped: set[str] = set()
-            for v in victims:
-                dropped |= self._refs.pop(v, set())
-                self._unreadable.discard(v)
-                self._discard_dir(v)
-            still = set().union(*self._refs.values()) if self._refs else set()
-            live = set().union(*(s.live_files() for s in self._spines.values()))
-            live |= self._pinned_files()
-            freed = removed = 0
-            if not self._unreadable:
-                for n in sorted(dropped - still - live):
-                    size = self._remove_batch(n)
-                    freed += size
-                    removed += 1 if size else 0
-            self.fs.sync_dir(self.path)
-            if self._parent in victims:
-                self._parent = remaining.head
-            if self.remote is not None:
-                self.remote.delete(victims)
-        return GcResult(list(victims), removed, freed)
-
-    def _discard_dir(self, uid: str) -> None:
-        p = self._p(uid)
-        if self.fs.exists(p):
-            self.fs.rmtree(p)
-
     # -- housekeeping --------------------------------------------------------------------
 
     def wait_idle(self) -> None:
@@ -840,33 +552,3 @@ class StorageLocation:
 
     def _p(self, *parts: str) -> str:
         return os.path.join(self.path, *parts)
-
-
-def _int_type(t: pa.DataType) -> pa.DataType:
-    """The signed integer type a temporal type casts to losslessly (date32 -> int32)."""
-    return pa.int32() if t.bit_width == 32 else pa.int64()
-
-
-def _encode_bound(schema: ZSetSchema, bound: Sequence[Any] | None) -> list[Any] | None:
-    """JSON form of a key bound: temporal values as integers in their Arrow unit."""
-    if bound is None:
-        return None
-    out = []
-    for f, v in zip(schema.keys, bound, strict=False):
-        if pa.types.is_temporal(f.type):
-            out.append(pa.array([v], f.type).cast(_int_type(f.type))[0].as_py())
-        else:
-            out.append(v)
-    return out
-
-
-def _decode_bound(schema: ZSetSchema, raw: list[Any] | None) -> list[Any] | None:
-    if raw is None:
-        return None
-    out = []
-    for f, v in zip(schema.keys, raw, strict=False):
-        if pa.types.is_temporal(f.type):
-            out.append(pa.array([v], _int_type(f.type)).cast(f.type)[0].as_py())
-        else:
-            out.append(v)
-    return out

@@ -1,4 +1,5 @@
-"""Small checksummed JSON documents: the checkpoint manifest and per-checkpoint metadata.
+"""Small checksummed JSON documents: the checkpoint manifest and per-checkpoint metadata,
+and the names of a location's files (its layout is described in location.py).
 
 Each document is UTF-8 JSON followed by a trailer line `crc32 <8 hex digits>` over the JSON
 bytes, so corruption is detected and the file stays readable by humans and `jq`-like tools.
@@ -7,6 +8,7 @@ bytes, so corruption is detected and the file stays readable by humans and `jq`-
 from __future__ import annotations
 
 import json
+import re
 import zlib
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -17,7 +19,17 @@ from .fileio import FileLayer, write_durably
 MANIFEST_FORMAT = 1
 MANIFEST = "checkpoints.manifest"  # a location's (and the remote prefix's) commit point
 CHECKPOINT_META = "checkpoint.json"  # in each checkpoint directory
+LOCK = "LOCK"  # flock'ed by the process that owns a location
+BATCH_RE = re.compile(r"^[0-9a-f]{32}\.batch$")
+CHECKPOINT_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+OP_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 _TRAILER = b"\ncrc32 "
+_CANONICAL_CRC = re.compile(rb"[0-9a-f]{8}\n")
+
+
+def spine_file(op_id: str) -> str:
+    """A spine's document in its checkpoint's directory."""
+    return f"spine-{op_id}.json"
 
 
 def encode(doc: dict[str, Any]) -> bytes:
@@ -43,6 +55,14 @@ def decode(data: bytes, path: str) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise CorruptionError(path, "not a JSON object")
     return doc
+
+
+def canonical_trailer(data: bytes) -> bool:
+    """Whether a document ends in the trailer `encode` writes: 8 lowercase hex digits and a
+    newline. `decode` also accepts other forms of the same number (upper case, fewer
+    digits), which only a damaged or hand-edited file has (the offline tools report it)."""
+    cut = data.rfind(_TRAILER)
+    return cut >= 0 and _CANONICAL_CRC.fullmatch(data[cut + len(_TRAILER) :]) is not None
 
 
 def read_doc(fs: FileLayer, path: str) -> dict[str, Any]:

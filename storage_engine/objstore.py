@@ -96,7 +96,7 @@ class ObjectInfo:
 
 
 class ObjectStoreLike(Protocol):
-    """What the tier (`remote.RemoteTier`, `remote.pull`, `remote_cache`) needs of a store.
+    """What the tier (`remote.RemoteTier`, `remote_pull.pull`, `remote_cache`) needs of a store.
 
     Keys are relative to the store's root ("OWNER", "batches/<name>.batch"), with `/`
     separators. A missing object raises `ObjectMissingError(store.url(key))`; a failure worth
@@ -156,7 +156,7 @@ class ObjectStore:
         self.bucket = settings.bucket
         self.prefix = settings.prefix.strip("/")
         # minio (and urllib3) load here, not with the module: a driver without an S3 tier
-        # does not pay their 0.15-0.2 s of imports on its start-up, a restart's critical path.
+        # does not pay for their imports on its start-up, a restart's critical path.
         import urllib3
         from minio import Minio
 

@@ -80,7 +80,7 @@ class RemoteFileCache:
 
 
 class RemoteSource:
-    """The bytes of one object, fetched on demand (a `batch_file.ByteSource`)."""
+    """The bytes of one object, fetched on demand (a `file_format.ByteSource`)."""
 
     zero_copy = False
 

@@ -15,155 +15,29 @@ Invariants:
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import math
-import queue
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import pyarrow as pa
 
 from . import kernels, lookup
 from .batch import Batch
-from .batch_file import BatchFile
 from .errors import SchemaMismatchError, StorageError
+from .file_format import BatchFile
+from .lookup.probes import key_table, probe_table
+from .merging import merge_stream
 from .schema import ZSetSchema
-from .settings import EngineSettings
+from .spine_entry import Entry
+from .spine_store import SpineStore
 
 log = logging.getLogger(__name__)
 
 _HARD_LIMIT = 1.5  # inserts spill themselves beyond this multiple of the budget
-
-
-class MemoryBudget:
-    """Bytes of in-memory batches held by all spines of a location."""
-
-    def __init__(self, limit_bytes: int) -> None:
-        self.limit = limit_bytes
-        self._used = 0
-        self._lock = threading.Lock()
-
-    @property
-    def used(self) -> int:
-        return self._used
-
-    def add(self, n: int) -> None:
-        with self._lock:
-            self._used += n
-
-    def over(self) -> bool:
-        return self._used > self.limit
-
-
-class Entry:
-    """One batch of a spine: in memory, in a file, or both (after a commit wrote it).
-
-    `mem` may be dropped (spilled) by another thread at any time, after `file` is set:
-    readers read `mem` once into a local. `retired` is set when a merge replaced the entry;
-    retired entries are never spilled again. Both change only under the spine's `_io_lock`.
-
-    `sources`: for an in-memory merge output whose inputs were all file-backed, those files;
-    their Z-set sum is this batch, so a checkpoint can list them instead of writing the
-    output again (after a commit every step, merges then never cost a commit a write). They
-    stay live while the entry has no file of its own.
-    """
-
-    __slots__ = ("busy", "file", "mem", "retired", "rows", "sources")
-
-    def __init__(
-        self,
-        mem: Batch | None = None,
-        file: BatchFile | None = None,
-        sources: tuple[BatchFile, ...] | None = None,
-    ) -> None:
-        self.mem = mem
-        self.file = file
-        self.sources = sources
-        self.rows = len(mem) if mem is not None else (file.rows if file is not None else 0)
-        self.busy = False
-        self.retired = False
-
-    @property
-    def mem_bytes(self) -> int:
-        mem = self.mem
-        return mem.nbytes if mem is not None else 0
-
-    def files(self) -> tuple[BatchFile, ...]:
-        """The files this entry's rows are durable in (its own, or its sources), or ()."""
-        f = self.file
-        if f is not None:
-            return (f,)
-        return self.sources or ()
-
-    def all_files(self) -> tuple[BatchFile, ...]:
-        """Every file the entry holds on to: its own and its sources. A commit may have read
-        `files()` before the entry got a file of its own, so sources stay alive until the
-        entry is retired."""
-        f, src = self.file, self.sources or ()
-        return (f, *src) if f is not None else src
-
-    @property
-    def nbytes(self) -> int:
-        mem, file = self.mem, self.file
-        if mem is not None:
-            return mem.nbytes
-        return file.size if file is not None else 0
-
-    def chunks(self, rows: int) -> Iterator[kernels.Keyed]:
-        """The rows in order, in chunks of about `rows`, each with its key encoding when
-        the batch has one at hand (an in-memory batch made by a sort or merge): merging
-        chunks then needs no new encoding of their string keys."""
-        mem = self.mem
-        if mem is not None:
-            data, enc = mem.data, mem.known_key_encoding
-            for start in range(0, data.num_rows, rows):
-                stop = start + rows
-                yield data.slice(start, rows), None if enc is None else enc.slice(start, stop)
-        elif self.file is not None:
-            for block in self.file.iter_blocks():
-                yield block, None
-
-    def key_bounds(self) -> tuple[tuple[Any, ...] | None, tuple[Any, ...] | None]:
-        """The batch's first and last key (None when empty)."""
-        mem = self.mem
-        if mem is not None:
-            return mem.first_key(), mem.last_key()
-        assert self.file is not None
-        return self.file.first_key(), self.file.last_key()
-
-    def seek(
-        self, probes: pa.RecordBatch, probe_encodings: kernels.ProbeEncodings
-    ) -> kernels.Keyed:
-        mem = self.mem
-        if mem is not None:
-            return mem.seek_probes_keyed(probes, probe_encodings)
-        assert self.file is not None
-        return self.file.seek_keyed(probes, probe_encodings)
-
-    def find(self, probes: lookup.Probes) -> lookup.Found | None:
-        mem = self.mem
-        if mem is not None:
-            return mem.find(probes)
-        assert self.file is not None
-        return self.file.find(probes)
-
-    def range(self, lo: Sequence[Any] | None, hi: Sequence[Any] | None) -> pa.RecordBatch:
-        mem = self.mem
-        if mem is not None:
-            return mem.range(lo, hi).data
-        assert self.file is not None
-        return self.file.range(lo, hi)
-
-    def data(self) -> pa.RecordBatch:
-        mem = self.mem
-        if mem is not None:
-            return mem.data
-        assert self.file is not None
-        return self.file.to_batch().data
 
 
 @dataclass(frozen=True)
@@ -188,119 +62,6 @@ def _lead_range(entries: Sequence[Entry]) -> tuple[Any, Any] | None:
         firsts.append(first[0])
         lasts.append(last[0])
     return (min(firsts), max(lasts)) if firsts else None
-
-
-def merge_stream(
-    sources: Sequence[Iterator[kernels.Keyed]], schema: ZSetSchema
-) -> Iterator[pa.RecordBatch]:
-    """K-way merge of sorted, consolidated chunk streams into consolidated chunks, in order.
-
-    Holds one chunk per source: each round emits every buffered row <= the smallest "last row"
-    among sources that still have more to read, so equal rows always meet in one round.
-    A chunk's key encoding (None: unknown) is sliced along with it.
-    """
-    names = schema.row_names
-    its = list(sources)
-    bufs: list[kernels.Keyed | None] = [next(it, None) for it in its]
-    done = [b is None for b in bufs]
-    while True:
-        live = [i for i, b in enumerate(bufs) if b is not None and b[0].num_rows]
-        if not live:
-            return
-        tails = [_last_row(bufs[i], names) for i in live if not done[i]]
-        parts: list[kernels.Keyed] = []
-        if not tails:
-            parts = [b for b in (bufs[i] for i in live) if b is not None]
-            for i in live:
-                bufs[i] = None
-        else:
-            cut = tails[0]
-            for t in tails[1:]:
-                if kernels.compare_rows(t, cut) < 0:
-                    cut = t
-            for i in live:
-                b = bufs[i]
-                assert b is not None
-                rb, enc = b
-                n = kernels.count_at_most(rb, names, cut)
-                if n:
-                    parts.append((rb.slice(0, n), None if enc is None else enc.slice(0, n)))
-                    bufs[i] = (rb.slice(n), None if enc is None else enc.slice(n))
-        out = kernels.merge_keyed([p for p, _ in parts], schema, [e for _, e in parts])[0]
-        if out.num_rows:
-            yield out
-        for i, b in enumerate(bufs):
-            while not done[i] and (b is None or b[0].num_rows == 0):
-                b = next(its[i], None)
-                if b is None:
-                    done[i] = True
-                bufs[i] = b
-
-
-def _last_row(chunk: kernels.Keyed | None, names: list[str]) -> tuple[Any, ...]:
-    assert chunk is not None
-    rb = chunk[0]
-    return kernels.row_tuple(rb, names, rb.num_rows - 1)
-
-
-class Merger:
-    """Background threads per location running merge tasks for all its spines.
-
-    A spine plans merges of disjoint groups (entries are marked busy), so several can run
-    at once: with two threads, the small merges of new batches need not wait behind a
-    large merge that is writing a file.
-    """
-
-    def __init__(self, threads: int = 1) -> None:
-        self._q: queue.Queue[Callable[[], None] | None] = queue.Queue()
-        self._threads = [
-            threading.Thread(target=self._run, name=f"spine-merger-{i}", daemon=True)
-            for i in range(threads)
-        ]
-        for t in self._threads:
-            t.start()
-
-    def submit(self, task: Callable[[], None]) -> None:
-        self._q.put(task)
-
-    def _run(self) -> None:
-        while True:
-            task = self._q.get()
-            if task is None:
-                return
-            # Tasks record their own failures on their spine; this only keeps one escaped
-            # exception from silently stopping every later merge of the location.
-            with contextlib.suppress(BaseException):
-                task()
-
-    def close(self) -> None:
-        for _ in self._threads:
-            self._q.put(None)
-        for t in self._threads:
-            t.join()
-
-
-class SpineStore(Protocol):
-    """What a spine needs of its storage location (`location.StorageLocation`)."""
-
-    @property
-    def settings(self) -> EngineSettings: ...
-
-    @property
-    def budget(self) -> MemoryBudget: ...
-
-    @property
-    def merger(self) -> Merger: ...
-
-    def write_batch(self, batch: Batch, durable: bool = True) -> BatchFile: ...
-
-    def write_batch_stream(
-        self, schema: ZSetSchema, chunks: Iterable[pa.RecordBatch], durable: bool = True
-    ) -> BatchFile | None: ...
-
-    def retire_files(self, names: Sequence[str]) -> None: ...
-
-    def discard_file(self, f: BatchFile) -> None: ...
 
 
 class Spine:
@@ -386,7 +147,7 @@ class Spine:
     ) -> Batch:
         """`seek` by the general path: every batch's found rows as a record batch (any
         column type), merged."""
-        probes, encodings = kernels.probe_table(keys, self.schema, lead)
+        probes, encodings = probe_table(keys, self.schema, lead)
         if self.lower_bound is not None:
             below = kernels.count_below(probes, self.schema.key_names, self.lower_bound)
             probes = probes.slice(below)
@@ -415,7 +176,7 @@ class Spine:
 
     def prefetch(self, keys: Any) -> None:
         """Hint the blocks that a coming `seek(keys)` will need."""
-        probes = kernels.key_table(keys, self.schema)
+        probes = key_table(keys, self.schema)
         for e in self.snapshot():
             if e.mem is None and e.file is not None:
                 e.file.prefetch([b for b, _, _ in e.file.candidate_blocks(probes)[1]])

@@ -1,127 +1,49 @@
-"""Offline tools over a storage location: inspect, validate, list checkpoints, dump a file.
+"""The offline tools over a storage location: validate it (`validate_location`, fsck)
+and dump a batch file (`dump_batch_file`); `spindle storage ...` (cli/storage.py) prints
+their reports.
 
-Every function here is read-only: it takes no lock, removes nothing and writes nothing, so
-it is safe to run while a pipeline owns the location. It reads the manifest, checkpoint
-metadata and batch files through the engine's own readers (`manifest.decode`, `BatchFile`)
-and returns plain dataclasses; printing is the CLI's job (cli/storage.py).
-
-Storage errors never escape as exceptions: each becomes a `Problem` naming the file (and
-the block, when one is at fault) and the tool carries on with the next file, so one run of
-`validate_location` reports everything that is wrong. The only exception raised is
-`ToolPathError`, for a path that does not exist or is the wrong kind of thing.
-
-A pipeline that commits or collects garbage while a tool runs can make a file vanish
-between listing and reading; that shows up as a "missing" problem on that run only.
+Read-only like the view they build on (`location_view.py`, whose functions are re-exported
+here so the CLI has one module to call): no lock is taken, nothing is removed or written.
+Problems are reported per file and block, never raised (see `location_scan.py`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import datetime as dt
-import decimal
 import itertools
 import os
-import re
 import struct
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
-import numpy as np
-
-from .batch_file import FOOTER_SIZE, HEADER_SIZE, BatchFile, BlockInfo
 from .cache import BufferCache
-from .errors import CorruptionError, StorageError
-from .fileio import PosixFileLayer
-from .location import BATCH_RE, CHECKPOINT_RE, OP_ID_RE
-from .location import spine_file as _spine_file
-from .manifest import CHECKPOINT_META, MANIFEST, CheckpointInfo, Manifest, decode
+from .file_format import FOOTER_SIZE, HEADER_SIZE, BatchFile, BlockInfo
+from .location_scan import (
+    Problem,
+    Scan,
+    ScannedCheckpoint,
+    ToolPathError,
+    file_size,
+    open_batch,
+    problem_of,
+    root_dir,
+    scan_location,
+    tool_cache,
+)
+from .location_view import (
+    BatchFileEntry,
+    CheckpointListing,
+    CheckpointReport,
+    LocationReport,
+    SpineReport,
+    inspect_location,
+    list_checkpoints,
+    to_jsonable,
+)
+from .manifest import BATCH_RE, CHECKPOINT_META, MANIFEST
 from .schema import WEIGHT
 
-_TRAILER = b"\ncrc32 "
-_CANONICAL_TRAILER = re.compile(rb"[0-9a-f]{8}\n")
-_TOOL_CACHE_BYTES = 8 << 20
-
-
-class ToolPathError(StorageError):
-    """The path given to a tool does not exist or is not the kind of thing it needs."""
-
-
 # -- report types ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Problem:
-    """Something wrong with one file; `block` is set when a batch file block is at fault."""
-
-    path: str
-    block: int | None
-    message: str
-
-    def __str__(self) -> str:
-        where = f"{self.path} (block {self.block})" if self.block is not None else self.path
-        return f"{where}: {self.message}"
-
-
-@dataclass(frozen=True)
-class SpineReport:
-    op_id: str
-    schema_fingerprint: str
-    batches: list[str]
-    batch_count: int
-    rows: int
-    bytes: int
-    lower_bound: list[Any] | None
-
-
-@dataclass(frozen=True)
-class CheckpointReport:
-    uuid: str
-    identifier: str | None
-    step: int
-    fingerprint: str
-    parent: str | None
-    created_at: float
-    duration_ms: float
-    total_bytes: int
-    new_bytes: int
-    rows: int
-    files: int
-    readable: bool
-    """False when the checkpoint's metadata could not be read (see the report's problems)."""
-    spines: list[SpineReport]
-
-
-@dataclass(frozen=True)
-class BatchFileEntry:
-    name: str
-    size: int
-    rows: int | None
-    """None when the file's header, footer or index cannot be read."""
-    blocks: int | None
-    referenced_by: list[str]
-    """Uuids of the checkpoints whose spines list this file."""
-
-
-@dataclass(frozen=True)
-class LocationReport:
-    path: str
-    manifest_present: bool
-    checkpoints: list[CheckpointReport]
-    batch_files: list[BatchFileEntry]
-    unreferenced: list[str]
-    """Batch files no checkpoint references (removed when a pipeline next opens the dir)."""
-    missing: list[str]
-    """Batch files some checkpoint references that are not in the directory."""
-    mut_files: list[str]
-    """Leftover `*.mut` files (relative paths), removed when a pipeline next opens the dir."""
-    orphan_dirs: list[str]
-    """Checkpoint directories the manifest does not list (removed at the next open)."""
-    total_bytes: int
-    """Every file in the location, recursively."""
-    batch_bytes: int
-    problems: list[Problem]
 
 
 @dataclass(frozen=True)
@@ -132,19 +54,11 @@ class ValidationReport:
     files_checked: int
     blocks_checked: int
     bytes_checked: int
+    json_properties: ClassVar[tuple[str, ...]] = ("ok",)  # in `to_jsonable`'s output too
 
     @property
     def ok(self) -> bool:
         return not self.problems
-
-
-@dataclass(frozen=True)
-class CheckpointListing:
-    path: str
-    checkpoints: list[CheckpointInfo]
-    problems: list[Problem]
-    head: str | None = None
-    """The checkpoint "latest" restores (see `Manifest`); None: none."""
 
 
 @dataclass(frozen=True)
@@ -188,350 +102,19 @@ class BatchFileDump:
     problems: list[Problem]
 
 
-# -- JSON ----------------------------------------------------------------------------------
-
-
-def to_jsonable(obj: Any) -> Any:
-    """Plain JSON types for any report: dataclasses become objects, times ISO strings."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        out = {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-        if isinstance(obj, ValidationReport):
-            out["ok"] = obj.ok
-        return out
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [to_jsonable(v) for v in obj]
-    if isinstance(obj, dt.datetime | dt.date | dt.time):
-        return obj.isoformat()
-    if isinstance(obj, dt.timedelta):
-        return obj.total_seconds()
-    if isinstance(obj, bytes):
-        return obj.hex()
-    if isinstance(obj, decimal.Decimal):
-        return str(obj)
-    if isinstance(obj, np.generic):
-        return obj.item()
-    return obj
-
-
-# -- shared reading -------------------------------------------------------------------------
-
-
-def _root(path: str | os.PathLike[str]) -> str:
-    root = os.path.abspath(os.fspath(path))
-    if not os.path.exists(root):
-        raise ToolPathError(f"{root}: no such directory")
-    if not os.path.isdir(root):
-        raise ToolPathError(f"{root}: not a directory")
-    return root
-
-
-def _read_doc(path: str, what: str) -> tuple[dict[str, Any] | None, list[Problem]]:
-    """A checksummed JSON document, strictly: the engine's checks plus a canonical trailer."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        return None, [Problem(path, None, f"missing ({what})")]
-    except OSError as e:
-        return None, [Problem(path, None, f"unreadable ({what}): {e}")]
-    try:
-        doc = decode(data, path)
-    except CorruptionError as e:
-        return None, [Problem(path, None, e.detail)]
-    problems = []
-    cut = data.rfind(_TRAILER)
-    if not _CANONICAL_TRAILER.fullmatch(data[cut + len(_TRAILER) :]):
-        problems.append(
-            Problem(path, None, "checksum trailer is not 8 lowercase hex digits (damaged)")
-        )
-    return doc, problems
-
-
-@dataclass
-class _Spine:
-    op_id: str
-    doc: dict[str, Any]
-    path: str
-
-
-@dataclass
-class _Checkpoint:
-    info: CheckpointInfo
-    meta: dict[str, Any] | None = None
-    spines: list[_Spine] = field(default_factory=list)
-    readable: bool = True
-
-
-@dataclass
-class _Scan:
-    root: str
-    names: list[str]
-    manifest_present: bool
-    checkpoints: list[_Checkpoint]
-    problems: list[Problem]
-    refs: dict[str, list[str]]  # batch name -> checkpoint uuids, in manifest order
-
-    def p(self, *parts: str) -> str:
-        return os.path.join(self.root, *parts)
-
-
-def _str_list(v: Any) -> list[str] | None:
-    if isinstance(v, list) and all(isinstance(x, str) for x in v):
-        return list(v)
-    return None
-
-
-def _scan(root: str) -> _Scan:
-    """Manifest, checkpoint metadata and spine documents, with every problem met on the way."""
-    names = sorted(os.listdir(root))
-    problems: list[Problem] = []
-    mpath = os.path.join(root, MANIFEST)
-    checkpoints: list[_Checkpoint] = []
-    present = MANIFEST in names
-    if present:
-        doc, probs = _read_doc(mpath, "checkpoint manifest")
-        problems += probs
-        if doc is not None:
-            try:
-                manifest = Manifest.from_json(doc, mpath)
-            except StorageError as e:
-                problems.append(_problem(e, mpath))
-            else:
-                checkpoints = [_Checkpoint(c) for c in manifest.checkpoints]
-    elif any(CHECKPOINT_RE.match(n) for n in names):
-        problems.append(
-            Problem(
-                mpath,
-                None,
-                "missing, but checkpoint directories exist (the engine refuses to open)",
-            )
-        )
-    scan = _Scan(root, names, present, checkpoints, problems, {})
-    seen: set[str] = set()
-    for c in checkpoints:
-        uid = c.info.uuid
-        if not isinstance(uid, str) or not CHECKPOINT_RE.match(uid) or uid in seen:
-            problems.append(Problem(mpath, None, f"invalid or duplicate checkpoint uuid {uid!r}"))
-            c.readable = False
-            continue
-        seen.add(uid)
-        _scan_checkpoint(scan, c)
-    return scan
-
-
-def _scan_checkpoint(scan: _Scan, c: _Checkpoint) -> None:
-    uid = c.info.uuid
-    cpath = scan.p(uid, CHECKPOINT_META)
-    meta, probs = _read_doc(cpath, f"metadata of checkpoint {uid}")
-    scan.problems += probs
-    if meta is None:
-        c.readable = False
-        return
-    c.meta = meta
-    if meta.get("uuid") != uid:
-        scan.problems.append(Problem(cpath, None, f"names checkpoint {meta.get('uuid')!r}"))
-    if meta.get("step") != c.info.step:
-        scan.problems.append(
-            Problem(cpath, None, f"step {meta.get('step')!r} differs from the manifest's")
-        )
-    ops = _str_list(meta.get("spines", []))
-    if ops is None:
-        scan.problems.append(Problem(cpath, None, "malformed spine list"))
-        c.readable = False
-        return
-    for op in ops:
-        spath = scan.p(uid, _spine_file(op))
-        if not OP_ID_RE.match(op):
-            scan.problems.append(Problem(cpath, None, f"invalid operator id {op!r}"))
-            c.readable = False
-            continue
-        doc, probs = _read_doc(spath, f"spine {op} of checkpoint {uid}")
-        scan.problems += probs
-        if doc is None:
-            c.readable = False
-            continue
-        batches = _str_list(doc.get("batches"))
-        if (
-            batches is None
-            or not all(BATCH_RE.match(b) for b in batches)
-            or not isinstance(doc.get("schema_fingerprint"), str)
-            or doc.get("op_id", op) != op
-        ):
-            scan.problems.append(Problem(spath, None, "malformed spine document"))
-            c.readable = False
-            continue
-        c.spines.append(_Spine(op, doc, spath))
-        for b in batches:
-            users = scan.refs.setdefault(b, [])
-            if uid not in users:
-                users.append(uid)
-
-
-def _problem(e: BaseException, path: str) -> Problem:
-    if isinstance(e, CorruptionError):
-        return Problem(e.path, e.block, e.detail)
-    if isinstance(e, StorageError):
-        return Problem(path, None, str(e))
-    return Problem(path, None, f"unexpected {type(e).__name__}: {e}")
-
-
-@contextlib.contextmanager
-def _cache() -> Iterator[BufferCache]:
-    cache = BufferCache(_TOOL_CACHE_BYTES, prefetch_threads=1)
-    try:
-        yield cache
-    finally:
-        cache.close()
-
-
-def _open_batch(path: str, cache: BufferCache) -> tuple[BatchFile | None, Problem | None]:
-    try:
-        return BatchFile(PosixFileLayer(), path, cache), None
-    except Exception as e:  # a tool reports, it does not crash
-        return None, _problem(e, path)
-
-
-def _mut_files(scan: _Scan) -> list[str]:
-    out = [n for n in scan.names if n.endswith(".mut")]
-    for n in scan.names:
-        if CHECKPOINT_RE.match(n) and os.path.isdir(scan.p(n)):
-            out += [f"{n}/{m}" for m in sorted(os.listdir(scan.p(n))) if m.endswith(".mut")]
-    return out
-
-
-def _file_size(path: str) -> int:
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return 0
-
-
-# -- inspect -------------------------------------------------------------------------------
-
-
-def inspect_location(path: str | os.PathLike[str]) -> LocationReport:
-    """What a location holds: checkpoints, their spines, batch files, leftovers, sizes."""
-    root = _root(path)
-    scan = _scan(root)
-    known = {c.info.uuid for c in scan.checkpoints}
-    checkpoints = [_checkpoint_report(c) for c in scan.checkpoints]
-    present = [n for n in scan.names if BATCH_RE.match(n)]
-    entries = []
-    problems = list(scan.problems)
-    with _cache() as cache:
-        for n in present:
-            bf, prob = _open_batch(scan.p(n), cache)
-            if prob is not None:
-                problems.append(prob)
-            entries.append(
-                BatchFileEntry(
-                    name=n,
-                    size=_file_size(scan.p(n)),
-                    rows=bf.rows if bf is not None else None,
-                    blocks=bf.num_blocks if bf is not None else None,
-                    referenced_by=list(scan.refs.get(n, [])),
-                )
-            )
-    missing = sorted(set(scan.refs) - set(present))
-    problems += [
-        Problem(scan.p(n), None, f"missing; referenced by checkpoint(s) {', '.join(scan.refs[n])}")
-        for n in missing
-    ]
-    total = 0
-    for dirpath, _, files in os.walk(root):
-        total += sum(_file_size(os.path.join(dirpath, f)) for f in files)
-    return LocationReport(
-        path=root,
-        manifest_present=scan.manifest_present,
-        checkpoints=checkpoints,
-        batch_files=entries,
-        unreferenced=[n for n in present if n not in scan.refs],
-        missing=missing,
-        mut_files=_mut_files(scan),
-        orphan_dirs=[
-            n
-            for n in scan.names
-            if CHECKPOINT_RE.match(n) and os.path.isdir(scan.p(n)) and n not in known
-        ],
-        total_bytes=total,
-        batch_bytes=sum(e.size for e in entries),
-        problems=problems,
-    )
-
-
-def _checkpoint_report(c: _Checkpoint) -> CheckpointReport:
-    i = c.info
-    spines = []
-    for s in c.spines:
-        batches = list(s.doc["batches"])
-        lb = s.doc.get("lower_bound")
-        spines.append(
-            SpineReport(
-                op_id=s.op_id,
-                schema_fingerprint=s.doc["schema_fingerprint"],
-                batches=batches,
-                batch_count=len(batches),
-                rows=_int(s.doc.get("rows")),
-                bytes=_int(s.doc.get("bytes")),
-                lower_bound=list(lb) if isinstance(lb, list) else None,
-            )
-        )
-    return CheckpointReport(
-        uuid=i.uuid,
-        identifier=i.identifier,
-        step=i.step,
-        fingerprint=i.fingerprint,
-        parent=i.parent,
-        created_at=i.created_at,
-        duration_ms=i.duration_ms,
-        total_bytes=i.total_bytes,
-        new_bytes=i.new_bytes,
-        rows=i.rows,
-        files=i.files,
-        readable=c.readable,
-        spines=spines,
-    )
-
-
-def _int(v: Any) -> int:
-    return v if isinstance(v, int) and not isinstance(v, bool) else 0
-
-
-# -- list -----------------------------------------------------------------------------------
-
-
-def list_checkpoints(path: str | os.PathLike[str]) -> CheckpointListing:
-    """The manifest's checkpoints, oldest first."""
-    root = _root(path)
-    mpath = os.path.join(root, MANIFEST)
-    if not os.path.exists(mpath):
-        scan = _scan(root)  # reports a missing manifest when checkpoint dirs exist
-        return CheckpointListing(root, [], scan.problems)
-    doc, problems = _read_doc(mpath, "checkpoint manifest")
-    if doc is None:
-        return CheckpointListing(root, [], problems)
-    try:
-        manifest = Manifest.from_json(doc, mpath)
-        return CheckpointListing(root, manifest.checkpoints, problems, manifest.head)
-    except StorageError as e:
-        return CheckpointListing(root, [], [*problems, _problem(e, mpath)])
-
-
 # -- validate -------------------------------------------------------------------------------
 
 
 def validate_location(path: str | os.PathLike[str]) -> ValidationReport:
     """Check everything: manifest, checkpoint and spine documents, every block of every batch
     file (referenced or not), zero padding, and that the metadata agrees with the files."""
-    root = _root(path)
-    scan = _scan(root)
+    root = root_dir(path)
+    scan = scan_location(root)
     problems = list(scan.problems)
     present = {n for n in scan.names if BATCH_RE.match(n)}
     facts: dict[str, tuple[str, int, int]] = {}  # name -> (schema fingerprint, rows, size)
     blocks = nbytes = files = 0
-    with _cache() as cache:
+    with tool_cache() as cache:
         for n in sorted(present | set(scan.refs)):
             p = scan.p(n)
             users = scan.refs.get(n)
@@ -556,9 +139,9 @@ def validate_location(path: str | os.PathLike[str]) -> ValidationReport:
         problems += _check_sizes(scan, c, facts)
     for c in scan.checkpoints:
         for s in c.spines:
-            nbytes += _file_size(s.path)
-        nbytes += _file_size(scan.p(c.info.uuid, CHECKPOINT_META))
-    nbytes += _file_size(scan.p(MANIFEST))
+            nbytes += file_size(s.path)
+        nbytes += file_size(scan.p(c.info.uuid, CHECKPOINT_META))
+    nbytes += file_size(scan.p(MANIFEST))
     return ValidationReport(
         path=root,
         problems=_dedupe(problems),
@@ -574,7 +157,7 @@ def _dedupe(problems: list[Problem]) -> list[Problem]:
 
 
 def _check_sizes(
-    scan: _Scan, c: _Checkpoint, facts: dict[str, tuple[str, int, int]]
+    scan: Scan, c: ScannedCheckpoint, facts: dict[str, tuple[str, int, int]]
 ) -> list[Problem]:
     """Spine documents and the manifest entry agree with the batch files they list."""
     out: list[Problem] = []
@@ -620,7 +203,7 @@ def _verify_batch_file(
     path: str, cache: BufferCache
 ) -> tuple[BatchFile | None, list[Problem], int]:
     """Open (header, footer, schema, index checks), verify every block, check the padding."""
-    bf, prob = _open_batch(path, cache)
+    bf, prob = open_batch(path, cache)
     if bf is None:
         assert prob is not None
         return None, [prob], 0
@@ -633,7 +216,7 @@ def _verify_batch_file(
             try:
                 bf.verify_block(i)
             except Exception as e:
-                q = _problem(e, path)
+                q = problem_of(e, path)
                 problems.append(q if q.block is not None else dataclasses.replace(q, block=i))
     index = bf.block_index()
     if sum(r.rows for r in index) != bf.rows:
@@ -691,9 +274,9 @@ def dump_batch_file(path: str | os.PathLike[str], limit: int = 20) -> BatchFileD
         raise ToolPathError(f"{p}: no such file")
     if not os.path.isfile(p):
         raise ToolPathError(f"{p}: not a file")
-    size = _file_size(p)
-    with _cache() as cache:
-        bf, prob = _open_batch(p, cache)
+    size = file_size(p)
+    with tool_cache() as cache:
+        bf, prob = open_batch(p, cache)
         if bf is None:
             assert prob is not None
             return BatchFileDump(p, size, None, None, [], [], [prob])
@@ -722,7 +305,7 @@ def dump_batch_file(path: str | os.PathLike[str], limit: int = 20) -> BatchFileD
             try:
                 rb = bf.block(i).slice(0, limit - len(rows))
             except Exception as e:
-                q = _problem(e, p)
+                q = problem_of(e, p)
                 problems.append(q if q.block is not None else dataclasses.replace(q, block=i))
                 break
             cols = [rb.column(n).to_pylist() for n in names]
@@ -749,49 +332,3 @@ __all__ = [
     "to_jsonable",
     "validate_location",
 ]
-
-
-# -- read a spine ---------------------------------------------------------------------------
-
-
-@dataclass
-class SpineContents:
-    checkpoint: CheckpointInfo
-    rows: Any  # pa.Table: the spine's columns, consolidated, rows with positive weight
-
-
-def read_spine(
-    path: str | os.PathLike[str], op_id: str, checkpoint: str = "latest"
-) -> SpineContents:
-    """The rows of spine `op_id` in a checkpoint (default the newest), consolidated: equal
-    keys' weights summed, rows whose weight is not positive dropped. Read-only, like every
-    tool here; a corrupt file raises its CorruptionError (naming file and block)."""
-    import pyarrow as pa
-
-    root = _root(path)
-    mpath = os.path.join(root, MANIFEST)
-    fs = PosixFileLayer()
-    if not os.path.exists(mpath):
-        raise StorageError(f"{root}: no checkpoints yet")
-    manifest = Manifest.from_json(decode(fs.read(mpath), mpath), mpath)
-    if not manifest.checkpoints:
-        raise StorageError(f"{root}: no checkpoints yet")
-    info = manifest.latest() if checkpoint == "latest" else manifest.find(checkpoint)
-    if info is None:
-        raise StorageError(f"{root}: no checkpoint {checkpoint!r}")
-    spath = os.path.join(root, info.uuid, _spine_file(op_id))
-    if not os.path.exists(spath):
-        raise KeyError(op_id)
-    doc = decode(fs.read(spath), spath)
-    tables = []
-    with _cache() as cache:
-        for name in doc["batches"]:
-            bf = BatchFile(fs, os.path.join(root, name), cache)
-            tables.append(pa.Table.from_batches(list(bf.iter_blocks())))
-    if not tables:
-        return SpineContents(info, None)
-    t = pa.concat_tables(tables)
-    keys = [n for n in t.column_names if n != WEIGHT]
-    summed = t.group_by(keys, use_threads=False).aggregate([(WEIGHT, "sum")])
-    summed = summed.filter(pa.compute.greater(summed.column(f"{WEIGHT}_sum"), 0))
-    return SpineContents(info, summed.select(keys).sort_by([(k, "ascending") for k in keys]))

@@ -23,7 +23,7 @@ from pipeline_spec.model import LogSource, parse_spec
 from storage_engine import StorageLocation
 from storage_engine.errors import LockedError
 from storage_engine.input_log import InputLog
-from storage_engine.location import GcResult
+from storage_engine.location_gc import GcResult
 from storage_engine.objstore import open_object_store
 
 

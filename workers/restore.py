@@ -21,8 +21,8 @@ from storage_engine.errors import (
     CorruptionError,
     FingerprintMismatchError,
 )
+from storage_engine.location_view import list_checkpoints
 from storage_engine.manifest import Manifest
-from storage_engine.tools import list_checkpoints
 
 log = logging.getLogger("spindle.runner")
 

@@ -16,9 +16,9 @@ from sqlalchemy.orm import Session
 
 from storage_engine.errors import StorageError
 from storage_engine.fileio import PosixFileLayer
-from storage_engine.location import GcResult
+from storage_engine.location_gc import GcResult
+from storage_engine.location_view import list_checkpoints
 from storage_engine.manifest import CHECKPOINT_META, CheckpointInfo, read_doc
-from storage_engine.tools import list_checkpoints
 
 from ..models import Checkpoint, OperationKind
 from .retention import Candidate, for_gc

@@ -16,8 +16,8 @@ from pipeline_spec.model import LogSource, PipelineSpec
 from storage_engine.errors import StorageError
 from storage_engine.fileio import PosixFileLayer
 from storage_engine.input_log import InputLog
+from storage_engine.location_view import list_checkpoints
 from storage_engine.manifest import CHECKPOINT_META, MANIFEST, read_doc
-from storage_engine.tools import list_checkpoints
 
 from ..errors import InvalidInput, NotFound
 

@@ -34,9 +34,10 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .. import encoding, kernels
+from .. import encoding
 from ..batch import Batch
 from ..location import StorageLocation
+from ..lookup.seek import seek_positions
 from ..schema import WEIGHT, ZSetSchema
 from ..spine import Spine
 from .operator import (
@@ -281,7 +282,7 @@ class GroupAggregate(Operator):
         enc = fresh.known_key_encoding
         keys = fresh.data.select(self._keys)
         old = self._acc.seek(keys)
-        at = kernels.seek_positions(fresh.data, old.data.select(self._keys), self._acc_schema, enc)
+        at = seek_positions(fresh.data, old.data.select(self._keys), self._acc_schema, enc)
         if len(at) != len(old):  # not one state row per group: leave it to the general path
             return self._merge_general(partial, {})
         values = [f.name for f in self._acc_schema.values]

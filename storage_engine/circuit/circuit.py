@@ -20,7 +20,8 @@ from typing import Any
 import pyarrow as pa
 
 from ..commit import CommitHandle
-from ..location import OP_ID_RE, StorageLocation
+from ..location import StorageLocation
+from ..manifest import OP_ID_RE
 from .operator import CircuitError, Operator, fingerprint, weighted
 
 STATE_KEY = "circuit"

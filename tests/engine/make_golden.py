@@ -48,7 +48,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(HERE.parents[1]))
 
 from storage_engine import Batch, EngineSettings, StorageLocation, ZSetSchema  # noqa: E402
-from storage_engine.batch_file import FORMAT_VERSION  # noqa: E402
+from storage_engine.file_format import FORMAT_VERSION  # noqa: E402
 
 FINGERPRINT = "golden-v1"
 SETTINGS = EngineSettings(block_rows=16, compression="lz4", bloom=True, merge_fanout=6)

@@ -28,11 +28,11 @@ from storage_engine import (
     WriteOptions,
     ZSetSchema,
     fileio,
-    kernels,
 )
-from storage_engine.batch_file import FORMAT_VERSION, BatchFileWriter, write_batch_file
 from storage_engine.cache import BufferCache
+from storage_engine.file_format import FORMAT_VERSION, BatchFileWriter, write_batch_file
 from storage_engine.fileio import PosixFileLayer
+from storage_engine.lookup.probes import key_table
 from tests.conftest import trials
 
 from .strategies import (
@@ -61,7 +61,7 @@ def _open(path: str, cache: BufferCache, schema: ZSetSchema | None = None) -> Ba
 
 
 def _seek(bf: BatchFile, keys: Any) -> Batch:
-    return Batch(bf.schema, bf.seek(kernels.key_table(keys, bf.schema)))
+    return Batch(bf.schema, bf.seek(key_table(keys, bf.schema)))
 
 
 def _write(tmp: Path, batch: Batch, **opts: Any) -> str:

@@ -43,8 +43,8 @@ from storage_engine import (
     StorageLocation,
     ZSetSchema,
 )
-from storage_engine.batch_file import BatchFile
 from storage_engine.cache import BufferCache
+from storage_engine.file_format import BatchFile
 from storage_engine.fileio import PosixFileLayer
 from storage_engine.tools import validate_location
 from tests.conftest import QUICK, trials

@@ -25,12 +25,8 @@ import pyarrow as pa
 import pytest
 
 from storage_engine import Batch, StorageLocation, ZSetSchema
-from storage_engine.tools import (
-    dump_batch_file,
-    inspect_location,
-    list_checkpoints,
-    validate_location,
-)
+from storage_engine.location_view import inspect_location, list_checkpoints
+from storage_engine.tools import dump_batch_file, validate_location
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 VERSIONS = sorted(p.name for p in GOLDEN.iterdir() if p.is_dir())

@@ -22,8 +22,9 @@ from storage_engine import (
     kernels,
     lookup,
 )
-from storage_engine import search as search_module
-from storage_engine.search import SearchTree
+from storage_engine.lookup import search as search_module
+from storage_engine.lookup.search import SearchTree
+from storage_engine.lookup.seek import seek_matches, single_value
 from storage_engine.spine import Spine, _lead_range
 from tests.conftest import trials
 
@@ -299,8 +300,8 @@ def test_seek_matches_with_a_tree_and_fixed_columns_finds_every_equal_row(
     p0 = np.array([a for a, _ in probes_in], dtype=np.uint64)
     p1 = np.array([b for _, b in probes_in], dtype=np.int64)
     want = [(i, probes_in.index(r)) for i, r in enumerate(rows_in) if r in probes_in]
-    fixed = [kernels.single_value(k0), kernels.single_value(k1)]
+    fixed = [single_value(k0), single_value(k1)]
     tree = SearchTree(k0) if len(k0) else None
     for args in ((None, None), (fixed, None), (fixed, tree), (None, tree)):
-        rows, owners = kernels.seek_matches([k0, k1], [p0, p1], *args)
+        rows, owners = seek_matches([k0, k1], [p0, p1], *args)
         assert list(zip(rows.tolist(), owners.tolist(), strict=True)) == want

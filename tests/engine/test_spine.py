@@ -25,10 +25,11 @@ from storage_engine import (
     StorageLocation,
     ZSetSchema,
     encoding,
-    kernels,
 )
 from storage_engine.fileio import PosixFileLayer
-from storage_engine.spine import Spine, merge_stream
+from storage_engine.lookup.probes import key_table, probe_table
+from storage_engine.merging import merge_stream
+from storage_engine.spine import Spine
 from tests.conftest import trials
 from tests.polling import wait_until
 
@@ -629,7 +630,7 @@ def test_probes_outside_the_spines_key_range_are_dropped_without_changing_the_an
 
 @pytest.mark.parametrize("name", ["string", "composite", "nullable_string", "int64"])
 def test_a_lookups_probe_table_is_key_tables_and_its_encoding_is_the_probes(name: str) -> None:
-    """`kernels.probe_table` (a spine's seek) gives `key_table`'s probes for any lead range,
+    """`probe_table` (a spine's seek) gives `key_table`'s probes for any lead range,
     and the encoding it hands to the lookup's batches is exactly the encoding of those
     probes with the range's prefix cut (a string lead column), one row per probe."""
     case = CASES[name]
@@ -645,8 +646,8 @@ def test_a_lookups_probe_table_is_key_tables_and_its_encoding_is_the_probes(name
         firsts = sorted((e[0] for e in ends), key=lambda v: (v is not None, v))
         lead = None if firsts[0] is None else (firsts[0], firsts[1])
         for lead_range in (lead, None):
-            probes, encodings = kernels.probe_table(keys, case.schema, lead_range)
-            assert probes.equals(kernels.key_table(keys, case.schema, lead_range))
+            probes, encodings = probe_table(keys, case.schema, lead_range)
+            assert probes.equals(key_table(keys, case.schema, lead_range))
             shared.extend(encodings.by_cut)
             for cut, (enc, valid) in encodings.by_cut.items():
                 assert valid is None and lead_range is not None

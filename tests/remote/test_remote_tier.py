@@ -25,10 +25,10 @@ from storage_engine.remote import (
     MANIFESTS,
     DivergedError,
     FencedError,
-    pull,
     read_remote_manifest,
 )
 from storage_engine.remote_log import PREFIX as LOG_PREFIX
+from storage_engine.remote_pull import pull
 from tests.engine.test_location import INT, rows, state
 from tests.polling import wait_until
 

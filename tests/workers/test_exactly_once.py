@@ -21,8 +21,8 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from storage_engine.location_view import inspect_location, list_checkpoints
 from storage_engine.schema import WEIGHT
-from storage_engine.tools import inspect_location, list_checkpoints
 from workers.sinks import STEP
 
 from ..conftest import trials

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query, Request
 
 from pipeline_spec.model import ViewSink, parse_spec
 from storage_engine.errors import CorruptionError, StorageError
-from storage_engine.tools import read_spine, to_jsonable
+from storage_engine.location_view import read_spine, to_jsonable
 
 from ...errors import InvalidInput, NotFound, StateUnavailable
 from ...schemas.metrics import IngestOut, ViewPage

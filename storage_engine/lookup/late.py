@@ -1,7 +1,7 @@
 """A spine's batched point lookup, with its result built once (late materialization).
 
 `Spine.seek(keys)` asks every batch of a spine for the rows of many keys at once. The general
-path (`kernels.seek_keyed` per batch, then `kernels.merge_keyed`) takes each batch's found
+path (`seek.seek_keyed` per batch, then `kernels.merge_keyed`) takes each batch's found
 rows out as an Arrow record batch and merges those. When every key column has an encoding
 and every value column is a plain number (`applies`), this module does the work on NumPy
 arrays and builds one record batch at the end:
@@ -30,8 +30,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from . import encoding, kernels
-from .schema import ZSetSchema
+from .. import encoding, kernels
+from ..schema import ZSetSchema
+from .probes import Cut, key_batch, range_cut
+from .seek import seek_matches
 
 IntArray = kernels.IntArray
 Array = encoding.Array
@@ -63,18 +65,18 @@ class Probes:
         # all): `table` sorts them again, should it be needed
         self._unsorted = unsorted
         self._sorted: pa.RecordBatch | None = None
-        self._cuts: dict[kernels.Cut, tuple[encoding.Encoding, IntArray | None] | None] = {
+        self._cuts: dict[Cut, tuple[encoding.Encoding, IntArray | None] | None] = {
             encoding.cut_of(keys): (keys, None)
         }
 
     @classmethod
     def of(cls, keys: Any, schema: ZSetSchema, lead_range: tuple[Any, Any]) -> Probes | None:
-        """The probes of `keys` (any form `kernels.key_table` takes) for batches whose first
+        """The probes of `keys` (any form `probes.key_table` takes) for batches whose first
         key column lies in `lead_range`. None if they have no encoding."""
-        cut = kernels.range_cut(schema, lead_range)
+        cut = range_cut(schema, lead_range)
         if cut is None:
             return None
-        rb = kernels.key_batch(keys, schema)
+        rb = key_batch(keys, schema)
         got = encoding.encode_prefixed(rb, schema.key_names, cut)
         ends = encoding.encode_prefixed(_ends(schema, lead_range), schema.key_names[:1], cut[:1])
         if got is None or ends is None:
@@ -104,7 +106,7 @@ class Probes:
             self._sorted = self._table if index is None else self._table.take(pa.array(index))
         return self._sorted
 
-    def in_cut(self, cut: kernels.Cut) -> tuple[encoding.Encoding, IntArray | None] | None:
+    def in_cut(self, cut: Cut) -> tuple[encoding.Encoding, IntArray | None] | None:
         """The probes encoded with prefix cut `cut`, and which probes those are (None: all;
         the others lack a prefix, so cannot equal a key that has it). None: no encoding."""
         if cut not in self._cuts:
@@ -131,7 +133,7 @@ class Probes:
         if got is None:
             return None
         penc, sel = got
-        rows, owners = kernels.seek_matches(*encoding.align(enc, penc))
+        rows, owners = seek_matches(*encoding.align(enc, penc))
         return rows, owners if sel is None else sel[owners]
 
 
@@ -195,8 +197,8 @@ def result(probes: Probes, found: Sequence[Found]) -> pa.RecordBatch:
 
 def _sorted_unique(cols: list[Array]) -> list[Array]:
     """Encoded rows sorted, each once. Where the columns after the first are constant (one
-    integer key; strings of one length), the first is sorted alone: a sort of values costs
-    a third of a sort of indices followed by gathers."""
+    integer key; strings of one length), the first is sorted alone: a sort of values is
+    cheaper than a sort of indices followed by gathers."""
     if not len(cols[0]) or any(int(c.min()) != int(c.max()) for c in cols[1:]):
         order = kernels.unique_order(cols) if len(cols[0]) else None
         return cols if order is None else [c[order] for c in cols]

@@ -1,0 +1,185 @@
+"""Seeks in one sorted batch: the rows whose key equals one of sorted, unique probes.
+
+Binary search on the first encoded key column (or a `SearchTree` over it) finds each probe's
+candidate rows; the other encoded key columns confirm exact equality (`seek_matches`). Keys
+without an encoding (nulls, long strings) are matched by an Arrow semi-join instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .. import encoding
+from ..kernels import IntArray, Keyed, KeyEncoding, filler, ranges_to_indices
+from ..schema import ZSetSchema
+from .probes import ProbeEncodings
+from .search import SearchTree, run_ends
+
+
+def key_encoding(rb: pa.RecordBatch, schema: ZSetSchema) -> KeyEncoding | None:
+    """Encoding of a sorted batch's key columns, for repeated seeks (cache it with the batch)."""
+    enc = encoding.encode(rb, schema.key_names)
+    return enc[0] if enc is not None else None
+
+
+def seek(
+    rb: pa.RecordBatch,
+    probes: pa.RecordBatch,
+    schema: ZSetSchema,
+    enc: KeyEncoding | None = None,
+) -> pa.RecordBatch:
+    """Rows of sorted `rb` whose key equals one of the sorted, unique `probes` keys.
+
+    Binary search on the first encoded key column finds each probe's candidate rows (all the
+    rows of that key, or a few more sharing a string chunk); the other encoded columns then
+    confirm exact equality. `enc` is `rb`'s cached key encoding, if the caller has one.
+    """
+    return seek_keyed(rb, probes, schema, enc)[0]
+
+
+def seek_keyed(
+    rb: pa.RecordBatch,
+    probes: pa.RecordBatch,
+    schema: ZSetSchema,
+    enc: KeyEncoding | None = None,
+    probe_encodings: ProbeEncodings | None = None,
+) -> Keyed:
+    """`seek`, also returning the found rows' key encoding (gathered from `rb`'s: a merge of
+    several seeks' results then need not encode their strings again). `probe_encodings`
+    keeps the probes' encodings across the batches of one lookup: batches whose keys share a
+    layout (string prefix, chunk count) need them encoded once."""
+    if rb.num_rows == 0 or probes.num_rows == 0:
+        return rb.slice(0, 0), None
+    benc = enc if enc is not None else key_encoding(rb, schema)
+    rows = seek_positions(rb, probes, schema, benc, probe_encodings)
+    found = rb.take(pa.array(rows))
+    if benc is None or all(lay is None for lay in benc.layouts):
+        return found, None  # no encoding, or numeric keys (views): nothing to carry
+    return found, encoding.Encoding([c[rows] for c in benc.cols], benc.layouts)
+
+
+def seek_positions(
+    rb: pa.RecordBatch,
+    probes: pa.RecordBatch,
+    schema: ZSetSchema,
+    enc: KeyEncoding | None = None,
+    probe_encodings: ProbeEncodings | None = None,
+) -> IntArray:
+    """Ascending indices of the rows of sorted `rb` whose key is among the sorted, unique
+    `probes` (`seek_keyed`'s rows, for callers that align rows rather than copy them)."""
+    if rb.num_rows == 0 or probes.num_rows == 0:
+        return np.empty(0, dtype=np.int64)
+    benc = enc if enc is not None else key_encoding(rb, schema)
+    if benc is None:
+        return _seek_arrow(rb, probes, schema)
+    if probe_encodings is not None:
+        shared = probe_encodings.by_cut.get(encoding.cut_of(benc))
+        if shared is not None:
+            return seek_rows(*encoding.align(benc, shared[0]))
+    layout = tuple(benc.layouts)
+    pcols = probe_encodings.by_layout.get(layout) if probe_encodings is not None else None
+    if pcols is None:
+        penc = encoding.encode(probes, schema.key_names, like=benc)
+        if penc is None:
+            return _seek_arrow(rb, probes, schema)
+        pcols, valid = penc[0].cols, penc[1]
+        if valid is not None and not valid.all():
+            sel = np.flatnonzero(valid)
+            pcols = [c[sel] for c in pcols]
+        if probe_encodings is not None:
+            probe_encodings.by_layout[layout] = pcols
+    return seek_rows(benc.cols, pcols)
+
+
+def seek_rows(bcols: Sequence[npt.NDArray[Any]], pcols: Sequence[npt.NDArray[Any]]) -> IntArray:
+    """Indices of the rows whose encoded key (`bcols`, sorted) equals one of the sorted,
+    unique encoded probes (`pcols`, the same columns)."""
+    return seek_matches(bcols, pcols)[0]
+
+
+def seek_matches(
+    bcols: Sequence[npt.NDArray[Any]],
+    pcols: Sequence[npt.NDArray[Any]],
+    fixed: Sequence[int | None] | None = None,
+    tree: SearchTree | None = None,
+) -> tuple[IntArray, IntArray]:
+    """(rows, owners): the ascending indices of the rows whose encoded key (`bcols`, sorted)
+    equals one of the sorted, unique encoded probes (`pcols`, the same columns), and for
+    each row the index of the probe it equals. `fixed`, if known: per column of `bcols`,
+    the one value it holds (`single_value`); a later column that holds the same one value in
+    the probes is not compared (a string key's lengths, when all keys have one length).
+    `tree`: a search tree over `bcols[0]`, to search it with."""
+    if fixed is not None and len(bcols) > 1:
+        same = [
+            j > 0 and fixed[j] is not None and single_value(pcols[j]) == fixed[j]
+            for j in range(len(bcols))
+        ]
+        bcols = [c for c, s in zip(bcols, same, strict=True) if not s]
+        pcols = [c for c, s in zip(pcols, same, strict=True) if not s]
+    k, p = bcols[0], pcols[0]
+    n = len(k)
+    none = np.empty(0, dtype=np.int64)
+    if n == 0 or len(p) == 0:
+        return none, none
+    # Probes outside the batch's key range cannot match: two scalar searches spare them
+    # the binary search over the batch (absent keys are often outside it).
+    a = int(np.searchsorted(p, k[0], side="left"))
+    b = int(np.searchsorted(p, k[-1], side="right"))
+    if a > 0 or b < len(p):
+        pcols = [c[a:b] for c in pcols]
+        p = pcols[0]
+        if len(p) == 0:
+            return none, none
+    if tree is None:
+        lo = np.searchsorted(k, p, side="left")
+        found = k[np.minimum(lo, n - 1)] == p
+        lo, pidx = lo[found], np.flatnonzero(found)
+        hi = run_ends(k, lo + 1, p[pidx])
+    else:
+        lo, hi = tree.equal_range(p)
+        pidx = np.flatnonzero(hi > lo)
+        lo, hi = lo[pidx], hi[pidx]
+    if len(hi) and int((hi - lo).max()) > 1:
+        rows = ranges_to_indices(lo, hi)
+        owner = np.repeat(pidx, hi - lo)
+    else:  # one row per found probe: no ranges to expand
+        rows, owner = lo.astype(np.int64, copy=False), pidx
+    if len(bcols) > 1 and len(rows):
+        match = np.ones(len(rows), dtype=bool)
+        for bc, pcol in zip(bcols[1:], pcols[1:], strict=True):
+            match &= bc[rows] == pcol[owner]
+        rows, owner = rows[match], owner[match]
+    return rows, owner + a
+
+
+def single_value(col: npt.NDArray[Any]) -> int | None:
+    """The one value an encoded column holds (None: several, or none)."""
+    if not len(col):
+        return None
+    lo, hi = int(col.min()), int(col.max())
+    return lo if lo == hi else None
+
+
+def _null_safe_keys(rb: pa.RecordBatch, names: Sequence[str]) -> pa.Table:
+    """Key columns with nulls replaced by a filler plus an is-null flag per column, so a
+    hash join matches null keys to null keys (SQL joins never would)."""
+    cols: dict[str, pa.Array] = {}
+    for i, n in enumerate(names):
+        col = rb.column(n)
+        cols[f"k{i}"] = pc.fill_null(col, pa.scalar(filler(col.type), col.type))
+        cols[f"n{i}"] = pc.is_null(col)
+    return pa.table(cols)
+
+
+def _seek_arrow(rb: pa.RecordBatch, probes: pa.RecordBatch, schema: ZSetSchema) -> IntArray:
+    names = schema.key_names
+    left = _null_safe_keys(rb, names).append_column("row", pa.array(np.arange(rb.num_rows)))
+    right = _null_safe_keys(probes, names)
+    joined = left.join(right, keys=right.column_names, join_type="left semi", use_threads=False)
+    return np.sort(np.asarray(joined.column("row").to_numpy(), dtype=np.int64))
