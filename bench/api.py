@@ -13,6 +13,10 @@ Then, one after the other, it loads three operations at a fixed target rate over
 `POST /api/v1/pipelines/{name}/ingest/{stream}` (NDJSON batches), while a subscriber of
 `GET /api/v1/pipelines/{name}/metrics/stream` records how late each step's event arrives.
 See NOTES for exactly what is timed.
+
+Why one long module: a benchmark's workload, its load generator, what it times and its
+report read as one method; split, a reader would jump between files to check that the
+figures mean what docs/benchmarks.md says.
 """
 
 from __future__ import annotations

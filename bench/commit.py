@@ -27,10 +27,12 @@ from typing import Any
 
 import numpy as np
 
+from local_servers.seaweedfs import SeaweedS3
 from storage_engine import EngineSettings, StorageLocation
 from storage_engine.fileio import PosixFileLayer
 from storage_engine.objstore import ObjectStore, ObjectStoreSettings
-from storage_engine.remote import CheckpointGoneError, pull
+from storage_engine.remote import CheckpointGoneError
+from storage_engine.remote_pull import pull
 
 from .engine import (
     LARGE_KEY_SPACE,
@@ -53,7 +55,6 @@ from .report import (
     quiet,
     versions,
 )
-from .seaweedfs import SeaweedS3
 
 FINGERPRINT = "bench-commit"
 KIND = "int64"

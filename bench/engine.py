@@ -14,6 +14,10 @@ Measured, for int64 keys and for string keys (``user-000001234567``):
 - commit latency at a small and a large state (median, after a fixed-size delta);
 - restore latency at the large state (open + spine + first lookup answered);
 - throughput with the state 16x the memory budget over throughput with budgets above the state.
+
+Why one long module: the same workload driven into every system side by side (Spindle and
+each peer's adapter, the timing and the report) reads as one method; split, a reader would
+jump between files to check that the systems are timed alike.
 """
 
 from __future__ import annotations
@@ -526,7 +530,7 @@ def commit_series(
 ) -> list[list[float]]:
     """Milliseconds of each commit that follows one delta insert, per location. The
     locations take turns, delta by delta, so that each of them meets the same disk at the
-    same moments (an fsync's latency here varies by 2x within seconds)."""
+    same moments (an fsync's latency on a shared VM varies within seconds)."""
     out: list[list[float]] = [[] for _ in locs]
     for d in deltas:
         for (loc, spine), times in zip(locs, out, strict=True):

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bench.seaweedfs import SeaweedS3, find_weed, remove_bucket
+from local_servers.seaweedfs import SeaweedS3, find_weed, remove_bucket
 
 QUICK = os.environ.get("SPINDLE_TEST_PROFILE", "full") == "quick"
 
@@ -19,7 +19,7 @@ def trials(full: int, quick: int) -> int:
     return quick if QUICK else full
 
 
-# A real S3 server (SeaweedFS, see bench/seaweedfs.py) for the object-store tests.
+# A real S3 server (SeaweedFS, see local_servers/seaweedfs.py) for the object-store tests.
 
 
 @pytest.fixture(scope="session")

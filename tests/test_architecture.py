@@ -1,19 +1,27 @@
 """The packages' dependency rules, on the import graph of the source (grimp): every import
 statement counts, those inside functions and under TYPE_CHECKING too.
 
-- `pipeline_spec` imports nothing else of Spindle's; `storage_engine` imports no package
-  above it; the control plane (`backend`) does not import Spark.
+- `pipeline_spec` and `local_servers` import nothing else of Spindle's; `storage_engine`
+  imports no package above it; the control plane (`backend`) does not import Spark.
+- Tests import the benchmarks only to test them (`tests/bench/`).
 - No import cycle between modules.
+- No module over 600 lines unless its docstring says why (a paragraph starting
+  "Why one long module:").
 """
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterator
+from pathlib import Path
 
 import grimp
 import pytest
 
-PACKAGES = ("pipeline_spec", "storage_engine", "backend", "workers", "cli")
+PACKAGES = ("pipeline_spec", "storage_engine", "backend", "workers", "cli", "local_servers")
+ROOT = Path(__file__).resolve().parents[1]
+LONG_MODULE_LINES = 600
+WHY_LONG = "Why one long module:"
 
 
 @pytest.fixture(scope="module")
@@ -95,8 +103,46 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
         ("backend", "workers.runner"),
         ("cli", "pyspark"),
         ("cli", "workers"),
+        *(("local_servers", p) for p in ("pipeline_spec", "storage_engine", "backend", "workers")),
     ],
 )
 def test_a_package_does_not_reach(graph: grimp.ImportGraph, importer: str, imported: str) -> None:
     chains = graph.find_shortest_chains(importer=importer, imported=imported, as_packages=True)
     assert not chains, f"{importer} imports {imported}: {sorted(chains)[0]}"
+
+
+def _long_modules_without_a_reason() -> list[str]:
+    out = []
+    for package in (*PACKAGES, "bench"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            text = path.read_text(encoding="utf-8")
+            if text.count("\n") <= LONG_MODULE_LINES:
+                continue
+            doc = ast.get_docstring(ast.parse(text)) or ""
+            if WHY_LONG not in doc:
+                out.append(f"{path.relative_to(ROOT)}: {text.count(chr(10))} lines")
+    return out
+
+
+def test_a_long_module_says_why_it_is_long() -> None:
+    assert _long_modules_without_a_reason() == [], (
+        f"split these, or say in the module's docstring {WHY_LONG!r} ..."
+    )
+
+
+def test_only_the_benchmarks_tests_import_bench() -> None:
+    importers = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        if path.is_relative_to(ROOT / "tests" / "bench"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            if any(n == "bench" or n.startswith("bench.") for n in names):
+                importers.append(str(path.relative_to(ROOT)))
+    assert importers == []

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from bench.seaweedfs import SeaweedS3
+from local_servers.seaweedfs import SeaweedS3
 
 from .. import customers
 from ..polling import wait_until

@@ -1,4 +1,4 @@
-"""The SeaweedFS test server itself (bench/seaweedfs.py): round trips, ranges, multipart,
+"""The SeaweedFS test server itself (local_servers/seaweedfs.py): round trips, ranges, multipart,
 listing, credentials, and stop/start keeping the data."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import urllib3
 from minio import Minio
 from minio.error import S3Error
 
-from bench.seaweedfs import SeaweedS3
+from local_servers.seaweedfs import SeaweedS3
 
 
 def put(server: SeaweedS3, bucket: str, key: str, data: bytes, **kw: Any) -> None:

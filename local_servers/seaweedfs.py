@@ -230,9 +230,9 @@ class SeaweedS3:
             f"-s3.config={self.conf_dir / 's3.json'}",
             "-s3.autoCreateBucket=false",  # like S3: a PUT into a missing bucket is NoSuchBucket
             "-master.telemetry=false",
-            # Single-master mode: leader at once. Otherwise raft takes ~1.5 s (and, with saved
-            # state, a 10 s election timeout) and a volume server that heartbeats before that
-            # only retries 5 s later.
+            # Single-master mode: leader at once. Otherwise raft holds an election first (and,
+            # with saved state, waits out a 10 s election timeout) and a volume server that
+            # heartbeats before that only retries 5 s later.
             "-master.peers=none",
             f"-master.volumeSizeLimitMB={self.volume_size_limit_mb}",
             f"-volume.max={self.max_volumes}",

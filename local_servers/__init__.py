@@ -1,0 +1,1 @@
+"""Real servers that the test suite and the benchmarks start on free loopback ports."""
