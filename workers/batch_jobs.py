@@ -45,8 +45,8 @@ class BatchJobs:
         never, or `auto` — when an operator keeps min/max (its value multisets then grow by
         at most two values per group and step, not by every value), or when the previous
         step had at least PRE_AGGREGATE_MIN_ROWS rows. Below that, Spark's aggregation
-        costs more than it saves: measured on 10 000-row steps (20 000 or 100 customers),
-        +45-150 ms per step, all in Spark, for no measurable engine saving. Either path
+        costs more than it saves (on 10 000-row steps: more Spark time, no measurable engine
+        saving; docs/benchmarks.md). Either path
         continues from the other's state, so the choice is free at every step."""
         pre = self.plan.pre_aggregation
         if pre is None or self.policy == "never":

@@ -157,12 +157,14 @@ def run_cmd(
             timeline = Timeline(at, standby=True)
         if run_id is not None:
             from backend.db import Database
+            from backend.services.run_control import DatabaseControlPlane
             from backend.settings import Settings
 
             from .control import JobControl
 
             settings = Settings()
-            control = JobControl(Database(settings.db_url), settings, run_id)
+            plane = DatabaseControlPlane(Database(settings.db_url), run_id)
+            control = JobControl(plane, settings.operation_poll_s, settings.heartbeat_s)
         # A standby may be told to take over while the driver it replaces is still exiting:
         # the location's lock is then released within moments.
         opening = tenacity.Retrying(
@@ -209,8 +211,8 @@ def run_cmd(
         commit = final_checkpoint if control is None else code == EXIT_INTERRUPTED
         # Not when the policy's checkpoint already covers the last step: a second one at the
         # same step would take a retention slot for nothing.
-        if commit and runner.step > res.first_step and runner.steps_since_checkpoint:
-            runner.commit(wait=True)
+        if commit and runner.step > res.first_step and runner.checkpoints.steps_since:
+            runner.checkpoints.commit(wait=True)
         typer.echo(json.dumps(res.__dict__ | {"last_step": runner.step}))
     finally:
         if control is not None:

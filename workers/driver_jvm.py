@@ -68,10 +68,10 @@ _keep: list[subprocess.Popen[bytes]] = []
 # The driver's collector, unless its options pick one. A driver's heap is small (state lives
 # in the engine, in Python) and its work is short micro-batches: the parallel collector's
 # young pauses cost less than G1's barriers, concurrent cycles (started by every humongous
-# Arrow or file buffer) and remark pauses. Measured on bench.pipeline's Spindle side (2-core
-# EPYC, 6 runs each, interleaved): p50 batch 180 -> 164 ms, p99 297 -> 271 ms. Metaspace
-# starts at 256 MB: Spark's generated classes otherwise cross its first threshold a few
-# batches in, and the parallel collector answers that with a full collection (105 ms seen).
+# Arrow or file buffer) and remark pauses: bench.pipeline's batch p50 and p99 are lower
+# with it (docs/benchmarks.md). Metaspace starts at 256 MB: Spark's generated classes
+# otherwise cross its first threshold a few batches in, and the parallel collector answers
+# that with a full collection.
 _COLLECTOR = "-XX:+UseParallelGC -XX:MetaspaceSize=256m"
 _PICKS_COLLECTOR = re.compile(r"-XX:\+Use\w+GC\b")
 

@@ -103,7 +103,7 @@ def _analyse(
 def _empty(spark: SparkSession, schema: StructType) -> DataFrame:
     """An empty DataFrame of `schema`, for analysis only. Not `createDataFrame([], schema)`:
     that ships its (empty) rows through an RDD of pickled rows, a code path nothing else in
-    a run takes, 0.2 s on a cold JVM. (Typed nulls are nullable columns: a schema with a
+    a run takes, slow on a cold JVM. (Typed nulls are nullable columns: a schema with a
     NOT NULL column still takes that path, to keep its nullability.)"""
     if not all(f.nullable for f in schema.fields):
         return spark.createDataFrame([], schema)

@@ -21,7 +21,7 @@ class ReadAhead:
     """A run's first batch (a files or log source's), computed by Spark in a thread of its
     own while the run starts: `job` gives (pre-aggregated?, the batch's Arrow table), and
     `rows` is then the batch's DataFrame (a files source's `paths`: the batch's files, to
-    read again if the job failed). A cold JVM spends about a second on its first batch
+    read again if the job failed). A cold JVM spends long on its first batch
     (class loading, JIT, code generation)."""
 
     def __init__(

@@ -91,13 +91,14 @@ def _build(builder: SparkSession.Builder, app: str, java_options: str) -> SparkS
         # The default manager goes through Hadoop's FileContext, whose rename asks for each
         # path's link status, which Hadoop's local file system answers by running `readlink`
         # (without Hadoop's native library, as with pip's pyspark): four process spawns from
-        # the JVM per batch, 50-100 ms. The FileSystem-based manager renames with
+        # the JVM per batch. The FileSystem-based manager renames with
         # File.renameTo (atomic on POSIX file systems).
         .config("spark.sql.streaming.checkpointFileManagerClass", _CHECKPOINT_FILE_MANAGER)
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         # PySpark's DataFrame debugging sends the Python call site of every DataFrame and
         # Column function to the JVM (to name it in error messages): about eight Py4J round
-        # trips per call, ~190 ms of a step's planning. Spindle's errors name spec fields.
+        # trips per call, a good part of a step's planning. Spindle's errors name spec
+        # fields.
         .config("spark.python.sql.dataFrameDebugging.enabled", "false")
         .getOrCreate()
     )

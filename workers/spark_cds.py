@@ -3,9 +3,8 @@
 A driver's JVM loads and verifies tens of thousands of classes from Spark's jars before its
 first micro-batch completes; most of a cold start is that. The JDK can instead map them from
 an archive dumped by an earlier JVM that ran the same code (`-XX:ArchiveClassesAtExit`, then
-`-XX:SharedArchiveFile`). Measured on the 2-core machines Spindle is developed on: a session
-starts in 4.6 s instead of 7.8 s and a first query completes 4.8 s sooner
-(docs/benchmarks.md).
+`-XX:SharedArchiveFile`): a session starts and its first query completes seconds sooner
+(docs/benchmarks.md, "Machinery that must pay its way").
 
     python -m workers.spark_cds build     # make bootstrap runs it once per install
     python -m workers.spark_cds path      # the archive every session maps, if it exists
@@ -24,8 +23,8 @@ Contract:
   generation compiler, ~330 classes loaded, and their signatures checked, at every first
   query) are signed, so `build` also writes copies of them without their signature files
   beside the archive, and every driver (the workload included) puts those copies first on
-  its class path (`driver_class_path`): the archive then holds their classes (a cold first
-  batch 0.1-0.15 s sooner, measured). Their classes are the same; only the jar signatures
+  its class path (`driver_class_path`): the archive then holds their classes, and a cold
+  first batch is sooner. Their classes are the same; only the jar signatures
   (which Spark does not check) are gone.
 - `build` dumps the classes of a real workload: a files-source pipeline (JSON lines, a
   transform, a group and a window aggregate, a files sink) and the Nexmark join of

@@ -181,8 +181,8 @@ _SEED_STEPS, _SEED_ROWS = 2, 64
 def _seed_input_log(storage: str, source: S.LogSource) -> S.LogSource:
     """Records for a log pipeline's warm-up: two steps of zero-valued rows of the stream's
     schema in the scratch location's input log (otherwise empty: the warm-up would read
-    nothing and the run's first step would read the log cold; bench.spare measured a log
-    standby's first step at 850 ms against 434 ms for a spare). Returns the source reading
+    nothing and the run's first step would read the log cold, slower than a spare's, as
+    bench.spare shows). Returns the source reading
     them in two steps."""
     schema = source.arrow_schema()
     n = _SEED_STEPS * _SEED_ROWS
@@ -237,7 +237,7 @@ def _stand_by(
 
 def _preload_control_plane() -> None:
     """Import what a run under the control plane imports (`workers.control`: its database
-    and settings modules, 0.3 s and more) before the takeover, which then does not wait for
+    and settings modules) before the takeover, which then does not wait for
     them: the control plane is what starts standbys and spares."""
     from . import control  # noqa: F401
 

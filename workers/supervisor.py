@@ -39,11 +39,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 
 from backend.child_processes import die_with_parent
 from backend.db import Database
-from backend.models import DesiredState, Pipeline, PipelineState, Run, RunState, utcnow
+from backend.models import DesiredState, Pipeline, PipelineState, Run, RunState
 from backend.services import checkpoints as cps
 from backend.services import lifecycle
 from backend.services import operations as ops
@@ -94,8 +94,8 @@ def _prepare(db: Database, settings: Settings, run_id: int) -> _Launch | None:
         spec_path = pdir / "spec.json"
         spec_text = json.dumps(_absolute_paths(p.spec, settings.roots), indent=1)
         spec_path.write_text(spec_text)
-        run.log_path = str(pdir / "runs" / f"{run.number}.log")
-        run.host = socket.gethostname()
+        log_path = str(pdir / "runs" / f"{run.number}.log")
+        lifecycle.run_prepared(run, log_path, socket.gethostname())
         storage = settings.storage_dir(p.name)
         cps.reconcile_dir(s, p.id, storage)  # the manifest wins, before anything changes
         remote = settings.pipeline_store_url(p.name)
@@ -115,7 +115,7 @@ def _prepare(db: Database, settings: Settings, run_id: int) -> _Launch | None:
             *(["--remote", remote] if remote else []),
         ]
         own = ["--from-checkpoint", run.from_checkpoint, "--run-id", str(run.id)]
-        return _Launch(p.name, driver, own, spec_text, run.log_path, run.from_checkpoint, run.id)
+        return _Launch(p.name, driver, own, spec_text, log_path, run.from_checkpoint, run.id)
 
 
 def _absolute_paths(spec: dict[str, Any], roots: list[Path]) -> dict[str, Any]:
@@ -411,9 +411,8 @@ def _supervise(db: Database, settings: Settings, queue: TaskQueue, run_id: int) 
         with db.session() as s:
             run = s.get(Run, run_id)
             assert run is not None
-            run.pid = proc.pid
-            run.log_path = launch.log_path if standby is None else standby.log_path
-            log_path = run.log_path
+            log_path = launch.log_path if standby is None else standby.log_path
+            lifecycle.driver_launched(run, proc.pid, log_path)
         beat = functools.partial(_starting_heartbeat, db, run_id)
         up = functools.partial(_ahead, launch, settings, db)
         code = _wait(proc, beat, settings.heartbeat_s, up)
@@ -488,15 +487,9 @@ def reap(
 
 
 def _starting_heartbeat(db: Database, run_id: int) -> bool:
-    """While the driver starts (Spark takes seconds), its supervisor vouches for it; once
-    running, the driver's own control loop heartbeats. True while the run is starting."""
+    """`lifecycle.vouch_starting`: True while the run is starting."""
     with db.session() as s:
-        res = s.execute(
-            update(Run)
-            .where(Run.id == run_id, Run.state == RunState.starting)
-            .values(heartbeat_at=utcnow())
-        )
-        return bool(getattr(res, "rowcount", 0))
+        return lifecycle.vouch_starting(s, run_id)
 
 
 def _wait(

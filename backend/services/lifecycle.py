@@ -125,9 +125,34 @@ def resume(s: Session, p: Pipeline) -> None:
     p.desired_state = DesiredState.running
 
 
-def run_opened(s: Session, run: Run, first_step: int, restored: str | None) -> None:
-    """The job restored its state and is about to process."""
+def run_prepared(run: Run, log_path: str, host: str) -> None:
+    """The run's driver is about to start on `host`, logging to `log_path`."""
+    run.log_path = log_path
+    run.host = host
+
+
+def driver_launched(run: Run, pid: int, log_path: str) -> None:
+    """The run's driver process is `pid` (a new process, or a standby or spare that took the
+    run over and keeps its own log)."""
+    run.pid = pid
+    run.log_path = log_path
+
+
+def vouch_starting(s: Session, run_id: int) -> bool:
+    """While the driver starts (Spark takes seconds), its supervisor heartbeats for it; once
+    running, the driver's own control loop does. True while the run is starting."""
+    res = s.execute(
+        update(Run)
+        .where(Run.id == run_id, Run.state == RunState.starting)
+        .values(heartbeat_at=utcnow())
+    )
+    return bool(getattr(res, "rowcount", 0))
+
+
+def run_opened(s: Session, run: Run, first_step: int, restored: str | None, pid: int) -> None:
+    """The job (process `pid`) restored its state and is about to process."""
     now = utcnow()
+    run.pid = pid
     run.state = RunState.running
     run.started_at = now
     run.heartbeat_at = now
@@ -144,6 +169,14 @@ def run_opened(s: Session, run: Run, first_step: int, restored: str | None) -> N
             if p.desired_state == DesiredState.paused
             else PipelineState.running
         )
+
+
+def run_follows(run: Run | None, paused: bool) -> None:
+    """A running run follows its pipeline's desired state: the pipeline shows paused, or
+    running again."""
+    if run is None or run.state != RunState.running:
+        return
+    run.pipeline.state = PipelineState.paused if paused else PipelineState.running
 
 
 def describe_exit(code: int) -> str:

@@ -725,20 +725,21 @@ def test_counters_only_grow_and_durability_problems_show(
 ) -> None:
     """Prometheus `*_total` were sums over the history, which downsampling deletes: they went
     down. A run's durability events were counted nowhere and shown nowhere."""
-    from workers.control import JobControl
+    from backend.services.run_control import DatabaseControlPlane, Report
 
     cfg = Settings(data_dir=tmp_path, metrics_raw_s=3600, metrics_keep_s=86400)
     pid = add_pipeline(sqlite_db)
     run = add_run(sqlite_db, pid, started_at=utcnow())
-    control = JobControl(sqlite_db, cfg, run)
-    for i in range(3):
-        control.metrics_sink(
-            {"ts": MINUTE + i, "step": i + 1, "rows_in": 10, "rows_out": 2, "dead_letters": 1}
-        )
-    control.metrics_sink({"ts": NOW, "event": "commit_failed", "message": "step 3: disk full"})
-    control.metrics_sink({"ts": NOW, "event": "upload_failed", "message": "step 3: denied"})
-    with sqlite_db.session() as s:
-        control._flush_metrics(s)
+    plane = DatabaseControlPlane(sqlite_db, run)
+    samples = [
+        {"ts": MINUTE + i, "step": i + 1, "rows_in": 10, "rows_out": 2, "dead_letters": 1}
+        for i in range(3)
+    ]
+    events = [
+        {"ts": NOW, "event": "commit_failed", "message": "step 3: disk full"},
+        {"ts": NOW, "event": "upload_failed", "message": "step 3: denied"},
+    ]
+    plane.poll(Report(3, samples, events))
     got = _prometheus(sqlite_db)
     assert got[("spindle_pipeline_rows_in_total", "p")] == 30
     assert got[("spindle_pipeline_dead_letters_total", "p")] == 3
@@ -751,9 +752,7 @@ def test_counters_only_grow_and_durability_problems_show(
         metrics.downsample(s, cfg, NOW + 86_400)  # every sample aged out
         assert s.scalars(select(MetricSample)).all() == []
     assert _prometheus(sqlite_db)[("spindle_pipeline_rows_in_total", "p")] == 30
-    control.metrics_sink({"ts": NOW, "event": "durable", "message": "step 4 is durable"})
-    with sqlite_db.session() as s:
-        control._flush_metrics(s)
+    plane.poll(Report(4, events=[{"ts": NOW, "event": "durable", "message": "step 4 is durable"}]))
     assert get_pipeline(sqlite_db, pid).durability_error is None
     assert _prometheus(sqlite_db)[("spindle_pipeline_durability_ok", "p")] == 1
 

@@ -153,7 +153,7 @@ def _run(
     )
     try:
         r.run(max_steps=steps)
-        r.commit(wait=True)
+        r.checkpoints.commit(wait=True)
     finally:
         r.close()
     return r

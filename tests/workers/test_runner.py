@@ -27,6 +27,7 @@ from storage_engine.schema import WEIGHT
 from tests.polling import wait_until
 from workers.runner import QUERY_RESTARTS, Runner
 from workers.sinks import FilesSink
+from workers.step_input import StepInput
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "docs" / "examples"
@@ -34,15 +35,16 @@ EXAMPLES = ROOT / "docs" / "examples"
 
 @pytest.fixture
 def read(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
-    """The row ranges a runner reads in the driver (`Runner._driver_frame`), as it reads them."""
+    """The row ranges a runner reads in the driver (`StepInput.driver_frame`), as it reads
+    them."""
     ranges: list[tuple[int, int]] = []
-    driver_read = Runner._driver_frame
+    driver_read = StepInput.driver_frame
 
-    def spy(self: Runner, start: int, end: int) -> DataFrame:
+    def spy(self: StepInput, start: int, end: int) -> DataFrame:
         ranges.append((start, end))
         return driver_read(self, start, end)
 
-    monkeypatch.setattr(Runner, "_driver_frame", spy)
+    monkeypatch.setattr(StepInput, "driver_frame", spy)
     return ranges
 
 
@@ -153,7 +155,7 @@ def test_restore_an_older_checkpoint_then_continue(tmp_path: Path, spark: SparkS
         try:
             r.run(max_steps=steps)
             assert r.step == r.first_step + steps
-            r.commit(wait=True)
+            r.checkpoints.commit(wait=True)
         finally:
             r.close()
         return r
@@ -208,7 +210,7 @@ def test_log_example_runs_on_appended_records(tmp_path: Path, spark: SparkSessio
     spec = parse_spec(doc)
     r = Runner(spec, str(tmp_path / "state"), base_dir=str(tmp_path), spark=spark)
     try:
-        log = r.input_log()
+        log = r.input.input_log()
         t0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
         for i in range(4):
             log.append(
@@ -231,7 +233,7 @@ def test_log_example_runs_on_appended_records(tmp_path: Path, spark: SparkSessio
         r.close()
     # Segments below the oldest retained checkpoint's offset are gone (retention runs
     # as commits land, so it may trail the newest request by one checkpoint).
-    assert r.input_log().start() in (6, 9)
+    assert r.input.input_log().start() in (6, 9)
 
 
 class _SlowStart:
@@ -285,7 +287,7 @@ def test_stop_when_idle_does_not_count_a_slow_start_up(
     try:
         t0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
         records = {"auction": [1, 2], "bidder": [7, 8], "price": [1.0, 2.0], "ts": [t0, t0]}
-        r.input_log().append(pa.table(records))
+        r.input.input_log().append(pa.table(records))
         res = r.run(stop_when_idle=0.5)
         assert (res.last_step, res.source_offset) == (1, 2)
     finally:
@@ -345,7 +347,7 @@ def test_a_log_sources_first_step_is_read_ahead_in_the_driver_and_a_restart_lose
 
     r = runner()
     try:
-        log = r.input_log()
+        log = r.input.input_log()
         for part in (records[:10], records[10:]):
             _append(log, part)
         r.close()
@@ -382,7 +384,7 @@ def test_a_log_pipeline_moved_to_another_machine_reads_what_it_had_not_consumed(
     store = DirectoryObjectStore(tmp_path / "store")
     r = Runner(spec, str(tmp_path / "a"), base_dir=str(tmp_path), spark=spark, remote=store)
     try:
-        _append(r.input_log(), records)
+        _append(r.input.input_log(), records)
         res = r.run(max_steps=2)
         assert (res.last_step, res.source_offset) == (2, 8)
     finally:
@@ -526,10 +528,12 @@ def test_a_stuck_query_ends_the_run_instead_of_hanging(tmp_path: Path) -> None:
     jvms: list[int] = []
     try:
         metrics = tmp_path / "state" / "metrics.jsonl"
-        deadline = time.monotonic() + 120
-        while not (metrics.exists() and '"step": 2' in metrics.read_text()):
-            assert p.poll() is None and time.monotonic() < deadline, err.read_text()[-2000:]
-            time.sleep(0.2)
+
+        def stepped_twice() -> bool:
+            assert p.poll() is None, err.read_text()[-2000:]
+            return metrics.exists() and '"step": 2' in metrics.read_text()
+
+        wait_until(stepped_twice, 120, "the driver's second step")
         out = subprocess.run(["pgrep", "-P", str(p.pid), "java"], capture_output=True, text=True)
         jvms = [int(x) for x in out.stdout.split()]
         assert jvms, "the driver's JVM"

@@ -1,0 +1,125 @@
+"""A run's checkpoints: the commit policy (every N steps and/or T seconds, asynchronous by
+default), checkpoints requested from outside (the control plane's `commit` and `stop`), and
+what retention frees: a log source's input log below the oldest checkpoint a run may
+restore."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+
+from pipeline_spec import model as S
+from storage_engine import StorageLocation
+from storage_engine.circuit import Circuit
+from storage_engine.commit import CommitHandle
+from storage_engine.input_log import InputLog
+
+from .durability import DurabilityWatch
+from .sinks import Sink
+
+
+class Checkpointing:
+    """`position()`: the run's (step, source offset) now; `step_lock`: held while a step
+    runs, so a checkpoint is always taken between steps. With `own_retention` (standalone
+    runs) the spec's `keep_last` is applied after each commit; under the control plane its
+    retention policy decides (it knows pins). `input_log`: a log source's log, else None."""
+
+    def __init__(
+        self,
+        spec: S.PipelineSpec,
+        circuit: Circuit,
+        loc: StorageLocation,
+        sinks: Mapping[str, Sink],
+        durability: DurabilityWatch,
+        step_lock: threading.RLock,
+        position: Callable[[], tuple[int, int]],
+        own_retention: bool,
+        input_log: Callable[[], InputLog] | None,
+    ) -> None:
+        self._spec, self._circuit, self._loc = spec, circuit, loc
+        self._sinks, self._durability = sinks, durability
+        self._step_lock, self._position = step_lock, position
+        self.own_retention = own_retention
+        self._input_log = input_log
+        # Seconds between automatic commits; the control plane edits it (None: off).
+        self.auto_commit_s: float | None = spec.checkpoint.every
+        self.steps_since = 0
+        self.count = 0  # checkpoints this run requested
+        self._last = time.monotonic()
+        self._oldest: str | None = None  # as `_retention_ran` last saw it
+
+    def after_step(self) -> float:
+        """The policy, after each step: checkpoint if due; ms spent on the step's thread."""
+        self.steps_since += 1
+        every_steps = self._spec.checkpoint.every_steps
+        every = self.auto_commit_s
+        due = (every_steps is not None and self.steps_since >= every_steps) or (
+            every is not None and time.monotonic() - self._last >= every
+        )
+        return self.commit() if due else 0.0
+
+    def commit(self, identifier: str | None = None, wait: bool = False) -> float:
+        """Checkpoint the state after the current step; ms spent on the caller's thread."""
+        t0 = time.perf_counter()
+        h, _ = self.request(identifier)
+        if wait or not self._spec.checkpoint.asynchronous:
+            h.wait_local()
+        return (time.perf_counter() - t0) * 1000
+
+    def request(self, identifier: str | None = None) -> tuple[CommitHandle, int]:
+        """Request a checkpoint of the state between steps; its handle and step."""
+        with self._step_lock:
+            step, offset = self._position()
+            # The checkpoint will say these steps' output is written: make it durable first.
+            for sink in self._sinks.values():
+                sink.sync()
+            # Standalone, the spec's keep_last is applied by the commit thread once the
+            # checkpoint is durable: a gc here would wait for the running commit.
+            keep = self._spec.retention.keep_last if self.own_retention else None
+            h = self._circuit.commit_async(
+                step,
+                {"source_offset": offset, "pipeline": self._spec.name},
+                identifier=identifier,
+                keep_last=keep,
+            )
+            self._durability.track(h)
+            self.steps_since = 0
+            self._last = time.monotonic()
+            self.count += 1
+            if self.own_retention:
+                self._retention_ran()
+        return h, step
+
+    def close(self) -> None:
+        """The run ends: standalone, wait for the last commits and the retention they ran."""
+        if self.own_retention and not self._loc.read_only:
+            self._loc.wait_commits()
+            self._retention_ran()
+
+    def _retention_ran(self) -> None:
+        """Standalone retention runs on the commit thread (`request`): once it has deleted
+        the oldest checkpoint, the input log below the new oldest can go."""
+        if self._input_log is None:
+            return
+        cps = self._loc.list_checkpoints()
+        if not cps or cps[0].uuid == self._oldest:
+            return
+        self._oldest = cps[0].uuid
+        self.deleted()
+
+    def deleted(self) -> None:
+        """After a gc: the input log is needed only from the oldest checkpoint a run may
+        restore (or, with none left, from the live state's offset)."""
+        if self._input_log is None:
+            return
+        cps = self._loc.list_checkpoints()
+        offset = (
+            int(self._loc.checkpoint_metadata(cps[0].uuid).get("source_offset", 0))
+            if cps
+            else self._position()[1]
+        )
+        self._input_log().truncate_below(offset)
+
+
+__all__ = ["Checkpointing"]

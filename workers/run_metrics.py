@@ -1,0 +1,101 @@
+"""What a run reports: a record per step (to the metrics file, `<storage>/metrics.jsonl` by
+default, and to every other metrics sink, e.g. the control plane's), durability events (to
+every sink), and records only the file gets: where the start-up went (`started`), Spark's
+own account of each micro-batch (`batch`), steps skipped at restore."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from storage_engine.spine import Spine
+
+MetricsSink = Callable[[dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """A step's parts, in ms: Spark's (from the batch's start), the engine's (circuit and
+    sinks), the commit's on the step's thread, the whole step; and its end-to-end latency
+    (None without an event time)."""
+
+    spark_ms: float
+    engine_ms: float
+    commit_ms: float
+    step_ms: float
+    latency_ms: float | None
+
+
+class RunMetrics:
+    def __init__(self, path: str, sinks: list[MetricsSink] | None = None) -> None:
+        self.path = path
+        self.sinks: list[MetricsSink] = [self.to_file, *(sinks or [])]
+        # Spark's listener thread writes `batch` records while steps write theirs.
+        self._lock = threading.Lock()
+
+    def step(
+        self,
+        step: int,
+        source_offset: int,
+        rows: tuple[int, int, int],
+        times: StepTimes,
+        spines: list[Spine],
+    ) -> None:
+        """One step's record; `rows`: (in, out, dead letters)."""
+        stats = [sp.stats() for sp in spines]
+        rows_in, rows_out, bad = rows
+        rec = {
+            "ts": time.time(),
+            "step": step,
+            "source_offset": source_offset,
+            "rows_in": rows_in,
+            "rows_out": rows_out,
+            "dead_letters": bad,
+            "spark_ms": round(times.spark_ms, 3),
+            "engine_ms": round(times.engine_ms, 3),
+            "commit_ms": round(times.commit_ms, 3),
+            "step_ms": round(times.step_ms, 3),
+            # max over the step's input rows that passed the filter of (sink writes done -
+            # event time); None without an event-time column or an event time in the step
+            "latency_ms": None if times.latency_ms is None else round(times.latency_ms, 3),
+            "state_rows": sum(s.rows for s in stats),
+            "state_bytes": sum(s.mem_bytes + s.file_bytes for s in stats),
+            "spine_batches": sum(s.batches for s in stats),
+            "merge_backlog": sum(s.merge_backlog for s in stats),
+        }
+        self.event(rec)
+
+    def event(self, rec: dict[str, Any]) -> None:
+        """Something a user must see (a step, a durability failure): to every sink."""
+        for sink in self.sinks:
+            sink(rec)
+
+    def to_file(self, rec: dict[str, Any]) -> None:
+        """A record for the metrics file only (readers of steps skip records without
+        `step`)."""
+        with self._lock, open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(rec) + "\n")
+
+    def batch_durations(self, query_name: str) -> Callable[[dict[str, Any]], None]:
+        """A `QueryProgress` callback: Spark's own account of each micro-batch of the query
+        `query_name` that ran a step, its durationMs (triggerExecution = the whole batch:
+        offsets, planning, our foreachBatch, Spark's offset and commit logs), as a `batch`
+        record. A step's `step_ms` is only the foreachBatch part; this is what Spark's own
+        queries report as their batch time."""
+
+        def on_progress(progress: dict[str, Any]) -> None:
+            durations = progress.get("durationMs", {})
+            # Triggers that found no input run no batch (no addBatch): not a step.
+            if progress.get("name") != query_name or "addBatch" not in durations:
+                return
+            rec = {"ts": time.time(), "event": "batch", "batch_id": progress["batchId"]}
+            self.to_file({**rec, "duration_ms": durations})
+
+        return on_progress
+
+
+__all__ = ["MetricsSink", "RunMetrics", "StepTimes"]

@@ -1,0 +1,122 @@
+"""Where a step's rows come from: a files source's files, read by Spark's own readers
+(`FileBatches`), or a log or datagen source's rows, read here in the driver and handed to
+Spark as Arrow (no Python worker); and the run's first batch, read ahead while its query
+starts (`read_ahead`)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import LongType, StructField, StructType
+
+from pipeline_spec import model as S
+from storage_engine.input_log import InputLog
+
+from .file_batches import FileBatches
+from .plan import Plan, arrow_schema, ddl
+from .pre_aggregation import JobTables
+from .progress import ReadAhead
+from .sources import END, datagen_batches, list_input_files, log_batches
+
+
+class StepInput:
+    """The rows of a run's source between two offsets. `roots`: where a files source's
+    files must resolve (os.pathsep-joined; "": anywhere); `storage`: the run's storage
+    location, which holds a log source's input log."""
+
+    def __init__(
+        self, spark: SparkSession, spec: S.PipelineSpec, plan: Plan, storage: str, roots: str
+    ) -> None:
+        self.spark, self.source, self.plan = spark, spec.source, plan
+        self.storage, self.roots = storage, roots
+        src = self.source
+        self.files = (
+            FileBatches(spark, src.format, ddl(plan.source_schema))
+            if isinstance(src, S.FilesSource)
+            else None
+        )
+
+    def rows(self, start: int, end: int) -> DataFrame | None:
+        """The rows of offsets [start, end) (None if there are none): a files source's
+        files read by Spark (`FileBatches`), or a log or datagen source's rows read in the
+        driver (`driver_frame`). Reading the query's own DataFrame instead would run a
+        Spark job through a Python worker per batch."""
+        if end <= start:
+            return None
+        src = self.source
+        if not isinstance(src, S.FilesSource):
+            return self.driver_frame(start, end)
+        assert self.files is not None
+        listed = list_input_files(src.path, self.roots)
+        self.files.read([os.path.join(src.path, n) for n in listed[start:end]], end)
+        return self.files.rows()
+
+    def read_ahead(
+        self, start: int, tables: Callable[[DataFrame], tuple[bool, JobTables]]
+    ) -> ReadAhead | None:
+        """Start reading the batch a step from `start` would take (a files source's files,
+        as many as a step takes; a log source's records, as many as a step takes of those
+        in the log now), and computing its tables (`tables`, on the rows' DataFrame).
+        Files and log records are immutable, so the result is that batch's. None for a
+        datagen source, or when there is nothing to read yet."""
+        src = self.source
+        if isinstance(src, S.LogSource):
+            end = min(self.input_log().end(), start + src.max_records_per_step)
+            if end <= start:
+                return None  # the query waits for records
+            frame: list[DataFrame] = []
+
+            def log_job() -> tuple[bool, JobTables]:
+                frame.append(self.driver_frame(start, end))
+                return tables(frame[0])
+
+            return ReadAhead(end, log_job, lambda: frame[0])
+        if not isinstance(src, S.FilesSource) or self.files is None:
+            return None
+        names = list_input_files(src.path, self.roots)[start : start + src.max_files_per_step]
+        if not names:
+            return None
+        paths = [os.path.join(src.path, n) for n in names]
+        end = start + len(paths)
+        files = self.files
+
+        def files_job() -> tuple[bool, JobTables]:
+            files.read(paths, end)
+            return tables(files.rows())
+
+        return ReadAhead(end, files_job, files.rows, paths)
+
+    def driver_frame(self, start: int, end: int) -> DataFrame:
+        """A log or datagen source's rows [start, end), as its reader gives them (the log's
+        records, `log_batches`; generated rows, `datagen_batches`), made in the driver."""
+        if isinstance(self.source, S.LogSource):
+            batches = list(log_batches(self.input_log(), start, end))
+        else:
+            batches = list(datagen_batches(self.plan.spark_options, start, end, end))
+        table = pa.Table.from_batches(batches, schema=batches[0].schema)
+        schema = StructType([*self.plan.source_schema.fields, StructField(END, LongType())])
+        return self.spark.createDataFrame(table, schema=schema)
+
+    def waiting(self, offset: int) -> bool:
+        """Whether the source has input beyond `offset`."""
+        src = self.source
+        if isinstance(src, S.FilesSource):
+            return len(list_input_files(src.path, self.roots)) > offset
+        if isinstance(src, S.LogSource):
+            return self.input_log().end() > offset
+        return src.limit is None or offset < src.limit
+
+    def input_log(self) -> InputLog:
+        src = self.source
+        assert isinstance(src, S.LogSource)
+        return InputLog(src.log_dir(self.storage), arrow_schema(self.plan.source_schema))
+
+    def close(self) -> None:
+        if self.files is not None:
+            self.files.close()
+
+
+__all__ = ["StepInput"]
