@@ -76,9 +76,9 @@ def create_app_from_env() -> FastAPI:
 
     settings = Settings()
     app = create_app(settings, Database(settings.db_url), CeleryQueue(make_celery(settings)))
-    # The ~160k objects of the loaded libraries live as long as the process: moved out of
-    # the collector's reach, a full collection takes microseconds instead of ~70 ms, a
-    # pause every request in flight would otherwise wait out (the API's latency tail).
+    # The loaded libraries' objects live as long as the process: moved out of the
+    # collector's reach, a full collection no longer walks them all, a pause every request
+    # in flight would otherwise wait out (the API's latency tail).
     gc.collect()
     gc.freeze()
     return app
