@@ -1,5 +1,10 @@
-"""Benchmarks that run Spindle beside its peers in one process and print JSON (see README.md)."""
+"""Benchmarks that run Spindle beside its peers in one process and print JSON (see README.md).
 
-# The engine chooses NumPy's CPU kernels; it must be imported before NumPy is
-# (storage_engine/cpu_dispatch.py).
-import storage_engine  # noqa: F401
+Every benchmark is a process entry point (`python -m bench.X`), and this package is imported
+first: NumPy's CPU kernels are chosen here, before NumPy is imported, as the driver chooses
+them for pipelines (`workers/cpu_dispatch.py`).
+"""
+
+from workers import cpu_dispatch
+
+cpu_dispatch.choose()

@@ -1,15 +1,5 @@
 """Spindle's storage engine: Z-set batches, LSM spines, checkpoints. See README.md."""
 
-# First, before any import of NumPy: it picks its CPU kernels when imported.
-from . import cpu_dispatch  # noqa: F401
-
-# isort: split
-
-# Before the engine allocates: freed memory is kept for reuse (see allocator.py).
-from . import allocator  # noqa: F401
-
-# isort: split
-
 from .batch import Batch
 from .commit import CommitHandle
 from .errors import (

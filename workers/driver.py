@@ -14,11 +14,17 @@ from __future__ import annotations
 
 import sys
 
-if __name__ == "__main__" and sys.argv[1:2] in (["run"], ["spare"]):
-    # A driver: its JVM starts while the modules below load (`driver_jvm`).
-    from workers import driver_jvm as _early
+if __name__ == "__main__":
+    # The process's tuning first: NumPy reads its CPU-kernel choice when it is imported, and
+    # the JVM started below passes this environment on to Spark's Python workers.
+    from workers import cpu_dispatch
 
-    _early.launch(*_early.driver_options(None, None))
+    cpu_dispatch.choose()
+    if sys.argv[1:2] in (["run"], ["spare"]):
+        # A driver: its JVM starts while the modules below load (`driver_jvm`).
+        from workers import driver_jvm as _early
+
+        _early.launch(*_early.driver_options(None, None))
 
 import json
 import signal

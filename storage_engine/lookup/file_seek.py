@@ -5,7 +5,7 @@ Three paths find the rows whose key is among sorted, unique probes:
 - `seek_keyed`, `find`: the probes and the file's keys encoded with the file's prefix cut
   (the bytes its first and last key share), so one encoding of the probes serves every
   block. A seek that touches most blocks searches all the file's keys at once
-  (`_whole_keys`, a `SearchTree` over the first column); otherwise each touched block is
+  (`_whole_keys`, one binary search); otherwise each touched block is
   searched for its probes, skipped if its bloom filter rules them all out;
 - `_seek_blocks`: keys without a file-wide encoding (nulls, long strings, other types): each
   block encodes its own keys (`seek.seek`), after the block index and the bloom filters
@@ -31,7 +31,6 @@ from ..schema import ZSetSchema
 from . import seek as seek_kernels
 from .late import Found, Probes, columns
 from .probes import ProbeEncodings
-from .search import SearchTree
 
 _WHOLE_MIN_BLOCKS = 4  # files of fewer blocks are searched block by block
 
@@ -43,7 +42,6 @@ class _WholeKeys:
     keys: encoding.Encoding
     starts: npt.NDArray[np.int64]  # each block's first row
     fixed: list[int | None]  # per column of `keys`, the one value it holds (None: several)
-    tree: SearchTree  # over the first column (which is a view of the tree's keys)
 
 
 class FileSeeks:
@@ -258,7 +256,7 @@ class FileSeeks:
             enc, starts = whole.keys, whole.starts
             bcols, pcols = encoding.align(enc, penc)
             fixed = whole.fixed if bcols is enc.cols else None
-            rows, owners = seek_kernels.seek_matches(bcols, pcols, fixed, whole.tree)
+            rows, owners = seek_kernels.seek_matches(bcols, pcols, fixed)
             cuts = [*np.searchsorted(rows, starts, side="left").tolist(), len(rows)]
             spans = [
                 (i, rows[cuts[i] : cuts[i + 1]] - starts[i])
@@ -314,10 +312,7 @@ class FileSeeks:
                 return None, 0
             starts = np.concatenate(([0], np.cumsum(self._block_rows)[:-1])).astype(np.int64)
             fixed = [seek_kernels.single_value(c) for c in whole.cols]
-            tree = SearchTree(whole.cols[0])
-            keys = encoding.Encoding([tree.keys, *whole.cols[1:]], whole.layouts)
-            size = tree.nbytes + sum(c.nbytes for c in whole.cols[1:])
-            return _WholeKeys(keys, starts, fixed, tree), size
+            return _WholeKeys(whole, starts, fixed), sum(c.nbytes for c in whole.cols)
 
         found: _WholeKeys | None = self._cache.get(key, load)
         return found

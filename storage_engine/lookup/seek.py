@@ -1,6 +1,6 @@
 """Seeks in one sorted batch: the rows whose key equals one of sorted, unique probes.
 
-Binary search on the first encoded key column (or a `SearchTree` over it) finds each probe's
+Binary search on the first encoded key column finds each probe's
 candidate rows; the other encoded key columns confirm exact equality (`seek_matches`). Keys
 without an encoding (nulls, long strings) are matched by an Arrow semi-join instead.
 """
@@ -19,7 +19,8 @@ from .. import encoding
 from ..kernels import IntArray, Keyed, KeyEncoding, filler, ranges_to_indices
 from ..schema import ZSetSchema
 from .probes import ProbeEncodings
-from .search import SearchTree, run_ends
+
+Array = npt.NDArray[Any]
 
 
 def key_encoding(rb: pa.RecordBatch, schema: ZSetSchema) -> KeyEncoding | None:
@@ -97,6 +98,30 @@ def seek_positions(
     return seek_rows(benc.cols, pcols)
 
 
+_STEPS = 4  # keys past a run's known end that `run_ends` compares one by one
+
+
+def run_ends(keys: Array, ends: IntArray, values: Array) -> IntArray:
+    """Each `ends[i]`, a position just past a key equal to `values[i]` in sorted `keys`,
+    moved past the keys after it that equal `values[i]` too: the end of that run.
+
+    A key has few rows (one per value) in most state, so the next keys are compared one at
+    a time, for fewer runs each time; runs longer than `_STEPS` get a binary search (a
+    search per probe costs as much as a lookup's first, cache-cold one)."""
+    n = len(keys)
+    hi = ends.copy()
+    at = np.flatnonzero(hi < n)
+    for _ in range(_STEPS):
+        at = at[keys[hi[at]] == values[at]]
+        if not len(at):
+            return hi
+        hi[at] += 1
+        at = at[hi[at] < n]
+    if len(at):
+        hi[at] = np.searchsorted(keys, values[at], side="right")
+    return hi
+
+
 def seek_rows(bcols: Sequence[npt.NDArray[Any]], pcols: Sequence[npt.NDArray[Any]]) -> IntArray:
     """Indices of the rows whose encoded key (`bcols`, sorted) equals one of the sorted,
     unique encoded probes (`pcols`, the same columns)."""
@@ -107,14 +132,12 @@ def seek_matches(
     bcols: Sequence[npt.NDArray[Any]],
     pcols: Sequence[npt.NDArray[Any]],
     fixed: Sequence[int | None] | None = None,
-    tree: SearchTree | None = None,
 ) -> tuple[IntArray, IntArray]:
     """(rows, owners): the ascending indices of the rows whose encoded key (`bcols`, sorted)
     equals one of the sorted, unique encoded probes (`pcols`, the same columns), and for
     each row the index of the probe it equals. `fixed`, if known: per column of `bcols`,
     the one value it holds (`single_value`); a later column that holds the same one value in
-    the probes is not compared (a string key's lengths, when all keys have one length).
-    `tree`: a search tree over `bcols[0]`, to search it with."""
+    the probes is not compared (a string key's lengths, when all keys have one length)."""
     if fixed is not None and len(bcols) > 1:
         same = [
             j > 0 and fixed[j] is not None and single_value(pcols[j]) == fixed[j]
@@ -136,15 +159,10 @@ def seek_matches(
         p = pcols[0]
         if len(p) == 0:
             return none, none
-    if tree is None:
-        lo = np.searchsorted(k, p, side="left")
-        found = k[np.minimum(lo, n - 1)] == p
-        lo, pidx = lo[found], np.flatnonzero(found)
-        hi = run_ends(k, lo + 1, p[pidx])
-    else:
-        lo, hi = tree.equal_range(p)
-        pidx = np.flatnonzero(hi > lo)
-        lo, hi = lo[pidx], hi[pidx]
+    lo = np.searchsorted(k, p, side="left")
+    found = k[np.minimum(lo, n - 1)] == p
+    lo, pidx = lo[found], np.flatnonzero(found)
+    hi = run_ends(k, lo + 1, p[pidx])
     if len(hi) and int((hi - lo).max()) > 1:
         rows = ranges_to_indices(lo, hi)
         owner = np.repeat(pidx, hi - lo)

@@ -22,8 +22,6 @@ from storage_engine import (
     kernels,
     lookup,
 )
-from storage_engine.lookup import search as search_module
-from storage_engine.lookup.search import SearchTree
 from storage_engine.lookup.seek import seek_matches, single_value
 from storage_engine.spine import Spine, _lead_range
 from tests.conftest import trials
@@ -209,39 +207,6 @@ def test_fixed_width_strings_encode_as_their_bytes_after_any_cut(
         assert int(enc.cols[chunks][i]) == len(v)
 
 
-@pytest.mark.parametrize("top", [4, 1 << 15])
-@settings(max_examples=60, deadline=None)
-@given(
-    st.sampled_from([np.int64, np.uint64, np.int32]),
-    st.lists(st.integers(0, 40), min_size=1, max_size=400)
-    | st.lists(st.just(3), min_size=1, max_size=40),
-    st.lists(st.integers(-2, 42), max_size=50),
-    st.booleans(),
-)
-def test_a_search_tree_finds_what_searchsorted_finds(
-    top: int, dtype: Any, keys: list[int], probes: list[int], with_max: bool
-) -> None:
-    """Any length (the last node padded), repeated keys, keys equal to the type's largest
-    value (the padding's), probes past both ends; a small top makes several levels."""
-    old = search_module._TOP
-    search_module._TOP = top
-    try:
-        info = np.iinfo(dtype)
-        k = np.sort(np.array(keys, dtype=np.int64)).astype(dtype)
-        if with_max:
-            k[-1] = info.max
-        p = np.sort(np.clip(np.array(probes, dtype=np.int64), 0, None).astype(dtype))
-        p = np.concatenate([p, np.array([info.max], dtype=dtype)])
-        tree = SearchTree(k)
-        assert (tree.keys == k).all()
-        assert tree.lower_bound(p).tolist() == np.searchsorted(k, p).tolist()
-        lo, hi = tree.equal_range(p)
-        assert lo.tolist() == np.searchsorted(k, p).tolist()
-        assert hi.tolist() == np.searchsorted(k, p, side="right").tolist()
-    finally:
-        search_module._TOP = old
-
-
 @settings(max_examples=200, deadline=None)
 @given(st.data())
 def test_packed_columns_order_and_compare_as_their_rows(data: st.DataObject) -> None:
@@ -286,12 +251,12 @@ def test_packing_gives_up_past_64_bits_and_on_other_types() -> None:
     st.lists(st.tuples(st.integers(0, 32), st.integers(0, 1)), max_size=40),
     st.booleans(),
 )
-def test_seek_matches_with_a_tree_and_fixed_columns_finds_every_equal_row(
+def test_seek_matches_with_fixed_columns_finds_every_equal_row(
     keys: list[tuple[int, int]], probes: list[tuple[int, int]], one_length: bool
 ) -> None:
     """Rows of a two-column key (a value and a 'length' column, repeated keys), probes
-    sorted and unique: every row equal to a probe, with that probe, whichever search is
-    used."""
+    sorted and unique: every row equal to a probe, with that probe, with and without the
+    fixed columns left out."""
     if one_length:
         keys, probes = [(a, 7) for a, _ in keys], [(a, 7) for a, _ in probes]
     rows_in, probes_in = sorted(keys), sorted(set(probes))
@@ -301,7 +266,6 @@ def test_seek_matches_with_a_tree_and_fixed_columns_finds_every_equal_row(
     p1 = np.array([b for _, b in probes_in], dtype=np.int64)
     want = [(i, probes_in.index(r)) for i, r in enumerate(rows_in) if r in probes_in]
     fixed = [single_value(k0), single_value(k1)]
-    tree = SearchTree(k0) if len(k0) else None
-    for args in ((None, None), (fixed, None), (fixed, tree), (None, tree)):
-        rows, owners = seek_matches([k0, k1], [p0, p1], *args)
+    for args in (None, fixed):
+        rows, owners = seek_matches([k0, k1], [p0, p1], args)
         assert list(zip(rows.tolist(), owners.tolist(), strict=True)) == want

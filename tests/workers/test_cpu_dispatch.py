@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from storage_engine import cpu_dispatch
+from workers import cpu_dispatch
 
 FLAGS_AVX512 = "fpu sse2 avx2 avx512f avx512bw avx512vl"
 
@@ -50,21 +50,52 @@ def test_choose_sets_the_variable_on_zen4_unless_set_or_numpy_is_loaded(tmp_path
         assert cpu_dispatch.choose(untouched, {}, path) is None and not untouched
 
 
-def test_entry_packages_choose_before_numpy_is_imported() -> None:
-    """`python -m workers.driver` and `python -m bench.*` import their package first: NumPy
-    then loads with the choice made (the variable is what NumPy reads at import)."""
-    code = (
-        "import os, bench, workers, numpy; "
-        f"print(os.environ.get({cpu_dispatch.VARIABLE!r}), "
-        "'X86_V4' in numpy.__config__.CONFIG['SIMD Extensions']['found'])"
-    )
+_REPORT = (
+    "import os, numpy; "
+    f"print(os.environ.get({cpu_dispatch.VARIABLE!r}), "
+    "'X86_V4' in numpy.__config__.CONFIG['SIMD Extensions']['found'])"
+)
+_DRIVER = (
+    "import runpy, sys\n"
+    "sys.argv = ['driver', '--help']\n"
+    "try:\n"
+    "    runpy.run_module('workers.driver', run_name='__main__')\n"
+    "except SystemExit:\n"
+    "    pass\n"
+)
+
+
+def _run(code: str) -> str:
     env = {k: v for k, v in os.environ.items() if k != cpu_dispatch.VARIABLE}
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
-    ).stdout.strip()
+    return (
+        subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
+
+
+def _zen4_here() -> bool:
     with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-        here_zen4 = cpu_dispatch.is_zen4(f.read(1 << 16))
-    if here_zen4:
+        return cpu_dispatch.is_zen4(f.read(1 << 16))
+
+
+@pytest.mark.parametrize("entry", ["import bench", _DRIVER])
+def test_entry_points_choose_before_numpy_is_imported(entry: str) -> None:
+    """`python -m bench.*` (the package first) and `python -m workers.driver` (before its
+    JVM starts): NumPy then loads with the choice made (the variable is what NumPy reads at
+    import)."""
+    out = _run(f"{entry}\n{_REPORT}")
+    if _zen4_here():
         assert out == f"{cpu_dispatch.ZEN4_DISABLED} False"
     else:
         assert out.startswith("None ")
+
+
+def test_importing_the_engine_or_the_workers_changes_nothing() -> None:
+    """Process tuning is the entry points' business, not an import's."""
+    out = _run(f"import storage_engine, workers.runner, backend.api.app\n{_REPORT}")
+    assert out.startswith("None ")
+    if _zen4_here():
+        assert out == "None True"

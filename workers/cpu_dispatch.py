@@ -3,15 +3,18 @@
 NumPy picks its SIMD kernels once, at import, and leaves out those named in the environment
 variable NPY_DISABLE_CPU_FEATURES. On AMD Zen 4 its AVX-512 sort (x86-simd-sort) is several
 times slower than its AVX2 sort: the memory-destination compress-store it is built on is
-microcoded there (numpy/numpy#32690, numpy/x86-simd-sort#6). On a 2-core EPYC (Zen 4),
-`np.sort` of 1 M int64 took 64 ms with AVX-512 and 13 ms with AVX2, `np.argsort` 115 and
-55 ms. Sorting is the engine's main kernel (every batch is built by a sort, every lookup
-sorts its probes), so on Zen 4 NumPy's AVX-512 kernels are turned off, unless the variable is
-already set (set it, even empty, to decide yourself). Zen 4 runs 512-bit operations as two
-256-bit halves, so the other kernels lose little. Zen 5 (family 26) and Intel are left alone.
+microcoded there (numpy/numpy#32690, numpy/x86-simd-sort#6). Sorting is the engine's main
+kernel (every batch is built by a sort, every lookup sorts its probes), so on Zen 4 NumPy's
+AVX-512 kernels are turned off, unless the variable is already set (set it, even empty, to
+decide yourself); the engine's lookups and ingest gain on an end-to-end engine figure
+(docs/benchmarks.md, "Machinery that must pay its way"). Zen 4 runs 512-bit operations as
+two 256-bit halves, so the other kernels lose little. Zen 5 (family 26) and Intel are left
+alone.
 
-The package imports this module before anything else, and the process entry packages
-(`workers`, `bench`) import the package first; the variable is inherited by child processes.
+Process entry points call `choose()` before NumPy is imported: the driver
+(`workers/driver.py`, before its JVM starts, so that Spark's Python workers inherit the
+variable) and the benchmarks (`bench/__init__.py`). Importing this module changes nothing;
+it imports nothing but the standard library.
 """
 
 from __future__ import annotations
@@ -58,6 +61,3 @@ def choose(
         return None
     environ[VARIABLE] = ZEN4_DISABLED
     return ZEN4_DISABLED
-
-
-choose()
