@@ -16,13 +16,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from storage_engine import StorageLocation
+from storage_engine.circuit import Circuit
 from storage_engine.errors import (
     CheckpointNotFoundError,
     CorruptionError,
     FingerprintMismatchError,
 )
 from storage_engine.location_view import list_checkpoints
-from storage_engine.manifest import Manifest
+from storage_engine.manifest import MANIFEST, Manifest
+from storage_engine.objstore import ObjectStoreLike
 
 log = logging.getLogger("spindle.runner")
 
@@ -89,6 +91,46 @@ def open_state(
     ) from failed
 
 
+def open_circuit_state(
+    storage: str,
+    circuit: Circuit,
+    from_checkpoint: str,
+    *,
+    allow_state_drop: bool,
+    remote: ObjectStoreLike | None,
+    fallback: bool,
+) -> tuple[StorageLocation, list[Skipped]]:
+    """`open_state` of a run's storage location, with `circuit`'s operators opened on it.
+    On a machine without the local copy, the location is restored from the object store
+    (`remote`) first."""
+
+    def opener(checkpoint: str, read_only: bool) -> StorageLocation:
+        loc = StorageLocation.open(
+            storage,
+            fingerprint=circuit.fingerprint,
+            checkpoint=checkpoint,
+            allow_state_drop=allow_state_drop,
+            read_only=read_only,
+            remote=None if read_only else remote,
+            from_remote=not read_only and remote is not None and restorable_from(remote, storage),
+        )
+        try:
+            circuit.open(loc)
+        except BaseException:
+            loc.close()
+            raise
+        return loc
+
+    return open_state(storage, from_checkpoint, opener, fallback)
+
+
+def restorable_from(remote: ObjectStoreLike, storage: str) -> bool:
+    """True if `storage` has no checkpoints of its own but the object store has some."""
+    if os.path.exists(os.path.join(storage, MANIFEST)):
+        return False
+    return bool(remote.list("manifests/"))
+
+
 def _manifest(path: str) -> Manifest:
     """The location's manifest, read without opening (locking) it; empty if unreadable."""
     if not os.path.isdir(path):
@@ -97,4 +139,4 @@ def _manifest(path: str) -> Manifest:
     return Manifest(listing.checkpoints, listing.head)
 
 
-__all__ = ["Skipped", "StateError", "open_state"]
+__all__ = ["Skipped", "StateError", "open_circuit_state", "open_state", "restorable_from"]

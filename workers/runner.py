@@ -39,8 +39,6 @@ from pyspark.sql import DataFrame, SparkSession
 
 from pipeline_spec import model as S
 from pipeline_spec.exits import EXIT_HUNG, HUNG_HEADING
-from storage_engine import StorageLocation
-from storage_engine.manifest import MANIFEST
 from storage_engine.objstore import ObjectStoreLike
 
 from .batch_jobs import BatchJobs, PreAggregate
@@ -50,10 +48,10 @@ from .durability import DurabilityWatch
 from .plan import Plan, plan
 from .pre_aggregation import JobTables, MicroBatch
 from .progress import QueryProgress, ReadAhead
-from .restore import open_state
+from .restore import open_circuit_state
 from .run_metrics import MetricsSink, RunMetrics, StepTimes
 from .session import Timeline, spark_session
-from .sinks import FilesSink, PostgresSink, Sink, ViewSink
+from .sinks import open_sinks
 from .sources import DatagenSource, FilesSource, LogSource
 from .step_input import StepInput
 from .watchdog import HangWatchdog
@@ -73,13 +71,6 @@ class RunResult:
     last_step: int
     source_offset: int
     checkpoints: int
-
-
-def restorable_from(remote: ObjectStoreLike, storage: str) -> bool:
-    """True if `storage` has no checkpoints of its own but the object store has some."""
-    if os.path.exists(os.path.join(storage, MANIFEST)):
-        return False
-    return bool(remote.list("manifests/"))
 
 
 class Runner:
@@ -117,33 +108,19 @@ class Runner:
             self.plan.spark_options["roots"] = roots
         tl.mark("plan")
 
-        def opener(checkpoint: str, read_only: bool) -> StorageLocation:
-            loc = StorageLocation.open(
-                storage,
-                fingerprint=self.plan.circuit.fingerprint,
-                checkpoint=checkpoint,
-                allow_state_drop=allow_state_drop,
-                read_only=read_only,
-                remote=None if read_only else remote,
-                # On a machine without the local copy, restore from the object store.
-                from_remote=not read_only
-                and remote is not None
-                and restorable_from(remote, storage),
-            )
-            try:
-                self.plan.circuit.open(loc)
-            except BaseException:
-                loc.close()
-                raise
-            return loc
-
-        fallback = spec.checkpoint.on_corruption == "fallback"
-        self.loc, self.skipped = open_state(storage, from_checkpoint, opener, fallback)
+        self.loc, self.skipped = open_circuit_state(
+            storage,
+            self.plan.circuit,
+            from_checkpoint,
+            allow_state_drop=allow_state_drop,
+            remote=remote,
+            fallback=spec.checkpoint.on_corruption == "fallback",
+        )
         try:
             self.step = self.loc.step if self.loc.restored is not None else 0
             self.offset = int(self.loc.metadata.get("source_offset", 0)) if self.loc.restored else 0
             tl.mark("storage_restore")
-            self.sinks = self._open_sinks(base_dir)
+            self.sinks = open_sinks(spec, self.plan.circuit, self.loc, base_dir)
             for s in self.sinks.values():
                 s.rollback(self.step)
         except BaseException:
@@ -198,19 +175,6 @@ class Runner:
         # The first batch, read while the query starts: the run's first step
         # (`_first_step_ahead`).
         self._ahead = self.input.read_ahead(self.offset, self._tables_ahead)
-
-    def _open_sinks(self, base_dir: str) -> dict[str, Sink]:
-        out: dict[str, Sink] = {}
-        schemas = {op.id: op.output_schema for op in self.plan.circuit.operators}
-        for s in self.spec.sinks:
-            schema = schemas[s.from_]
-            if isinstance(s, S.FilesSink):
-                out[s.name] = FilesSink(s, base_dir)
-            elif isinstance(s, S.PostgresSink):
-                out[s.name] = PostgresSink(s, schema, self.spec.name)
-            else:
-                out[s.name] = ViewSink(s, schema, self.loc)
-        return out
 
     # -- one micro-batch = one step --
 

@@ -26,11 +26,13 @@ from typing import Any, Protocol
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline_spec import model as S
 from pipeline_spec.model import DSN_VARIABLE, DSN_VARIABLE_PREFIX
 from pipeline_spec.model import FilesSink as FilesSinkSpec
 from pipeline_spec.model import PostgresSink as PostgresSinkSpec
 from pipeline_spec.model import ViewSink as ViewSinkSpec
 from storage_engine import Batch, Spine, StorageLocation, ZSetSchema
+from storage_engine.circuit import Circuit
 from storage_engine.schema import WEIGHT
 
 STEP = "__step"
@@ -268,6 +270,24 @@ class ViewSink:
 
     def close(self) -> None:
         pass
+
+
+def open_sinks(
+    spec: S.PipelineSpec, circuit: Circuit, loc: StorageLocation, base_dir: str
+) -> dict[str, Sink]:
+    """The spec's sinks by name, each over its operator's output schema (`files` paths
+    relative to `base_dir`; `view` spines in `loc`)."""
+    out: dict[str, Sink] = {}
+    schemas = {op.id: op.output_schema for op in circuit.operators}
+    for s in spec.sinks:
+        schema = schemas[s.from_]
+        if isinstance(s, S.FilesSink):
+            out[s.name] = FilesSink(s, base_dir)
+        elif isinstance(s, S.PostgresSink):
+            out[s.name] = PostgresSink(s, schema, spec.name)
+        else:
+            out[s.name] = ViewSink(s, schema, loc)
+    return out
 
 
 def _successor(v: Any) -> Any:
