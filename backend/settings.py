@@ -57,12 +57,6 @@ class Settings(BaseSettings):
         description="niceness of pipeline drivers (Spark) started by the worker, so the API "
         "and the worker stay responsive while pipelines use every core (0: same as the worker)",
     )
-    standby_drivers: bool = Field(
-        False,
-        description="keep one hot standby driver per running pipeline (Spark started and "
-        "warmed up, waiting): a crashed run's restart and a restore take it over instead of "
-        "starting Spark; costs a second driver's memory (a JVM) per running pipeline",
-    )
     spare_driver: bool = Field(
         True,
         description="keep one spare driver per worker while it runs pipelines (Spark started "

@@ -6,16 +6,13 @@ A worker's spare driver (`python -m workers.driver spare`) starts Spark and warm
 built-in pipeline (JSON-lines files, a group and a window aggregate) before any run needs
 it; a run handed to it skips Spark's start-up, and its first step finds warm only the code
 paths that warm-up took. Per source kind, this times a new run from its start to its first
-completed step (the `total_ms` of its `started` record in metrics.jsonl) three ways:
+completed step (the `total_ms` of its `started` record in metrics.jsonl) two ways:
 
 - `cold`: a new `run` process (its imports, Spark's start-up, the first step);
-- `spare`: a ready spare told to take the run over (from the takeover line);
-- `standby`: a hot standby warmed up on the run's own spec (`run --standby`), from its
-  takeover line: what a warm-up can give at best.
+- `spare`: a ready spare told to take the run over (from the takeover line).
 
-`spare_saving_ms` = cold - spare; `spare_gap_ms` = spare - standby, what the generic warm-up
-leaves to a warm-up on the run's own query. Medians of `repeats` runs; the three ways run
-in turn within a repeat (the machine's speed drifts).
+`spare_saving_ms` = cold - spare. Medians of `repeats` runs; the two ways run in turn within
+a repeat (the machine's speed drifts).
 """
 
 from __future__ import annotations
@@ -47,7 +44,7 @@ from . import pipeline
 from .report import Log, clean, engine_revision, log_to_stderr, machine_info, median, quiet
 
 ROOT = Path(__file__).resolve().parents[1]
-WAYS = ("cold", "spare", "standby")
+WAYS = ("cold", "spare")
 
 
 @dataclass(frozen=True)
@@ -66,16 +63,16 @@ PROFILES = {
 NOTES = [
     "Each run starts from no checkpoint on a fresh storage location, without sinks, and stops "
     "after 2 steps; its time is the `total_ms` of its `started` record: from the process's "
-    "start (cold) or from the takeover line (spare, standby) to the end of its first step.",
+    "start (cold) or from the takeover line (spare) to the end of its first step.",
     "files-json, files-csv, files-parquet: bench.pipeline's input (customer, amount), one file "
     "a step, as JSON lines, CSV (a header line first) or Parquet; count and sum per customer.",
     "log: the same rows appended to the pipeline's input log first (the ingest API's path).",
     "datagen-aggregate: the clicks generator, count/sum/max per user (docs/examples/"
     "clicks-per-user.yaml, without its filter); datagen-join: the Nexmark generator, "
     "auctions joined with their sellers (docs/examples/nexmark-q3.yaml).",
-    "The spare warms up on its built-in workloads (workers/standby.py: warm_up_spare: a files "
+    "The spare warms up on its built-in workloads (workers/spare.py: warm_up_spare: a files "
     "pipeline over JSON lines, CSV and Parquet, then a Nexmark join), whatever the run it "
-    "takes over; the standby on the run's own spec.",
+    "takes over.",
     "The machine is shared and noisy: compare the ways within one run, not across runs.",
 ]
 
@@ -179,19 +176,29 @@ def _finish(p: subprocess.Popen[bytes], metrics: Path, timeout_s: float = 300) -
     return started[-1]
 
 
+def _wait_ready(driver: subprocess.Popen[bytes], timeout_s: float = 300) -> None:
+    """Until a spare driver says it is ready (its stdout line `spare: ready ...`)."""
+    assert driver.stdout is not None
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        line = driver.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the spare ended before it was ready ({driver.wait()})")
+        if line.startswith(b"spare: ready"):
+            return
+    raise RuntimeError("the spare was not ready in time")
+
+
 def measure(way: str, spec: Path, state: Path) -> dict[str, Any]:
-    """One run of `spec` on a fresh `state` started the `way` way: its `started` record."""
+    """One run of `spec` on a fresh `state` started the `way` way (cold or spare): its
+    `started` record."""
     metrics = state / "metrics.jsonl"
     if way == "cold":
         return _finish(_start(["run", *_run_args(spec, state)], takeover=False), metrics)
-    if way == "spare":
-        p = _start(["spare"], takeover=True)
-        line = json.dumps({"argv": _run_args(spec, state)})
-    else:
-        p = _start(["run", *_run_args(spec, state), "--standby"], takeover=True)
-        line = "{}"
+    p = _start(["spare"], takeover=True)
+    line = json.dumps({"argv": _run_args(spec, state)})
     try:
-        pipeline.wait_ready(p, role=way)
+        _wait_ready(p)
     except BaseException:
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
@@ -240,9 +247,6 @@ def run_benchmark(
     report["first_step_ms_runs"] = runs
     report["spare_saving_ms"] = {
         k: ms["cold"] - ms["spare"] for k, ms in report["first_step_ms"].items()
-    }
-    report["spare_gap_ms"] = {
-        k: ms["spare"] - ms["standby"] for k, ms in report["first_step_ms"].items()
     }
     report["machine"]["load_average_at_end"] = list(os.getloadavg())
     report["elapsed_s"] = time.perf_counter() - started

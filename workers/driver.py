@@ -7,7 +7,7 @@
 `run` opens the storage location, restores and runs the pipeline (`runner.Runner`) until it
 is stopped or a limit is reached, and ends with one of `pipeline_spec.exits`' codes; under
 the control plane (`--run-id`) its `control.JobControl` reports steps and run states. `spare`
-starts Spark and waits to become some pipeline's `run` (`standby.py`).
+starts Spark and waits to become some pipeline's `run` (`spare.py`).
 """
 
 from __future__ import annotations
@@ -70,9 +70,9 @@ _SPARE: tuple[SparkSession, float] | None = None
 def spare_cmd() -> None:
     """A spare driver: start Spark and warm up on a built-in pipeline, then wait for one line
     on standard input, {"argv": [...]}, the arguments of a `run`, and become that run on the
-    Spark already started; exit 0 if the input ends first (workers/standby.py)."""
+    Spark already started; exit 0 if the input ends first (workers/spare.py)."""
     global _SPARE
-    from .standby import stand_by_spare
+    from .spare import stand_by_spare
 
     spark, takeover = stand_by_spare()
     if takeover is None:
@@ -122,14 +122,6 @@ def run_cmd(
             f"{PRE_AGGREGATE_MIN_ROWS} rows or more), always, never."
         ),
     ] = "auto",
-    standby: Annotated[
-        bool,
-        typer.Option(
-            help="Hot standby: start Spark and warm up, then wait for one line on standard "
-            'input ({"from_checkpoint": ..., "run_id": ...}, fields optional) before opening '
-            "the storage location; exit 0 if the input ends first (workers/standby.py)."
-        ),
-    ] = False,
 ) -> None:
     if pre_aggregate not in ("auto", "always", "never"):
         raise typer.BadParameter("auto, always or never", param_hint="--pre-aggregate")
@@ -148,19 +140,9 @@ def run_cmd(
     try:
         spec = S.load_spec(spec_file)
         spark = None
-        if standby:
-            from .standby import stand_by
-
-            spark, takeover = stand_by(spec)
-            if takeover is None:
-                spark.stop()
-                return  # not needed: the storage location was never opened
-            from_checkpoint = takeover.from_checkpoint or from_checkpoint
-            run_id = takeover.run_id if takeover.run_id is not None else run_id
-            timeline = Timeline(takeover.at, standby=True)
-        elif _SPARE is not None:
+        if _SPARE is not None:
             spark, at = _SPARE
-            timeline = Timeline(at, standby=True)
+            timeline = Timeline(at, spare=True)
         if run_id is not None:
             from backend.db import Database
             from backend.services.run_control import DatabaseControlPlane
@@ -171,7 +153,7 @@ def run_cmd(
             settings = Settings()
             plane = DatabaseControlPlane(Database(settings.db_url), run_id)
             control = JobControl(plane, settings.operation_poll_s, settings.heartbeat_s)
-        # A standby may be told to take over while the driver it replaces is still exiting:
+        # A spare may be told to take over while the driver it replaces is still exiting:
         # the location's lock is then released within moments.
         opening = tenacity.Retrying(
             retry=tenacity.retry_if_exception_type(LockedError),

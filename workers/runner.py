@@ -57,7 +57,7 @@ from .step_input import StepInput
 from .watchdog import HangWatchdog
 
 STARTUP_LIMIT_S = 600.0  # --stop-when-idle: a query's start-up longer than this fails the run
-TAKEOVER_LOCK_WAIT_S = 30.0  # a standby taking over waits this long for the location's lock
+TAKEOVER_LOCK_WAIT_S = 30.0  # a spare taking over waits this long for the location's lock
 # A query that fails outside a step is started again (from the run's offset) this many times
 # in a row before the run fails: see Runner._run.
 QUERY_RESTARTS = 2
@@ -284,7 +284,7 @@ class Runner:
             "pid": os.getpid(),  # the driver's: a spare's keeps its own command line
             "first_step": self.step,
             "restored": self.loc.restored.uuid if self.loc.restored is not None else None,
-            "standby": tl.standby,
+            "spare": tl.spare,
             "total_ms": tl.total_ms(),
             "phases_ms": tl.phases_ms(),
         }

@@ -31,10 +31,10 @@ class Timeline:
     once, after the run's first step, as `{"event": "started", "phases_ms": {...}}` in
     metrics.jsonl (each phase: ms since the previous mark) and on the debug log."""
 
-    def __init__(self, start: float | None = None, standby: bool = False) -> None:
+    def __init__(self, start: float | None = None, spare: bool = False) -> None:
         self.marks: list[tuple[str, float]] = [("start", start or time.time())]
-        # A standby's run: its timeline starts at the takeover, Spark already started.
-        self.standby = standby
+        # A spare's run: its timeline starts at the takeover, Spark already started.
+        self.spare = spare
 
     def mark(self, name: str) -> None:
         """The first time `name` is reached (a mark reached again, e.g. a query restarted

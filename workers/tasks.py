@@ -17,6 +17,7 @@ from backend.settings import Settings
 
 from . import offline, supervisor
 from .celery_app import app
+from .spares import SPARES
 
 log = logging.getLogger("spindle.tasks")
 
@@ -58,8 +59,7 @@ def _context() -> tuple[Settings, Database, CeleryQueue]:
 @worker_shutting_down.connect
 def _on_shutdown(**_: Any) -> None:
     supervisor.SHUTDOWN.set()
-    supervisor.STANDBYS.discard_all()
-    supervisor.SPARES.discard_all()
+    SPARES.discard_all()
 
 
 @app.task(name=LAUNCH)

@@ -132,8 +132,8 @@ def run_prepared(run: Run, log_path: str, host: str) -> None:
 
 
 def driver_launched(run: Run, pid: int, log_path: str) -> None:
-    """The run's driver process is `pid` (a new process, or a standby or spare that took the
-    run over and keeps its own log)."""
+    """The run's driver process is `pid` (a new process, or the spare that took the run over
+    and keeps its own log)."""
     run.pid = pid
     run.log_path = log_path
 

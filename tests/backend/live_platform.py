@@ -121,18 +121,17 @@ class Platform:
         )
         return [int(x) for x in out.stdout.split()]
 
-    def driver_pids(self, pipeline: str, standby: bool = False) -> list[int]:
+    def driver_pids(self, pipeline: str) -> list[int]:
         """The pipeline's driver processes: by command line, and its newest run's driver as
-        the database has it (a spare that took a run over keeps its own command line). With
-        `standby`: only those started as standbys, taken over or not."""
+        the database has it (a spare that took a run over keeps its own command line)."""
         storage = self.settings.storage_dir(pipeline)
         out = subprocess.run(
-            ["pgrep", "-f", f"workers.driver run .*--storage {storage} {'.*--standby' * standby}"],
+            ["pgrep", "-f", f"workers.driver run .*--storage {storage}"],
             capture_output=True,
             text=True,
         )
         pids = [int(x) for x in out.stdout.split()]
-        run = None if standby else self._newest_run_pid(pipeline)
+        run = self._newest_run_pid(pipeline)
         if run is not None and run not in pids and os.path.exists(f"/proc/{run}"):
             pids.append(run)
         return pids

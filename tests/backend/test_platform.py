@@ -203,7 +203,7 @@ def test_a_crashed_driver_is_restarted_at_once_by_its_supervisor_on_the_spare(
     # The spare is the new run's driver (it keeps the spare's command line): no other.
     assert p.driver_pids(name) == [spare]
     wait_until(lambda: len(started(p, name)) == 2 or None, 60, "the new run's first step")
-    assert started(p, name)[-1]["pid"] == spare and started(p, name)[-1]["standby"]
+    assert started(p, name)[-1]["pid"] == spare and started(p, name)[-1]["spare"]
     lines = p.ok("GET", f"/api/v1/pipelines/{name}/logs")["lines"]
     assert any("spare: taking over" in x for x in lines)
     p.wait_step(name, max(step, run["first_step"] or 0) + 2)
@@ -260,27 +260,19 @@ def test_killed_worker_pipeline_runs_again_on_a_new_worker(deployed: Platform) -
 
 
 @pytest.fixture
-def with_standbys(tmp_path: Path, pg_url: str) -> Iterator[Platform]:
-    """Deployed (PostgreSQL, Redis; the object-store mirror in a local directory) with a hot
-    standby driver per running pipeline."""
-    yield from platform(tmp_path, pg_url, REDIS, {"SPINDLE_STANDBY_DRIVERS": "true"})
+def with_spares(tmp_path: Path, pg_url: str) -> Iterator[Platform]:
+    """Deployed (PostgreSQL, Redis; the object-store mirror in a local directory) with the
+    worker's spare driver."""
+    yield from platform(tmp_path, pg_url, REDIS, {"SPINDLE_SPARE_DRIVER": "true"})
 
 
-def ready_standby(p: Platform, name: str, not_pid: int | None = None) -> int | None:
-    """The pipeline's one standby driver once it has said it is ready (warmed up)."""
-    pids = [x for x in p.driver_pids(name, standby=True) if x != not_pid]
-    runs = p.settings.pipeline_dir(name) / "runs"
-    ready = any("standby: ready" in f.read_text() for f in runs.glob("standby-*.log"))
-    return pids[0] if len(pids) == 1 and ready else None
-
-
-def test_a_sigkilled_driver_is_replaced_by_its_standby_exactly_once_and_a_restore_too(
-    with_standbys: Platform,
+def test_a_sigkilled_driver_is_replaced_by_the_spare_exactly_once_and_a_restore_too(
+    with_spares: Platform,
 ) -> None:
-    """A crash's restart from the latest checkpoint, taken over by the pipeline's hot
-    standby. (The cold restart by the reaper, without standbys: the killed-worker test
-    here, docs/operations.md's worked example and the console's e2e test.)"""
-    p = with_standbys
+    """A crash's restart from the latest checkpoint and a restore's relaunch, each taken
+    over by the worker's spare driver. (The cold restart by the reaper: the killed-worker
+    test here, docs/operations.md's worked example and the console's e2e test.)"""
+    p = with_spares
     want = write_input(p.data_dir)
     name = "crash"
     spec = files_spec(name)
@@ -288,31 +280,35 @@ def test_a_sigkilled_driver_is_replaced_by_its_standby_exactly_once_and_a_restor
     p.ok("POST", "/api/v1/pipelines", json={"spec": spec})
     p.ok("POST", f"/api/v1/pipelines/{name}/start")
     p.wait_step(name, 2)
-    spare = wait_until(lambda: ready_standby(p, name), 180, "a ready standby driver")
+    spare = wait_until(p.ready_spare, 180, "a ready spare driver")
     (pid,) = [x for x in p.driver_pids(name) if x != spare]
-    # Drivers (standbys too) run below the control plane's priority, and so does their JVM.
+    # Drivers (spares too) run below the control plane's priority, and so does their JVM.
     jvm = [c for c in descendants(pid) if executable(c) == "java"]
     assert jvm and {os.getpriority(os.PRIO_PROCESS, x) for x in [pid, *jvm, spare]} == {
         p.settings.driver_nice
     }
     os.kill(pid, signal.SIGKILL)
-    run = wait_until(lambda: restarted(p, name), 90, "the standby to take over")
+    run = wait_until(lambda: restarted(p, name), 90, "the spare to take over")
     assert run["restart_count"] == 1 and run["restored_checkpoint"] is not None
     dead = p.runs(name)[1]
     assert dead["state"] == "failed" and "SIGKILL" in dead["exit_reason"]
-    assert spare in p.driver_pids(name)  # the standby is the new run's driver
+    assert p.driver_pids(name) == [spare]  # the spare is the new run's driver
     lines = p.ok("GET", f"/api/v1/pipelines/{name}/logs")["lines"]
-    assert any("standby: taking over" in x for x in lines)
+    assert any("spare: taking over" in x for x in lines)
 
-    # A restore is taken over by the next standby (spawned once the new run was up).
-    nxt = wait_until(lambda: ready_standby(p, name, not_pid=spare), 180, "the next standby")
+    # A restore is taken over by the next spare (spawned once the new run was up).
+    def next_spare() -> int | None:
+        x = p.ready_spare()
+        return x if x != spare else None
+
+    nxt = wait_until(next_spare, 180, "the next spare")
     listed = p.ok("GET", f"/api/v1/pipelines/{name}/checkpoints")
     older = min(listed, key=lambda c: c["step"])
     newest = max(listed, key=lambda c: c["step"])
     restore = p.ok("POST", f"/api/v1/pipelines/{name}/checkpoints/{older['uuid']}/restore")
     assert p.wait_operation(restore["id"], timeout=120)["status"] == "succeeded"
     run = p.runs(name)[0]
-    assert run["restored_checkpoint"] == older["uuid"] and nxt in p.driver_pids(name)
+    assert run["restored_checkpoint"] == older["uuid"] and p.driver_pids(name) == [nxt]
 
     # Stopped without a checkpoint, then started from "latest": the newest checkpoint of
     # the restored timeline, not the newer ones the sinks were rolled back past (before,
@@ -335,9 +331,8 @@ def test_a_sigkilled_driver_is_replaced_by_its_standby_exactly_once_and_a_restor
     p.wait_operation(stop["id"])
     p.wait_state(name, "stopped")
     assert customers.integrated(p.settings.roots[0] / "out") == want  # nothing lost, nothing twice
-    # A stopped pipeline keeps no standby: it was told to go and left the storage alone.
-    retired = "the standby to be retired"
-    wait_until(lambda: not p.driver_pids(name, standby=True) or None, 120, retired)
+    # A worker that runs nothing keeps no spare.
+    wait_until(lambda: not p.spare_pids() or None, 120, "the spare to be retired")
     restarts = [
         line
         for line in p.client.get("/metrics").text.splitlines()

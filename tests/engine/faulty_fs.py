@@ -55,7 +55,9 @@ class FileRecord:
     syncs: int = 0
     sync_failed: bool = False
     closed: bool = False
-    removed_after_failure: bool = False
+    # Removed, before or after a failed sync: a merge may remove its input while that
+    # input's deferred fsync is still to run (and fail).
+    removed: bool = False
     misuse: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -139,7 +141,7 @@ class FaultyFileLayer:
             out += [f"{r.path}: {m}" for m in r.misuse]
             if r.sync_failed and not r.closed:
                 out.append(f"{r.path}: not closed after its sync failed")
-            if r.sync_failed and not r.removed_after_failure:
+            if r.sync_failed and not r.removed:
                 out.append(f"{r.path}: not removed after its sync failed")
         return out
 
@@ -163,7 +165,7 @@ class FaultyFileLayer:
         self.inner.rename(src, dst)
         with self._mutex:
             for r in self.files:
-                if r.current == src and not r.removed_after_failure:
+                if r.current == src and not r.removed:
                     r.current = dst
 
     def remove(self, path: str) -> None:
@@ -171,8 +173,8 @@ class FaultyFileLayer:
         self.inner.remove(path)
         with self._mutex:
             for r in self.files:
-                if r.current == path and r.sync_failed:
-                    r.removed_after_failure = True
+                if r.current == path:
+                    r.removed = True
 
     def mkdir(self, path: str) -> None:
         self._check("mkdir", path)
@@ -184,8 +186,8 @@ class FaultyFileLayer:
         prefix = path.rstrip(os.sep) + os.sep
         with self._mutex:
             for r in self.files:
-                if r.current.startswith(prefix) and r.sync_failed:
-                    r.removed_after_failure = True
+                if r.current.startswith(prefix):
+                    r.removed = True
 
     def sync_dir(self, path: str) -> None:
         self._check("sync_dir", path)

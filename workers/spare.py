@@ -1,32 +1,18 @@
-"""The driver's side of a hot standby: a driver process that has paid Spark's start-up in
-advance and takes over a pipeline's storage location when told to.
-
-    python -m workers.driver run SPEC --storage DIR --standby [other run options]
-
-starts Spark, warms up (`warm_up`: the spec's query, once, on a scratch storage location and
-without sinks, so the Python data source's workers, the parsing and the circuit's code paths
-are loaded and compiled), then waits for one line on standard input (`Takeover`, JSON,
-every field optional) and carries on as a `run` with it. End of input before that line means
-"not needed": it exits with code 0 without having opened the storage location.
-
-What a restart saves this way (`docs/benchmarks.md` § Pipeline): the interpreter's imports,
-the JVM and Spark session, the first analysis, and most of the first micro-batch's cold work.
-Kafka Streams' standby replicas and Flink's standby TaskManagers are the same trade: memory
-for failover time.
-
-A spare is the same for no pipeline in particular:
+"""A spare driver: a driver process that has paid Spark's start-up in advance, for no
+pipeline in particular, and becomes some pipeline's run when told to.
 
     python -m workers.driver spare
 
 starts Spark, warms up on small built-in pipelines (`warm_up_spare`: a group and a window
 aggregate over JSON, CSV and Parquet files, then a join, in a scratch directory), then waits
-for one line (`SpareTakeover`: `{"argv": [...]}`, the arguments of a `run`) and becomes that
-run, on its already started Spark. End of input first means not needed (exit 0). The control
-plane keeps one per worker while it runs pipelines (`SPINDLE_SPARE_DRIVER`): any pipeline's
-next driver skips Spark's start-up and most of its first micro-batch's cold work, for one idle
-driver's memory per worker rather than one per pipeline. Spark names its application when it
-starts, so a spare's stays `spindle:spare` whatever run it becomes; the run's streaming query
-carries the pipeline's name (`spindle:<pipeline>:<pid>:...`).
+for one line on standard input (`SpareTakeover`: `{"argv": [...]}`, the arguments of a
+`run`) and becomes that run, on its already started Spark. End of input first means not
+needed (exit 0). The control plane keeps one per worker while it runs pipelines
+(`SPINDLE_SPARE_DRIVER`, `workers/spares.py`): any pipeline's next driver skips Spark's
+start-up and most of its first micro-batch's cold work, for one idle driver's memory per
+worker. Spark names its application when it starts, so a spare's stays `spindle:spare`
+whatever run it becomes; the run's streaming query carries the pipeline's name
+(`spindle:<pipeline>:<pid>:...`).
 """
 
 from __future__ import annotations
@@ -43,47 +29,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TypeVar
+from typing import IO
 
-import numpy as np
-import pyarrow as pa
 import typer
 from pyspark.sql import SparkSession
 
 from pipeline_spec import model as S
 from pipeline_spec.exits import EXIT_SPEC, EXIT_STOPPED
-from storage_engine.input_log import InputLog
 
 from .runner import Runner
 from .session import spark_session
 
-log = logging.getLogger("spindle.standby")
-T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Takeover:
-    """The line that turns a standby into a run: where to start and, under the control
-    plane, which run it is."""
-
-    at: float  # wall clock when it arrived
-    from_checkpoint: str | None = None
-    run_id: int | None = None
-
-    @classmethod
-    def parse(cls, line: str, at: float) -> Takeover:
-        """`line` is empty or a JSON object with optional `from_checkpoint` (latest, none or a
-        uuid) and `run_id` (an integer)."""
-        text = line.strip()
-        fields = json.loads(text) if text else {}
-        if not isinstance(fields, dict) or set(fields) - {"from_checkpoint", "run_id"}:
-            raise ValueError(f"not a takeover (from_checkpoint, run_id): {text!r}")
-        ck, run_id = fields.get("from_checkpoint"), fields.get("run_id")
-        if ck is not None and not isinstance(ck, str):
-            raise ValueError(f"from_checkpoint: a string, not {ck!r}")
-        if run_id is not None and (not isinstance(run_id, int) or isinstance(run_id, bool)):
-            raise ValueError(f"run_id: an integer, not {run_id!r}")
-        return cls(at, ck, run_id)
+log = logging.getLogger("spindle.spare")
 
 
 class TakeoverListener:
@@ -107,11 +64,11 @@ class TakeoverListener:
         self._line = line if line else None
         self.arrived.set()
 
-    def wait(self, parse: Callable[[str, float], T]) -> T | None:
-        """The takeover, `parse`d from the line and its arrival time (None: the input ended
-        without one). Raises ValueError on a line that is not a takeover."""
+    def wait(self) -> SpareTakeover | None:
+        """The takeover (None: the input ended without one). Raises ValueError on a line
+        that is not a takeover."""
         self.arrived.wait()
-        return None if self._line is None else parse(self._line, self._at)
+        return None if self._line is None else SpareTakeover.parse(self._line, self._at)
 
 
 @dataclass(frozen=True)
@@ -124,7 +81,7 @@ class SpareTakeover:
     @classmethod
     def parse(cls, line: str, at: float) -> SpareTakeover:
         """`line` is a JSON object `{"argv": [...]}`: `run`'s arguments (a spec file, then
-        options), without `--standby` (a spare takes over as a plain run)."""
+        options)."""
         text = line.strip()
         try:
             fields = json.loads(text)
@@ -133,8 +90,6 @@ class SpareTakeover:
         argv = fields.get("argv") if isinstance(fields, dict) and set(fields) == {"argv"} else None
         if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
             raise ValueError(f'not a spare\'s takeover ({{"argv": [...]}}): {text!r}')
-        if "--standby" in argv:
-            raise ValueError("a spare takes over as a run, not as a standby: --standby")
         return cls(at, list(argv))
 
 
@@ -147,8 +102,6 @@ def warm_up(spark: SparkSession, spec: S.PipelineSpec, until: threading.Event) -
     scratch = tempfile.mkdtemp(prefix="spindle-warm-up-")
     dry = spec.model_copy(update={"sinks": []})
     try:
-        if isinstance(dry.source, S.LogSource):
-            dry = dry.model_copy(update={"source": _seed_input_log(scratch, dry.source)})
         runner = Runner(dry, scratch, spark=spark, from_checkpoint="none")
         try:
             done = threading.Event()
@@ -169,76 +122,36 @@ def warm_up(spark: SparkSession, spec: S.PipelineSpec, until: threading.Event) -
         finally:
             runner.close()
     except Exception as e:  # the run taking over reports real problems
-        log.warning("standby warm-up failed (the takeover will start cold): %s", e)
+        log.warning("spare warm-up failed (the takeover will start cold): %s", e)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return time.monotonic() - t0
 
 
-_SEED_STEPS, _SEED_ROWS = 2, 64
-
-
-def _seed_input_log(storage: str, source: S.LogSource) -> S.LogSource:
-    """Records for a log pipeline's warm-up: two steps of zero-valued rows of the stream's
-    schema in the scratch location's input log (otherwise empty: the warm-up would read
-    nothing and the run's first step would read the log cold, slower than a spare's, as
-    bench.spare shows). Returns the source reading
-    them in two steps."""
-    schema = source.arrow_schema()
-    n = _SEED_STEPS * _SEED_ROWS
-    table = pa.table(
-        [
-            pa.array(np.zeros(n, np.int32 if pa.types.is_date(f.type) else np.int64)).cast(f.type)
-            for f in schema
-        ],
-        schema=schema,
-    )
-    InputLog(source.log_dir(storage), schema).append(table)
-    return source.model_copy(update={"max_records_per_step": _SEED_ROWS})
-
-
-def stand_by(spec: S.PipelineSpec) -> tuple[SparkSession, Takeover | None]:
-    """`run --standby` up to the takeover: Spark started and warmed up on the spec's query,
-    then the takeover line from standard input (None: the input ended first). A line that is
-    not a takeover ends the process with EXIT_SPEC."""
-    return _stand_by(
-        "standby", f"spindle:{spec.name}", functools.partial(warm_up, spec=spec), Takeover.parse
-    )
-
-
 def stand_by_spare() -> tuple[SparkSession, SpareTakeover | None]:
-    """`spare` up to the takeover: Spark started and warmed up on a built-in pipeline
+    """`spare` up to the takeover: Spark started and warmed up on built-in pipelines
     (`warm_up_spare`), then the takeover line from standard input (None: the input ended
     first). A line that is not a spare's takeover ends the process with EXIT_SPEC."""
-    return _stand_by("spare", "spindle:spare", warm_up_spare, SpareTakeover.parse)
-
-
-def _stand_by(
-    role: str,
-    app: str,
-    warm: Callable[..., float],
-    parse: Callable[[str, float], T],
-) -> tuple[SparkSession, T | None]:
     listener = TakeoverListener(sys.stdin)
-    spark = spark_session(app)
-    took = warm(spark, until=listener.arrived)
+    spark = spark_session("spindle:spare")
+    took = warm_up_spare(spark, until=listener.arrived)
     _preload_control_plane()
     pid = os.getpid()
-    typer.echo(f"{role}: ready (pid {pid}, Spark started, warm-up {took:.1f} s); waiting")
+    typer.echo(f"spare: ready (pid {pid}, Spark started, warm-up {took:.1f} s); waiting")
     try:
-        takeover = listener.wait(parse)
+        takeover = listener.wait()
     except ValueError as e:
-        typer.echo(f"{role}: {e}", err=True)
+        typer.echo(f"spare: {e}", err=True)
         raise typer.Exit(EXIT_SPEC) from None
     if takeover is not None:
-        typer.echo(f"{role}: taking over: {json.dumps(vars(takeover))}")
+        typer.echo(f"spare: taking over: {json.dumps(vars(takeover))}")
     return spark, takeover
 
 
 def _preload_control_plane() -> None:
     """Import what a run under the control plane imports (`workers.control`: its database
     and settings modules) before the takeover, which then does not wait for
-    them: the control plane is what starts standbys and spares."""
+    them: the control plane is what starts spares."""
     from . import control  # noqa: F401
 
 
@@ -268,9 +181,7 @@ def warm_up_spare(spark: SparkSession, until: threading.Event) -> float:
 
 __all__ = [
     "SpareTakeover",
-    "Takeover",
     "TakeoverListener",
-    "stand_by",
     "stand_by_spare",
     "warm_up",
     "warm_up_spare",
