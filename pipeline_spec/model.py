@@ -110,6 +110,11 @@ FilePath = Annotated[
 ]
 
 
+# A SQL table's name: a plain SQL identifier.
+TABLE_RE = r"^[a-z_][a-z0-9_]{0,62}$"
+_TABLE_DOC = "the name SQL views read this source's rows by (pipelines with `sql`)"
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -121,6 +126,7 @@ class DatagenSource(_Model):
     """Deterministic generated rows: row i is a pure function of (seed, i)."""
 
     kind: Literal["datagen"]
+    table: str = Field("input", pattern=TABLE_RE, description=_TABLE_DOC)
     generator: Literal["clicks", "nexmark"] = Field(
         "clicks",
         description="clicks: (ts, user, page, amount); nexmark: bids, auctions and persons "
@@ -141,6 +147,7 @@ class FilesSource(_Model):
     """A directory of immutable files, read in name order; offset = files consumed."""
 
     kind: Literal["files"]
+    table: str = Field("input", pattern=TABLE_RE, description=_TABLE_DOC)
     path: FilePath
     format: Literal["json", "csv", "parquet"]
     schema_: dict[str, str] | None = Field(
@@ -174,6 +181,7 @@ class LogSource(_Model):
     """The engine's input log of records pushed through the ingest API."""
 
     kind: Literal["log"]
+    table: str = Field("input", pattern=TABLE_RE, description=_TABLE_DOC)
     stream: str = Field(pattern=NAME_RE)
     schema_: dict[str, str] = Field(
         alias="schema",
@@ -316,7 +324,9 @@ StateOp = Annotated[
 class FilesSink(_Model):
     name: str = Field(pattern=NAME_RE)
     kind: Literal["files"]
-    from_: str = Field(alias="from", description="the operator whose output is written")
+    from_: str = Field(
+        alias="from", description="the operator (or, with sql, the view) whose output is written"
+    )
     path: FilePath
     format: Literal["parquet", "jsonl"] = "parquet"
 
@@ -383,7 +393,16 @@ class PipelineSpec(_Model):
     name: str = Field(pattern=NAME_RE, description="unique slug")
     source: Source
     transform: Transform = Field(default_factory=Transform)
-    state: list[StateOp] = Field(min_length=1)
+    state: list[StateOp] = Field(
+        default_factory=list, description="stateful operators (or `sql`, not both)"
+    )
+    sql: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200_000,
+        description="CREATE VIEW name AS SELECT ... statements (Spark SQL) over the source's "
+        "rows, read as the table `source.table` (docs/sql.md); sinks write views",
+    )
     sinks: list[Sink] = Field(default_factory=list)
     checkpoint: CheckpointPolicy = Field(default_factory=CheckpointPolicy)
     retention: RetentionPolicy = Field(default_factory=RetentionPolicy)
@@ -391,6 +410,14 @@ class PipelineSpec(_Model):
 
     @model_validator(mode="after")
     def _references(self) -> PipelineSpec:
+        if (self.sql is None) == (not self.state):
+            raise ValueError("give either state (operators) or sql (views), not both")
+        if self.sql is not None:
+            t = self.transform
+            if t.where is not None or t.select != ["*"]:
+                raise ValueError("transform: with sql, filter and project in the views")
+            # The views, and the sinks' `from`, are checked by the SQL planner (sql package).
+            return self
         ops = [op.name for op in self.state]
         dup = sorted({n for n in ops if ops.count(n) > 1})
         if dup:

@@ -1,4 +1,5 @@
-"""Shared test configuration: the quick/full profile."""
+"""Shared test configuration: the quick/full profile, the servers and databases tests use,
+and the Spark session of a test module."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from pyspark.sql import SparkSession
 
 from local_servers.seaweedfs import SeaweedS3, find_weed, remove_bucket
+from workers.session import spark_session
 
 QUICK = os.environ.get("SPINDLE_TEST_PROFILE", "full") == "quick"
 
@@ -64,3 +67,14 @@ def pg_dsn() -> Iterator[str]:
     yield PG_ADMIN.rsplit("/", 1)[0] + "/" + name
     with psycopg.connect(PG_ADMIN, autocommit=True) as c:
         c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+# The Spark session of a test module: one per module (a session is expensive to start, and
+# modules run on different pytest workers), named after it.
+
+
+@pytest.fixture(scope="module")
+def spark(request: pytest.FixtureRequest) -> Iterator[SparkSession]:
+    s = spark_session(f"spindle-tests-{request.module.__name__.rsplit('.', 1)[-1]}")
+    yield s
+    s.stop()

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 
 from pipeline_spec import model as S
 from storage_engine import StorageLocation
-from storage_engine.circuit import Circuit
+from storage_engine.circuit import Stepper
 from storage_engine.commit import CommitHandle
 from storage_engine.input_log import InputLog
 
@@ -28,7 +28,7 @@ class Checkpointing:
     def __init__(
         self,
         spec: S.PipelineSpec,
-        circuit: Circuit,
+        circuit: Stepper,
         loc: StorageLocation,
         sinks: Mapping[str, Sink],
         durability: DurabilityWatch,

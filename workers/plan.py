@@ -15,6 +15,8 @@ from pyspark.sql.types import StructType
 
 from pipeline_spec import expressions
 from pipeline_spec import model as S
+from sql.dataflow import Dataflow
+from sql.spec import plan_spec
 from storage_engine.circuit import (
     Aggregate,
     Circuit,
@@ -22,6 +24,7 @@ from storage_engine.circuit import (
     GroupAggregate,
     Join,
     Operator,
+    Stepper,
     WindowAggregate,
 )
 
@@ -42,7 +45,7 @@ class Plan:
     stream_schema: pa.Schema  # after the transform: the circuit's "source" input
     inputs: dict[str, tuple[str | None, list[str]]]  # circuit input -> (where, select)
     input_schemas: dict[str, pa.Schema]
-    circuit: Circuit
+    circuit: Stepper  # the operators' circuit, or the SQL views' dataflow
     spark_options: dict[str, str] = field(default_factory=dict)
     # The stream column holding event times for the end-to-end latency metric, if any.
     event_time: str | None = None
@@ -132,6 +135,16 @@ def plan(spark: SparkSession, spec: S.PipelineSpec) -> Plan:
     inputs: dict[str, tuple[str | None, list[str]]] = {}
     schemas: dict[str, pa.Schema] = {}
     ops: list[Operator] = []
+    flow: Dataflow | None = None
+    if spec.sql is not None:
+        sql = plan_spec(spec)
+        if sql.schema.names != stream_arrow.names:
+            raise S.SpecError([("source.schema", f"Spark reads {stream_arrow.names}")])
+        # The table's rows are the stream's, typed as the views were planned for.
+        flow = Dataflow(sql.views, inputs={SOURCE: sql.table})
+        inputs[SOURCE] = (None, ["*"])
+        schemas[SOURCE] = sql.schema
+        stream_arrow = sql.schema
     for i, op in enumerate(spec.state):
         where = f"state.{i}"
         try:
@@ -164,7 +177,7 @@ def plan(spark: SparkSession, spec: S.PipelineSpec) -> Plan:
             "arrow_schema": arrow_schema_option(arrow_schema(src)),
             "max_records_per_step": str(s.max_records_per_step),
         }
-    circuit = Circuit(ops)
+    circuit: Stepper = flow if flow is not None else Circuit(ops)
     lines = isinstance(s, S.FilesSource) and s.format != "parquet"
     pre = pre_aggregation(circuit, stream_arrow, event_time, lines)
     return Plan(spec, src, stream_arrow, inputs, schemas, circuit, opts, event_time, pre)

@@ -12,10 +12,7 @@ import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from storage_engine.circuit import (
-    Circuit,
-    PartialForm,
-)
+from storage_engine.circuit import PartialForm, Stepper
 
 from .sources import (
     END,
@@ -54,7 +51,7 @@ def _orderable(t: pa.DataType) -> bool:
 
 
 def pre_aggregation(
-    circuit: Circuit, stream: pa.Schema, event_time: str | None, lines: bool
+    circuit: Stepper, stream: pa.Schema, event_time: str | None, lines: bool
 ) -> PreAggregation | None:
     """Pre-aggregate in Spark when every operator reading `source` accepts it (joins read
     their own inputs) and its columns have types on which Spark and Arrow agree; a stream

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from storage_engine import StorageLocation
-from storage_engine.circuit import Circuit
+from storage_engine.circuit import Stepper
 from storage_engine.errors import (
     CheckpointNotFoundError,
     CorruptionError,
@@ -93,7 +93,7 @@ def open_state(
 
 def open_circuit_state(
     storage: str,
-    circuit: Circuit,
+    circuit: Stepper,
     from_checkpoint: str,
     *,
     allow_state_drop: bool,

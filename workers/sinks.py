@@ -32,7 +32,7 @@ from pipeline_spec.model import FilesSink as FilesSinkSpec
 from pipeline_spec.model import PostgresSink as PostgresSinkSpec
 from pipeline_spec.model import ViewSink as ViewSinkSpec
 from storage_engine import Batch, Spine, StorageLocation, ZSetSchema
-from storage_engine.circuit import Circuit
+from storage_engine.circuit import Stepper
 from storage_engine.schema import WEIGHT
 
 STEP = "__step"
@@ -273,12 +273,12 @@ class ViewSink:
 
 
 def open_sinks(
-    spec: S.PipelineSpec, circuit: Circuit, loc: StorageLocation, base_dir: str
+    spec: S.PipelineSpec, circuit: Stepper, loc: StorageLocation, base_dir: str
 ) -> dict[str, Sink]:
-    """The spec's sinks by name, each over its operator's output schema (`files` paths
+    """The spec's sinks by name, each over its operator's (or view's) output schema (`files` paths
     relative to `base_dir`; `view` spines in `loc`)."""
     out: dict[str, Sink] = {}
-    schemas = {op.id: op.output_schema for op in circuit.operators}
+    schemas = circuit.output_schemas
     for s in spec.sinks:
         schema = schemas[s.from_]
         if isinstance(s, S.FilesSink):

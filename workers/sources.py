@@ -32,16 +32,14 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
+from pipeline_spec.datagen import DATAGEN_SCHEMAS
+
 EPOCH_US = 1_704_067_200_000_000  # 2024-01-01T00:00:00Z: event time of datagen row 0
 END = "__end"  # every row's column: its micro-batch's end offset
 SOURCE = "source"  # the circuit input that is the transformed stream
 
-CLICKS_SCHEMA = "ts timestamp, user string, page string, amount double, __end bigint"
-NEXMARK_SCHEMA = (
-    "event_type string, ts timestamp, person_id bigint, name string, state string, "
-    "auction_id bigint, seller bigint, category bigint, bidder bigint, price double, "
-    "__end bigint"
-)
+CLICKS_SCHEMA = f"{DATAGEN_SCHEMAS['clicks']}, __end bigint"
+NEXMARK_SCHEMA = f"{DATAGEN_SCHEMAS['nexmark']}, __end bigint"
 FILES_SCHEMA = "__file string, __end bigint"
 _STATES = np.array(["OR", "ID", "CA", "WA", "NY", "TX", "AZ", "NV"])
 _NAMES = np.array(["ann", "bob", "cyd", "dee", "eve", "fay", "gus", "hal", "ivy", "jon"])

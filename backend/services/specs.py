@@ -1,6 +1,8 @@
 """Checking a user's pipeline spec before it is stored: the spec's own rules
-(`pipeline_spec.model`), plus the control plane's: file paths stay inside the configured roots.
-Column references are checked by the job's planner when a run starts (it needs Spark)."""
+(`pipeline_spec.model`), its SQL planned (`sql.spec`: names, types, every error at its line
+and column), plus the control plane's: file paths stay inside the configured roots. An
+operator spec's column references are checked by the job's planner when a run starts (it
+needs Spark)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_spec.model import PipelineSpec, SpecError, outside_roots, parse_spec
+from sql.spec import plan_spec
 
 from ..errors import InvalidSpec
 
@@ -18,6 +21,11 @@ def validate(doc: dict[str, Any], roots: list[Path]) -> PipelineSpec:
         spec = parse_spec(doc)
     except SpecError as e:
         raise InvalidSpec("invalid pipeline spec", errors=e.errors) from None
+    if spec.sql is not None:
+        try:
+            plan_spec(spec)
+        except SpecError as e:
+            raise InvalidSpec("invalid pipeline spec", errors=e.errors) from None
     errors = outside_roots(spec, roots)
     if errors:
         raise InvalidSpec("invalid pipeline spec", errors=errors)

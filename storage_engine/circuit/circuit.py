@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -103,3 +103,39 @@ class Circuit:
 
     def metrics(self) -> dict[str, dict[str, Any]]:
         return {op.id: op.metrics() for op in self.operators}
+
+    @property
+    def output_schemas(self) -> dict[str, pa.Schema]:
+        """Each output's columns, by name (an operator's id)."""
+        return {op.id: op.output_schema for op in self.operators}
+
+
+class Stepper(Protocol):
+    """What a run steps and checkpoints: a `Circuit`, or a SQL pipeline's dataflow (the
+    `sql` package) built on one."""
+
+    operators: list[Operator]
+
+    @property
+    def fingerprint(self) -> str: ...
+
+    @property
+    def output_schemas(self) -> dict[str, pa.Schema]: ...
+
+    def open(self, location: StorageLocation) -> None: ...
+
+    def step(
+        self,
+        deltas: Mapping[str, pa.Table | pa.RecordBatch],
+        partials: Mapping[str, pa.Table] | None = None,
+    ) -> dict[str, pa.Table]: ...
+
+    def commit_async(
+        self,
+        step: int,
+        metadata: Mapping[str, Any] | None = None,
+        identifier: str | None = None,
+        keep_last: int | None = None,
+    ) -> CommitHandle: ...
+
+    def metrics(self) -> dict[str, dict[str, Any]]: ...

@@ -57,7 +57,9 @@ def _fast(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-@pytest.mark.parametrize("name", ["clicks-per-user", "clicks-per-minute", "nexmark-q3"])
+@pytest.mark.parametrize(
+    "name", ["clicks-per-user", "clicks-per-minute", "nexmark-q3", "nexmark-q3-sql"]
+)
 def test_datagen_examples_run(
     tmp_path: Path, spark: SparkSession, name: str, read: list[tuple[int, int]]
 ) -> None:

@@ -128,3 +128,27 @@ def test_log_source_unsupported_type_names_the_schema_field(api: Api) -> None:
     assert len(body["errors"]) == 1
     assert "map<string,int>" in body["errors"][0]["message"]
     assert body["errors"][0]["field"] in ("source.schema", "source.schema.extra")
+
+
+def test_sql_is_planned_at_validation_with_the_line_and_column_of_each_mistake(
+    api: Api,
+) -> None:
+    spec = clicks_spec()
+    del spec["state"], spec["transform"]
+    spec["source"]["table"] = "clicks"
+    spec["sql"] = (
+        "CREATE VIEW per_page AS\n"
+        "  SELECT page, count(*) AS n FROM clicks GROUP BY pag;\n"
+        "CREATE VIEW top AS SELECT page FROM per_page WHERE n > 10"
+    )
+    spec["sinks"] = [{"name": "out", "kind": "view", "from": "top"}]
+    body = error(api.post("pipelines/validate", json={"spec": spec}), 422, "invalid_spec")
+    assert [(e["field"], e["message"]) for e in body["errors"]] == [
+        ("sql", "line 2, column 51: unknown column: pag")
+    ]
+    spec["sql"] = spec["sql"].replace("BY pag", "BY page")
+    ok = api.post("pipelines/validate", json={"spec": spec})
+    assert ok.status_code == 200, ok.text
+    spec["sinks"][0]["from"] = "nope"
+    body = error(api.post("pipelines", json={"spec": spec}), 422, "invalid_spec")
+    assert fields(body) == ["sinks.0.from"]

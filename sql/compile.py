@@ -1,0 +1,312 @@
+"""A SQL scalar expression (sqlglot's tree) becomes a typed `expr.Expr`: names resolved in a
+`Scope`, functions looked up in `functions.FUNCTIONS` (types checked there), literals typed
+as Spark types them. Errors are `SqlError`s at the node's line and column.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+
+import pyarrow as pa
+from sqlglot import exp
+
+from . import functions as F
+from .errors import Problem, SqlError
+from .expr import Call, Case, Cast, Column, Expr, Literal
+from .parse import Script
+from .types import TYPE_NAMES
+
+_BINARY: dict[type[exp.Expr], str] = {
+    exp.Add: "+",
+    exp.Sub: "-",
+    exp.Mul: "*",
+    exp.Div: "/",
+    exp.Mod: "%",
+    exp.EQ: "=",
+    exp.NEQ: "<>",
+    exp.GT: ">",
+    exp.GTE: ">=",
+    exp.LT: "<",
+    exp.LTE: "<=",
+    exp.NullSafeEQ: "<=>",
+    exp.And: "and",
+    exp.Or: "or",
+    exp.Like: "like",
+    exp.RegexpLike: "rlike",
+}
+
+# sqlglot's names for some Spark functions, and ours (Spark's).
+_ALIASES = {
+    "dayofmonth": "day",
+    "tsordstodate": "to_date",
+    "ceil": "ceil",
+    "pow": "power",
+    "nvl": "coalesce",
+    "ifnull": "coalesce",
+    "substr": "substring",
+    "charlength": "length",
+}
+
+
+@dataclass(frozen=True)
+class Field:
+    """A column visible in a query: `qualifier.name` to the user, `internal` in the plan."""
+
+    qualifier: str | None
+    name: str
+    internal: str
+    type: pa.DataType
+
+
+class Scope:
+    """The columns a clause can name, and expressions already computed below it (group keys
+    and aggregates after a GROUP BY, by their SQL text)."""
+
+    def __init__(
+        self,
+        fields: list[Field],
+        computed: Mapping[str, Column] | None = None,
+        hidden: str | None = None,
+    ) -> None:
+        self.fields = fields
+        self.computed = dict(computed or {})
+        # Why a column of the FROM clause is not visible (e.g. not grouped by).
+        self.hidden = hidden
+
+    def resolve(self, name: str, qualifier: str | None) -> list[Field]:
+        return [
+            f
+            for f in self.fields
+            if f.name == name and (qualifier is None or f.qualifier == qualifier)
+        ]
+
+
+def key(node: exp.Expr) -> str:
+    """An expression's identity for matching GROUP BY items and aggregates."""
+    return node.sql(dialect="spark").lower()
+
+
+def literal(node: exp.Expr) -> Literal | None:
+    """A literal's value and Spark type, or None if `node` is no literal."""
+    if isinstance(node, exp.Null):
+        return Literal(None, pa.null())
+    if isinstance(node, exp.Boolean):
+        return Literal(bool(node.this), pa.bool_())
+    if not isinstance(node, exp.Literal):
+        return None
+    text = str(node.this)
+    if node.is_string:
+        return Literal(text, pa.string())
+    if "e" in text.lower():
+        return Literal(float(text), pa.float64())
+    if "." in text:
+        d = Decimal(text)
+        digits = d.as_tuple()
+        scale = max(0, -int(digits.exponent)) if isinstance(digits.exponent, int) else 0
+        precision = max(len(digits.digits), scale, 1)
+        return Literal(d, pa.decimal128(precision, scale))
+    n = int(text)
+    if -(2**31) <= n < 2**31:
+        return Literal(n, pa.int32())
+    if -(2**63) <= n < 2**63:
+        return Literal(n, pa.int64())
+    return Literal(Decimal(n), pa.decimal128(min(len(text), 38), 0))
+
+
+class Compiler:
+    """Compiles the scalar expressions of one query clause against `scope`."""
+
+    def __init__(self, script: Script, scope: Scope) -> None:
+        self.script = script
+        self.scope = scope
+
+    def error(self, node: exp.Expr, message: str) -> SqlError:
+        line, col = self.script.at(node)
+        return SqlError([Problem(message, line, col)])
+
+    def __call__(self, node: exp.Expr) -> Expr:
+        done = self.scope.computed.get(key(node))
+        if done is not None:
+            return done
+        handler = _HANDLERS.get(type(node))
+        if handler is not None:
+            return handler(self, node)
+        if isinstance(node, exp.AggFunc):
+            raise self.error(node, f"aggregate {key(node)} is not allowed here")
+        if isinstance(node, exp.Func):
+            return self._function(node)
+        raise self.error(node, f"{node.sql(dialect='spark')!r}: not supported in a view")
+
+    def call(self, node: exp.Expr, fn: str, args: list[Expr]) -> Call:
+        function = F.FUNCTIONS.get(fn)
+        if function is None:
+            raise self.error(node, f"function {fn!r} is not supported in views (docs/sql.md)")
+        n = len(args)
+        if n < function.min_args or (function.max_args is not None and n > function.max_args):
+            raise self.error(node, f"{fn}: wrong number of arguments ({n})")
+        try:
+            t = function.result_type([a.type for a in args])
+        except F.FunctionTypeError as e:
+            raise self.error(node, str(e)) from None
+        return Call(fn, tuple(args), t)
+
+    def _column(self, node: exp.Column) -> Expr:
+        if isinstance(node.this, exp.Star):
+            raise self.error(node, "* is only allowed as a whole select item")
+        name = node.name.lower()
+        qualifier = node.table.lower() or None
+        found = self.scope.resolve(name, qualifier)
+        shown = f"{qualifier}.{name}" if qualifier else name
+        if not found:
+            why = self.scope.hidden if self.scope.hidden else "unknown column"
+            raise self.error(node, f"{why}: {shown}")
+        if len(found) > 1:
+            raise self.error(node, f"ambiguous column {shown}: qualify it with a table name")
+        f = found[0]
+        return Column(f.internal, f.type)
+
+    def _literal(self, node: exp.Expr) -> Expr:
+        lit = literal(node)
+        assert lit is not None
+        return lit
+
+    def _binary(self, node: exp.Expr) -> Expr:
+        fn = _BINARY[type(node)]
+        return self.call(node, fn, [self(node.this), self(node.expression)])
+
+    def _paren(self, node: exp.Expr) -> Expr:
+        return self(node.this)
+
+    def _not(self, node: exp.Expr) -> Expr:
+        inner = node.this
+        if isinstance(inner, exp.Is) and isinstance(inner.expression, exp.Null):
+            return self.call(node, "is_not_null", [self(inner.this)])
+        return self.call(node, "not", [self(inner)])
+
+    def _is(self, node: exp.Expr) -> Expr:
+        if not isinstance(node.expression, exp.Null):
+            raise self.error(node, "only IS NULL and IS NOT NULL are supported")
+        return self.call(node, "is_null", [self(node.this)])
+
+    def _neg(self, node: exp.Expr) -> Expr:
+        lit = literal(node.this)
+        if lit is not None and lit.value is not None and lit.type != pa.string():
+            return Literal(-lit.value, lit.type)
+        return self.call(node, "neg", [self(node.this)])
+
+    def _in(self, node: exp.Expr) -> Expr:
+        if node.args.get("query") is not None:
+            raise self.error(node, "IN (subquery) is not supported; use a join")
+        return self.call(node, "in", [self(node.this), *(self(e) for e in node.expressions)])
+
+    def _between(self, node: exp.Expr) -> Expr:
+        value = self(node.this)
+        low = self.call(node, ">=", [value, self(node.args["low"])])
+        high = self.call(node, "<=", [value, self(node.args["high"])])
+        return self.call(node, "and", [low, high])
+
+    def _case(self, node: exp.Expr) -> Expr:
+        subject = node.this
+        whens: list[tuple[Expr, Expr]] = []
+        for w in node.args.get("ifs") or []:
+            cond = self(w.this)
+            if subject is not None:
+                cond = self.call(w, "=", [self(subject), cond])
+            whens.append((cond, self(w.args["true"])))
+        default = node.args.get("default")
+        otherwise = self(default) if default is not None else None
+        return self._case_of(node, whens, otherwise)
+
+    def _if(self, node: exp.Expr) -> Expr:
+        false = node.args.get("false")
+        return self._case_of(
+            node,
+            [(self(node.this), self(node.args["true"]))],
+            self(false) if false is not None else None,
+        )
+
+    def _case_of(
+        self, node: exp.Expr, whens: list[tuple[Expr, Expr]], otherwise: Expr | None
+    ) -> Expr:
+        for cond, _ in whens:
+            if cond.type not in (pa.bool_(), pa.null()):
+                raise self.error(node, f"a WHEN condition must be boolean, not {cond.type}")
+        values = [v for _, v in whens] + ([otherwise] if otherwise is not None else [])
+        try:
+            t = F.common_type([v.type for v in values])
+        except F.FunctionTypeError as e:
+            raise self.error(node, f"CASE: {e}") from None
+        whens = [(c, _cast_to(v, t)) for c, v in whens]
+        return Case(tuple(whens), _cast_to(otherwise, t) if otherwise is not None else None, t)
+
+    def _cast(self, node: exp.Expr) -> Expr:
+        arg = self(node.this)
+        to = node.args["to"]
+        name = to.sql(dialect="spark").lower()
+        target = TYPE_NAMES.get(name)
+        if target is None and name.startswith("decimal"):
+            target = _decimal_type(name)
+        if target is None:
+            raise self.error(node, f"cannot cast to {name}: not a supported type")
+        if not F.cast_type_ok(arg.type, target):
+            raise self.error(node, f"cannot cast {arg.type} to {name}")
+        return Cast(arg, target)
+
+    def _trunc(self, node: exp.Expr) -> Expr:
+        unit = str(node.args["unit"].name if node.args.get("unit") is not None else "").lower()
+        return self.call(node, "date_trunc", [Literal(unit, pa.string()), self(node.this)])
+
+    def _function(self, node: exp.Func) -> Expr:
+        if isinstance(node, exp.Anonymous):
+            name = str(node.this).lower()
+            args = list(node.expressions)
+        else:
+            name = _ALIASES.get(node.key, node.key)
+            args = []
+            for k in node.arg_types:
+                v = node.args.get(k)
+                if isinstance(v, list):
+                    args += v
+                elif isinstance(v, exp.Expr):
+                    args.append(v)
+        return self.call(node, name, [self(a) for a in args])
+
+
+def _cast_to(e: Expr, t: pa.DataType) -> Expr:
+    return e if e.type == t else Cast(e, t)
+
+
+def _decimal_type(name: str) -> pa.DataType | None:
+    inside = name[len("decimal") :].strip("() ")
+    try:
+        parts = [int(x) for x in inside.split(",")] if inside else [10, 0]
+    except ValueError:
+        return None
+    precision, scale = [*parts, 0][:2]
+    if not 1 <= precision <= 38 or not 0 <= scale <= precision:
+        return None
+    return pa.decimal128(precision, scale)
+
+
+_HANDLERS: dict[type[exp.Expr], Callable[[Compiler, exp.Expr], Expr]] = {
+    exp.Column: lambda c, n: c._column(n),  # type: ignore[arg-type]
+    exp.Literal: Compiler._literal,
+    exp.Null: Compiler._literal,
+    exp.Boolean: Compiler._literal,
+    exp.Paren: Compiler._paren,
+    exp.Not: Compiler._not,
+    exp.Is: Compiler._is,
+    exp.Neg: Compiler._neg,
+    exp.In: Compiler._in,
+    exp.Between: Compiler._between,
+    exp.Case: Compiler._case,
+    exp.If: Compiler._if,
+    exp.Cast: Compiler._cast,
+    exp.TryCast: Compiler._cast,
+    exp.TimestampTrunc: Compiler._trunc,
+    **dict.fromkeys(_BINARY, Compiler._binary),
+}
+
+__all__ = ["Compiler", "Field", "Scope", "key", "literal"]

@@ -1,0 +1,232 @@
+"""A pipeline's planned views as an incremental dataflow: each step takes the input tables'
+deltas (Z-sets: rows with a `__weight`) and returns every view's delta.
+
+Linear operators run on the delta alone: `Filter` and `Project` evaluate their expressions
+on Arrow (`evaluate.py`), `UnionAll` concatenates. Stateful ones are the engine's circuit
+operators, keeping their state in the storage location: `Aggregate` a `GroupAggregate`,
+`Join` a `Join` (ΔA⋈B + A⋈ΔB + ΔA⋈ΔB), `Distinct` a `Distinct`. A node read by several
+views (a view read by others) is computed once per step.
+
+Operator ids are `<view>.<kind><n>`, numbered in the order the view's plan is walked
+(inputs first, left before right): the same SQL gives the same ids, so a restored checkpoint
+finds its state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from storage_engine.circuit import Aggregate as EngineAggregate
+from storage_engine.circuit import Circuit, Distinct, GroupAggregate, Join, Operator
+from storage_engine.circuit.operator import consolidate, empty_delta, weighted
+from storage_engine.commit import CommitHandle
+from storage_engine.location import StorageLocation
+from storage_engine.schema import WEIGHT
+
+from . import plan as P
+from .evaluate import evaluate, evaluate_predicate
+from .planner import PlannedView
+from .windows import assign
+
+
+@dataclass
+class _Stateful:
+    node: P.Node
+    op: Operator
+    inputs: tuple[str, ...]  # the operator's input names, one per child node
+
+
+class Dataflow:
+    """The views' plans, runnable step by step over a storage location."""
+
+    def __init__(
+        self, views: Mapping[str, PlannedView], inputs: Mapping[str, str] | None = None
+    ) -> None:
+        """`inputs`: names `step` takes deltas by, for tables named otherwise (input name
+        -> table)."""
+        self.views = dict(views)
+        self._aliases = {table: name for name, table in (inputs or {}).items()}
+        self._stateful: dict[int, _Stateful] = {}
+        self._order: list[P.Node] = []  # every node once, inputs before their readers
+        self._seen: set[int] = set()
+        self._roots = {name: v.root for name, v in self.views.items()}
+        for name, view in self.views.items():
+            counter = iter(range(1_000_000))
+            self._walk(view.root, name, counter)
+        self.circuit = Circuit([s.op for s in self._stateful.values()])
+        self.operators = self.circuit.operators
+        self._first = True
+
+    @property
+    def fingerprint(self) -> str:
+        return self.circuit.fingerprint
+
+    @property
+    def tables(self) -> dict[str, pa.Schema]:
+        """The input tables the views read, with the schemas their deltas must have."""
+        return {n.table: n.schema for n in self._order if isinstance(n, P.Scan)}
+
+    def _walk(self, node: P.Node, view: str, counter: Any) -> None:
+        if id(node) in self._seen:
+            return
+        if isinstance(node, P.ViewRef):
+            self._seen.add(id(node))
+            self._order.append(node)
+            return
+        for child in P.children(node):
+            self._walk(child, view, counter)
+        self._seen.add(id(node))
+        self._order.append(node)
+        op = self._operator(node, view, counter)
+        if op is not None:
+            self._stateful[id(node)] = op
+
+    def _operator(self, node: P.Node, view: str, counter: Any) -> _Stateful | None:
+        if isinstance(node, P.Aggregate):
+            op_id = f"{view}.agg{next(counter)}"
+            aggs = [EngineAggregate(a.name, a.func, a.column) for a in node.aggs]
+            op: Operator = GroupAggregate(op_id, node.input.schema, node.keys, aggs, input="in")
+            return _Stateful(node, op, ("in",))
+        if isinstance(node, P.Join):
+            op_id = f"{view}.join{next(counter)}"
+            op = Join(
+                op_id,
+                node.left.schema,
+                node.right.schema,
+                node.left_keys,
+                node.right_keys,
+                left="left",
+                right="right",
+            )
+            return _Stateful(node, op, ("left", "right"))
+        if isinstance(node, P.Distinct):
+            op_id = f"{view}.distinct{next(counter)}"
+            op = Distinct(op_id, node.input.schema, None, input="in")
+            return _Stateful(node, op, ("in",))
+        return None
+
+    def open(self, location: StorageLocation) -> None:
+        """Bind the stateful operators to `location` (opened with `fingerprint`) and restore
+        their state from its opened checkpoint."""
+        self.circuit.open(location)
+        # A new pipeline's first step brings the rows of aggregates without GROUP BY.
+        self._first = location.restored is None
+
+    def _global(self, node: P.Aggregate, out: pa.Table) -> pa.Table:
+        """An aggregate without GROUP BY has one row even over no input (count 0, other
+        aggregates NULL), where the engine's has none: that row comes in when the group
+        goes (and at the first step), and goes when the group comes."""
+        w = out.column(WEIGHT).to_numpy()
+        came, went = bool((w > 0).any()), bool((w < 0).any())
+        change = int(self._first) - int(came and not went) + int(went and not came)
+        if change == 0:
+            return out
+        empty = [pa.array([0 if a.func == "count" else None], a.type) for a in node.aggs]
+        row = pa.table([*empty, pa.array([change], pa.int64())], names=out.column_names)
+        return pa.concat_tables([out, row.cast(out.schema)])
+
+    @property
+    def output_schemas(self) -> dict[str, pa.Schema]:
+        """Each view's columns (its user's names), by view name."""
+        return {
+            name: pa.schema([f.with_name(n) for f, n in zip(v.root.schema, v.names, strict=True)])
+            for name, v in self.views.items()
+        }
+
+    def step(
+        self,
+        deltas: Mapping[str, pa.Table | pa.RecordBatch],
+        partials: Mapping[str, pa.Table] | None = None,
+    ) -> dict[str, pa.Table]:
+        """Every view's delta for these input deltas (tables absent: no change), with the
+        view's column names and `__weight`; rows that cancel out are left out. (No
+        operator takes pre-aggregated input: `partials` must be empty.)"""
+        if partials:
+            raise ValueError("a SQL dataflow takes rows, not pre-aggregated input")
+        values: dict[int, pa.Table] = {}
+        for node in self._order:
+            values[id(node)] = self._value(node, deltas, values)
+        self._first = False
+        out = {}
+        for name, view in self.views.items():
+            t = values[id(view.root)]
+            t = consolidate(t, view.root.schema)
+            out[name] = t.rename_columns([*view.names, WEIGHT])
+        return out
+
+    def _value(
+        self,
+        node: P.Node,
+        deltas: Mapping[str, pa.Table | pa.RecordBatch],
+        values: dict[int, pa.Table],
+    ) -> pa.Table:
+        if isinstance(node, P.Scan):
+            given = deltas.get(self._aliases.get(node.table, node.table))
+            if given is None:
+                return empty_delta(node.schema)
+            t = weighted(given)
+            want = node.schema.append(pa.field(WEIGHT, pa.int64()))
+            return t.select(want.names).cast(want)
+        if isinstance(node, P.ViewRef):
+            return values[id(self._roots[node.view])]
+        inputs = [values[id(c)] for c in P.children(node)]
+        stateful = self._stateful.get(id(node))
+        if stateful is not None:
+            if all(t.num_rows == 0 for t in inputs):
+                out = empty_delta(stateful.op.output_schema)
+            else:
+                out = stateful.op.step(dict(zip(stateful.inputs, inputs, strict=True)))
+            if isinstance(node, P.Join):
+                return _with_right_keys(node, out)
+            out = out.rename_columns([*node.schema.names, WEIGHT])
+            if isinstance(node, P.Aggregate) and not node.keys:
+                return self._global(node, out)
+            return out
+        (first, *_) = inputs
+        if isinstance(node, P.Filter):
+            if first.num_rows == 0:
+                return first
+            return first.filter(evaluate_predicate(node.predicate, first))
+        if isinstance(node, P.Project):
+            cols = [evaluate(e, first) for _, e in node.outputs]
+            names = [n for n, _ in node.outputs]
+            return pa.table([*cols, first.column(WEIGHT)], names=[*names, WEIGHT])
+        if isinstance(node, P.Windows):
+            rows, starts = assign(first, node.time, node.size_us, node.slide_us)
+            ts = pa.timestamp("us", tz="UTC")
+            ends = pc.add(starts, node.size_us)
+            cols = [*rows.columns[:-1], starts.cast(ts), ends.cast(ts), rows.column(WEIGHT)]
+            return pa.table(cols, names=[*node.schema.names, WEIGHT])
+        if isinstance(node, P.UnionAll):
+            want = node.schema.append(pa.field(WEIGHT, pa.int64()))
+            return pa.concat_tables([t.rename_columns(want.names).cast(want) for t in inputs])
+        raise TypeError(f"no evaluation for {type(node).__name__}")
+
+    def commit_async(
+        self,
+        step: int,
+        metadata: Mapping[str, Any] | None = None,
+        identifier: str | None = None,
+        keep_last: int | None = None,
+    ) -> CommitHandle:
+        """`Circuit.commit_async` of the stateful operators."""
+        return self.circuit.commit_async(step, metadata, identifier, keep_last)
+
+    def metrics(self) -> dict[str, dict[str, Any]]:
+        return self.circuit.metrics()
+
+
+def _with_right_keys(node: P.Join, out: pa.Table) -> pa.Table:
+    """The engine's join leaves out the right side's key columns (equal to the left's):
+    they are put back, so the node has every column of both sides."""
+    same = dict(zip(node.right_keys, node.left_keys, strict=True))
+    cols = [out.column(same.get(f.name, f.name)).cast(f.type) for f in node.schema]
+    return pa.table([*cols, out.column(WEIGHT)], names=[*node.schema.names, WEIGHT])
+
+
+__all__ = ["Dataflow"]

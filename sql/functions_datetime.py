@@ -1,0 +1,217 @@
+"""Date and time functions with Spark's semantics in a UTC session (Spindle's timestamps
+are UTC instants, as Spark's with spark.sql.session.timeZone=UTC): field extraction,
+to_date, date_trunc, date_add/date_sub (int days, wrapping as Java's int arithmetic),
+datediff and unix_timestamp. Dates stand for their midnight where a timestamp is needed,
+timestamps for their day where a date is. Strings are not implicitly cast (cast first).
+
+Left out: to_date/unix_timestamp with a format (Java's DateTimeFormatter patterns),
+current_date/current_timestamp (not deterministic).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import functions_decimal as dec
+from .functions_base import (
+    TIMESTAMP,
+    Function,
+    Val,
+    expect,
+    is_integral,
+    is_null,
+    is_scalar,
+    is_string,
+    to_array,
+)
+from .functions_cast import cast_value
+
+DATE = pa.date32()
+I32 = pa.int32()
+ResultType = Callable[[list[pa.DataType]], pa.DataType]
+Impl = Callable[[list[Val], int], Val]
+
+
+def _is_dt(t: pa.DataType) -> bool:
+    return t in (DATE, TIMESTAMP) or is_null(t)
+
+
+def _nulls(args: list[Val], n: int, t: pa.DataType) -> Val | None:
+    if any(is_null(a.type) for a in args):
+        return pa.scalar(None, t) if all(is_scalar(a) for a in args) else pa.nulls(n, t)
+    return None
+
+
+def _typed(fn: str, result: pa.DataType, kinds: str) -> ResultType:
+    """Arguments by kind: 'd' a date or timestamp, 's' a string, 'i' an int (tinyint to
+    int); NULL for any."""
+
+    def check(ts: list[pa.DataType]) -> pa.DataType:
+        ok = len(ts) == len(kinds) and all(
+            is_null(t)
+            or (k == "d" and _is_dt(t))
+            or (k == "s" and is_string(t))
+            or (k == "i" and is_integral(t) and t != pa.int64())
+            for t, k in zip(ts, kinds, strict=True)
+        )
+        if not ok:
+            want = {"d": "a date or timestamp", "s": "a string", "i": "an int"}
+            raise expect(fn, " and ".join(want[k] for k in kinds), ts)
+        return result
+
+    return check
+
+
+def _as_date(v: Val) -> Val:
+    return cast_value(v, DATE)
+
+
+def _as_timestamp(v: Val) -> Val:
+    return cast_value(v, TIMESTAMP)
+
+
+def _field(fn: str, f: Callable[[Val], Val], needs_time: bool) -> Function:
+    def impl(args: list[Val], n: int) -> Val:
+        if (done := _nulls(args, n, I32)) is not None:
+            return done
+        x = args[0]
+        x = _as_timestamp(x) if needs_time or x.type == TIMESTAMP else x
+        return f(x).cast(I32)
+
+    return Function(fn, 1, 1, _typed(fn, I32, "d"), impl, "nulls", safe=True)
+
+
+def _day_of_week(x: Val) -> Val:
+    return pc.day_of_week(x, count_from_zero=False, week_start=7)  # Sunday = 1
+
+
+# --- to_date, date_trunc ------------------------------------------------------------------
+
+
+def _to_date_type(ts: list[pa.DataType]) -> pa.DataType:
+    if len(ts) != 1 or not (_is_dt(ts[0]) or is_string(ts[0])):
+        raise expect("to_date", "a string, date or timestamp", ts)
+    return DATE
+
+
+def _to_date(args: list[Val], n: int) -> Val:
+    if (done := _nulls(args, n, DATE)) is not None:
+        return done
+    return _as_date(args[0])
+
+
+_TRUNC_UNITS = {
+    "YEAR": "year",
+    "YYYY": "year",
+    "YY": "year",
+    "QUARTER": "quarter",
+    "MONTH": "month",
+    "MM": "month",
+    "MON": "month",
+    "WEEK": "week",
+    "DAY": "day",
+    "DD": "day",
+    "HOUR": "hour",
+    "MINUTE": "minute",
+    "SECOND": "second",
+    "MILLISECOND": "millisecond",
+    "MICROSECOND": "microsecond",
+}
+
+
+def _trunc(ts: Val, fmt: str | None) -> Val:
+    unit = _TRUNC_UNITS.get(fmt.upper()) if fmt is not None else None
+    if unit is None:  # Spark: NULL for an unknown unit
+        return pa.scalar(None, TIMESTAMP) if is_scalar(ts) else pa.nulls(len(ts), TIMESTAMP)
+    if unit == "microsecond":
+        return ts
+    return pc.floor_temporal(ts, unit=unit, week_starts_monday=True)
+
+
+def _date_trunc(args: list[Val], n: int) -> Val:
+    if (done := _nulls(args, n, TIMESTAMP)) is not None:
+        return done
+    fmt, ts = args[0], _as_timestamp(args[1])
+    if is_scalar(fmt):
+        return _trunc(ts, fmt.as_py())
+    ts = to_array(ts, n)
+    out = pa.nulls(n, TIMESTAMP)
+    for unit in pc.unique(fmt).drop_null().to_pylist():  # once per distinct unit
+        rows = pc.fill_null(pc.equal(fmt, unit), False)
+        out = pc.replace_with_mask(out, rows, to_array(_trunc(ts.filter(rows), unit), 0))
+    return out
+
+
+# --- date arithmetic ----------------------------------------------------------------------
+
+
+def _days(v: Val, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Days since the epoch of a date value, and where it is valid."""
+    arr = to_array(_as_date(v), n).cast(I32)
+    return np.asarray(pc.fill_null(arr, 0).to_numpy(), dtype=np.int32), dec.valid_mask(arr)
+
+
+def _ints(v: Val, n: int) -> tuple[np.ndarray, np.ndarray]:
+    arr = to_array(v, n).cast(I32)
+    return np.asarray(pc.fill_null(arr, 0).to_numpy(), dtype=np.int32), dec.valid_mask(arr)
+
+
+def _date_add(sign: int) -> Impl:
+    def impl(args: list[Val], n: int) -> Val:
+        if (done := _nulls(args, n, DATE)) is not None:
+            return done
+        (d, dv), (k, kv) = _days(args[0], n), _ints(args[1], n)
+        with np.errstate(over="ignore"):
+            out = d + k if sign > 0 else d - k  # int32: wraps, as Java's int
+        result = dec.from_numpy(out.astype(np.int32), dv & kv, I32).cast(DATE)
+        return result[0] if all(is_scalar(a) for a in args) else result
+
+    return impl
+
+
+def _datediff(args: list[Val], n: int) -> Val:
+    if (done := _nulls(args, n, I32)) is not None:
+        return done
+    (end, ev), (start, sv) = _days(args[0], n), _days(args[1], n)
+    with np.errstate(over="ignore"):
+        out = (end - start).astype(np.int32)
+    result = dec.from_numpy(out, ev & sv, I32)
+    return result[0] if all(is_scalar(a) for a in args) else result
+
+
+def _unix_timestamp(args: list[Val], n: int) -> Val:
+    """Seconds since the epoch, truncated towards zero (Java's long division)."""
+    if (done := _nulls(args, n, pa.int64())) is not None:
+        return done
+    micros = to_array(_as_timestamp(args[0]), n).cast(pa.int64())
+    values = np.asarray(pc.fill_null(micros, 0).to_numpy(), dtype=np.int64)
+    seconds = values // 1_000_000
+    seconds = seconds + ((values < 0) & (values % 1_000_000 != 0))
+    result = dec.from_numpy(seconds, dec.valid_mask(micros), pa.int64())
+    return result[0] if is_scalar(args[0]) else result
+
+
+def functions() -> list[Function]:
+    out = [
+        _field("year", pc.year, False),
+        _field("month", pc.month, False),
+        _field("day", pc.day, False),
+        _field("dayofmonth", pc.day, False),
+        _field("dayofweek", _day_of_week, False),
+        _field("hour", pc.hour, True),
+        _field("minute", pc.minute, True),
+        _field("second", pc.second, True),
+        Function("to_date", 1, 1, _to_date_type, _to_date, "nulls"),
+        Function("date_trunc", 2, 2, _typed("date_trunc", TIMESTAMP, "sd"), _date_trunc, "nulls"),
+        Function("date_add", 2, 2, _typed("date_add", DATE, "di"), _date_add(1), "nulls", True),
+        Function("date_sub", 2, 2, _typed("date_sub", DATE, "di"), _date_add(-1), "nulls", True),
+        Function("datediff", 2, 2, _typed("datediff", I32, "dd"), _datediff, "nulls", True),
+        Function(
+            "unix_timestamp", 1, 1, _typed("unix_timestamp", pa.int64(), "d"), _unix_timestamp
+        ),
+    ]
+    return out

@@ -1,0 +1,143 @@
+"""A pipeline's SQL text becomes its views: `CREATE VIEW name AS query` statements separated
+by semicolons, parsed by sqlglot's Spark dialect. Every error names its line and column in
+the whole text.
+
+Flink's and Feldera's window table functions are written `TABLE(HOP(TABLE bid, ...))`; the
+Spark dialect does not read the inner `TABLE` keyword, so it is blanked out (same length:
+positions stay those of the user's text) before parsing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.dialects.spark import Spark
+from sqlglot.errors import ParseError, SqlglotError, TokenError
+from sqlglot.tokenizer_core import Token, TokenType
+
+from .errors import Problem, SqlError, position
+
+_WINDOW_TVF = re.compile(r"(\b(?:TUMBLE|HOP|SESSION)\s*\(\s*)(TABLE)(\s)", re.IGNORECASE)
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+
+@dataclass(frozen=True)
+class View:
+    """One `CREATE VIEW`: its name, its query, and where its text starts."""
+
+    name: str
+    query: exp.Query
+    line: int
+    column: int
+
+
+@dataclass(frozen=True)
+class Script:
+    """The parsed SQL: views in text order, and the text (for positions of nodes)."""
+
+    text: str
+    views: list[View]
+
+    def at(self, node: exp.Expr) -> tuple[int, int]:
+        """(line, column) of a node of one of the views' queries (0, 0 if unknown)."""
+        for n in [node, *node.walk()]:
+            meta = getattr(n, "meta", None) or {}
+            if "start" in meta:
+                return position(self.text, int(meta["start"]))
+            inner = getattr(n, "this", None)
+            meta = getattr(inner, "meta", None) or {}
+            if "start" in meta:
+                return position(self.text, int(meta["start"]))
+        return 0, 0
+
+
+def _blank_window_tables(text: str) -> str:
+    return _WINDOW_TVF.sub(lambda m: m.group(1) + " " * len(m.group(2)) + m.group(3), text)
+
+
+def _statements(text: str) -> list[list[Token]]:
+    """The tokens of each statement of `text` (split at semicolons outside strings and
+    comments)."""
+    try:
+        tokens = Spark().tokenize(text)
+    except (TokenError, SqlglotError) as e:
+        raise SqlError([Problem(f"cannot read the SQL: {e}")]) from None
+    statements: list[list[Token]] = [[]]
+    for tok in tokens:
+        if tok.token_type == TokenType.SEMICOLON:
+            statements.append([])
+        else:
+            statements[-1].append(tok)
+    return [s for s in statements if s]
+
+
+def parse(text: str) -> Script:
+    """The views of `text`. Raises SqlError naming every statement that is not a view
+    definition or cannot be read, and views defined twice."""
+    source = _blank_window_tables(text)
+    problems: list[Problem] = []
+    views: list[View] = []
+    for tokens in _statements(source):
+        line, col = position(text, tokens[0].start)
+        header = _header(tokens)
+        if header is None:
+            problems.append(
+                Problem("only CREATE VIEW name AS SELECT ... statements are allowed", line, col)
+            )
+            continue
+        name, body = header
+        if not _NAME.match(name):
+            problems.append(
+                Problem("a view's name must be a plain name (letters, digits, _)", line, col)
+            )
+            continue
+        end = tokens[-1].end + 1
+        # Blanked before the query, newlines kept: sqlglot's lines, columns and offsets are
+        # then the whole text's.
+        padded = re.sub(r"[^\n]", " ", source[:body]) + source[body:end]
+        try:
+            query = sqlglot.parse_one(padded, read="spark")
+        except ParseError as e:
+            problems.append(_syntax(e, line, col))
+            continue
+        except SqlglotError as e:
+            problems.append(Problem(f"syntax error: {e}", line, col))
+            continue
+        if not isinstance(query, exp.Query):
+            problems.append(Problem(f"view {name!r}: AS must be followed by a query", line, col))
+            continue
+        if any(v.name == name for v in views):
+            problems.append(Problem(f"view {name!r} is defined twice", line, col))
+            continue
+        views.append(View(name, query, line, col))
+    if not views and not problems:
+        problems.append(Problem("no view: write at least one CREATE VIEW name AS SELECT ..."))
+    if problems:
+        raise SqlError(problems)
+    return Script(text, views)
+
+
+def _header(tokens: list[Token]) -> tuple[str, int] | None:
+    """(view name, offset where its query starts) of `CREATE VIEW name AS`, or None."""
+    words = [t.text.upper() for t in tokens[:5]]
+    if len(tokens) < 5 or words[:2] != ["CREATE", "VIEW"] or words[3] != "AS":
+        return None
+    return tokens[2].text.lower(), tokens[4].start
+
+
+def _syntax(e: ParseError, line: int, col: int) -> Problem:
+    err = e.errors[0] if e.errors else {}
+    line, end = int(err.get("line") or line), int(err.get("col") or col)
+    highlight = str(err.get("highlight") or "")
+    column = max(1, end - len(highlight) + 1) if highlight else end
+    why = str(err.get("description") or e).split("\n")[0]
+    missing = re.search(r"Required keyword: '(\w+)' missing for <class '[\w.]*\.(\w+)'>", why)
+    if missing:
+        why = f"incomplete {missing.group(2).upper()}"
+    return Problem(f"syntax error: {why}", line, column)
+
+
+__all__ = ["Script", "View", "parse"]

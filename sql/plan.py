@@ -1,0 +1,173 @@
+"""The logical plan of a view: a tree of relational operators over Z-sets, every column named
+by an internal name unique in the whole pipeline's plan (`c<n>`) and typed in Arrow.
+
+Linear operators (`Filter`, `Project`, `UnionAll`) apply to a step's delta as they would to a
+table; the others keep state in the engine (`dataflow.py` maps each onto a
+`storage_engine.circuit` operator).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import pyarrow as pa
+
+from .expr import Expr
+
+AggFunc = Literal["count", "sum", "avg", "min", "max"]
+JoinKind = Literal["inner", "left", "right", "full"]
+
+
+@dataclass(frozen=True)
+class Scan:
+    """The rows of an input table (its columns under their internal names)."""
+
+    table: str
+    schema: pa.Schema
+
+
+@dataclass(frozen=True)
+class ViewRef:
+    """The output of another view (planned once, shared)."""
+
+    view: str
+    schema: pa.Schema
+
+
+@dataclass(frozen=True)
+class Filter:
+    input: Node
+    predicate: Expr
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.input.schema
+
+
+@dataclass(frozen=True)
+class Project:
+    input: Node
+    outputs: tuple[tuple[str, Expr], ...]
+
+    @property
+    def schema(self) -> pa.Schema:
+        return pa.schema([pa.field(n, e.type) for n, e in self.outputs])
+
+
+@dataclass(frozen=True)
+class Windows:
+    """TUMBLE or HOP: each row with a non-null `time` once per window it falls in (windows
+    of `size_us` starting every `slide_us`, aligned to the epoch), with the window's bounds
+    as two more columns (`start`, `end`). Linear: a row's windows depend on the row only."""
+
+    input: Node
+    time: str
+    size_us: int
+    slide_us: int
+    start: str
+    end: str
+
+    @property
+    def schema(self) -> pa.Schema:
+        ts = pa.timestamp("us", tz="UTC")
+        return self.input.schema.append(pa.field(self.start, ts)).append(pa.field(self.end, ts))
+
+
+@dataclass(frozen=True)
+class AggCall:
+    """`func` over input column `column` (None: count(*)), output column `name`; with
+    `distinct`, over the distinct non-null values of the group."""
+
+    name: str
+    func: AggFunc
+    column: str | None
+    type: pa.DataType
+    distinct: bool = False
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """GROUP BY `keys` (input columns, output under the same names), then `aggs`."""
+
+    input: Node
+    keys: tuple[str, ...]
+    aggs: tuple[AggCall, ...]
+
+    @property
+    def schema(self) -> pa.Schema:
+        keys = [self.input.schema.field(k) for k in self.keys]
+        return pa.schema([*keys, *(pa.field(a.name, a.type) for a in self.aggs)])
+
+
+@dataclass(frozen=True)
+class Join:
+    """Equi-join on `left_keys` = `right_keys` (nulls never match), then `residual` (a
+    predicate over both sides' columns) for the rows that matched."""
+
+    left: Node
+    right: Node
+    kind: JoinKind
+    left_keys: tuple[str, ...]
+    right_keys: tuple[str, ...]
+    residual: Expr | None = None
+
+    @property
+    def schema(self) -> pa.Schema:
+        nullable_left = self.kind in ("right", "full")
+        nullable_right = self.kind in ("left", "full")
+        left = [f.with_nullable(True) if nullable_left else f for f in self.left.schema]
+        right = [f.with_nullable(True) if nullable_right else f for f in self.right.schema]
+        return pa.schema([*left, *right])
+
+
+@dataclass(frozen=True)
+class Distinct:
+    input: Node
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.input.schema
+
+
+@dataclass(frozen=True)
+class UnionAll:
+    """The inputs' rows, positionally, under the first input's column names."""
+
+    inputs: tuple[Node, ...]
+    out: pa.Schema = field(compare=False)
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.out
+
+
+Node = Scan | ViewRef | Filter | Project | Windows | Aggregate | Join | Distinct | UnionAll
+
+
+def children(n: Node) -> list[Node]:
+    if isinstance(n, Scan | ViewRef):
+        return []
+    if isinstance(n, Join):
+        return [n.left, n.right]
+    if isinstance(n, UnionAll):
+        return list(n.inputs)
+    return [n.input]
+
+
+__all__ = [
+    "AggCall",
+    "AggFunc",
+    "Aggregate",
+    "Distinct",
+    "Filter",
+    "Join",
+    "JoinKind",
+    "Node",
+    "Project",
+    "Scan",
+    "UnionAll",
+    "ViewRef",
+    "Windows",
+    "children",
+]

@@ -1,0 +1,524 @@
+"""The views of a script become logical plans (`plan.py`): names resolved, types checked,
+every problem an `SqlError` at its line and column.
+
+A query is planned clause by clause, as SQL defines its meaning: FROM (tables, views,
+subqueries, WITH queries, joins), WHERE, GROUP BY with its aggregates (arguments and FILTER
+conditions computed first, as columns), HAVING, the select list, DISTINCT, then UNION ALL.
+Each FROM item is renamed to fresh internal names, so a view can read the same table or view
+twice (a self-join) without two columns sharing a name.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+from sqlglot import exp
+
+from . import functions as F
+from .compile import Compiler, Field, Scope, key
+from .errors import Problem, SqlError
+from .expr import Call, Case, Cast, Column, Expr, Literal
+from .grouping import grouped
+from .parse import Script
+from .plan import (
+    AggCall,
+    AggFunc,
+    Distinct,
+    Filter,
+    Join,
+    Node,
+    Project,
+    Scan,
+    UnionAll,
+    ViewRef,
+    Windows,
+)
+from .windows import window_args, window_call
+
+_AGGS: dict[type[exp.Expr], AggFunc] = {
+    exp.Count: "count",
+    exp.Sum: "sum",
+    exp.Avg: "avg",
+    exp.Min: "min",
+    exp.Max: "max",
+}
+
+
+@dataclass(frozen=True)
+class PlannedView:
+    """A view's plan: its root node and the user's column names, in the root's order."""
+
+    name: str
+    root: Node
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _Relation:
+    node: Node
+    fields: list[Field]
+
+
+class Planner:
+    """Plans a script's views against the input tables' schemas (their columns' user names
+    and Arrow types)."""
+
+    def __init__(self, script: Script, tables: Mapping[str, pa.Schema]) -> None:
+        self.script = script
+        self.tables = {name.lower(): schema for name, schema in tables.items()}
+        self.views: dict[str, PlannedView] = {}
+        self._failed: set[str] = set()  # views with a problem: readers of them say nothing
+        self._names = itertools.count()
+
+    def plan(self) -> dict[str, PlannedView]:
+        """Every view's plan, in text order. Raises SqlError with every view's first
+        problem."""
+        problems: list[Problem] = []
+        for view in self.script.views:
+            if view.name in self.tables:
+                problems.append(
+                    Problem(f"view {view.name!r} has the name of a table", view.line, view.column)
+                )
+                continue
+            try:
+                rel = self._query(view.query, {})
+            except SqlError as e:
+                problems += e.problems
+                self._failed.add(view.name)
+                continue
+            names = tuple(f.name for f in rel.fields)
+            dupes = sorted({n for n in names if names.count(n) > 1})
+            if dupes:
+                problems.append(
+                    Problem(
+                        f"view {view.name!r} has several columns named {', '.join(dupes)}: "
+                        "give them different names with AS",
+                        view.line,
+                        view.column,
+                    )
+                )
+                self._failed.add(view.name)
+                continue
+            self.views[view.name] = PlannedView(view.name, rel.node, names)
+        if problems:
+            raise SqlError(problems)
+        return self.views
+
+    # -- helpers --
+
+    def _fresh(self) -> str:
+        return f"c{next(self._names)}"
+
+    def _error(self, node: exp.Expr, message: str) -> SqlError:
+        line, col = self.script.at(node)
+        return SqlError([Problem(message, line, col)])
+
+    def _renamed(self, node: Node, names: list[str], qualifier: str | None) -> _Relation:
+        """`node`'s columns under fresh internal names, visible as `qualifier.name`."""
+        outputs = []
+        fields = []
+        for f, name in zip(node.schema, names, strict=True):
+            internal = self._fresh()
+            outputs.append((internal, Column(f.name, f.type)))
+            fields.append(Field(qualifier, name, internal, f.type))
+        return _Relation(Project(node, tuple(outputs)), fields)
+
+    # -- queries --
+
+    def _query(self, q: exp.Expr, ctes: Mapping[str, _Relation]) -> _Relation:
+        with_ = q.args.get("with_")
+        if with_ is not None:
+            ctes = dict(ctes)
+            for cte in with_.expressions:
+                name = cte.alias.lower()
+                rel = self._query(cte.this, ctes)
+                ctes[name] = rel
+        if isinstance(q, exp.Union):
+            return self._union(q, ctes)
+        if isinstance(q, exp.Subquery):
+            return self._query(q.this, ctes)
+        if isinstance(q, exp.Select):
+            return self._select(q, ctes)
+        raise self._error(q, f"{type(q).__name__.upper()} queries are not supported in views")
+
+    def _union(self, q: exp.Union, ctes: Mapping[str, _Relation]) -> _Relation:
+        left, right = self._query(q.this, ctes), self._query(q.expression, ctes)
+        if len(left.fields) != len(right.fields):
+            raise self._error(
+                q,
+                f"UNION: the two sides have {len(left.fields)} and {len(right.fields)} columns",
+            )
+        types = []
+        for a, b in zip(left.fields, right.fields, strict=True):
+            try:
+                types.append(F.common_type([a.type, b.type]))
+            except F.FunctionTypeError as e:
+                raise self._error(q, f"UNION: column {a.name}: {e}") from None
+        sides = [self._cast_all(r, types) for r in (left, right)]
+        out = pa.schema(
+            [pa.field(f.name, t) for f, t in zip(sides[0].node.schema, types, strict=True)]
+        )
+        node: Node = UnionAll(tuple(s.node for s in sides), out)
+        if q.args.get("distinct"):
+            node = Distinct(node)
+        return self._renamed(node, [f.name for f in left.fields], None)
+
+    def _cast_all(self, rel: _Relation, types: list[pa.DataType]) -> _Relation:
+        outputs = []
+        for f, t in zip(rel.fields, types, strict=True):
+            col: Expr = Column(f.internal, f.type)
+            outputs.append((f.internal, col if f.type == t else Cast(col, t)))
+        return _Relation(Project(rel.node, tuple(outputs)), rel.fields)
+
+    def _select(self, q: exp.Select, ctes: Mapping[str, _Relation]) -> _Relation:
+        for clause in ("order", "limit", "offset"):
+            if q.args.get(clause) is not None:
+                raise self._error(
+                    q.args[clause],
+                    f"{clause.upper()} is not supported in a view (a view is a set of rows; "
+                    "for the top rows per group use ROW_NUMBER() OVER (...) <= N)",
+                )
+        rel = self._from(q, ctes)
+        where = q.args.get("where")
+        if where is not None:
+            pred = Compiler(self.script, Scope(rel.fields))(where.this)
+            self._boolean(where, pred, "WHERE")
+            rel = _Relation(Filter(rel.node, pred), rel.fields)
+        items = self._expand_star(q, rel)
+        having = q.args.get("having")
+        group = q.args.get("group")
+        aggs = [a for item in items for a in _aggregates(item)]
+        if having is not None:
+            aggs += _aggregates(having.this)
+        if group is not None or aggs:
+            rel, scope = self._aggregate(q, rel, items, aggs)
+        else:
+            scope = Scope(rel.fields)
+        compiler = Compiler(self.script, scope)
+        if having is not None:
+            pred = compiler(having.this)
+            self._boolean(having, pred, "HAVING")
+            rel = _Relation(Filter(rel.node, pred), rel.fields)
+        outputs, fields = [], []
+        for item in items:
+            e = compiler(item.this if isinstance(item, exp.Alias) else item)
+            internal = self._fresh()
+            outputs.append((internal, e))
+            fields.append(Field(None, _output_name(item), internal, e.type))
+        node: Node = Project(rel.node, tuple(outputs))
+        if q.args.get("distinct") is not None:
+            node = Distinct(node)
+        return _Relation(node, fields)
+
+    def _boolean(self, clause: exp.Expr, pred: Expr, what: str) -> None:
+        if pred.type not in (pa.bool_(), pa.null()):
+            raise self._error(clause, f"{what} needs a boolean condition, not {pred.type}")
+
+    def _expand_star(self, q: exp.Select, rel: _Relation) -> list[exp.Expr]:
+        items: list[exp.Expr] = []
+        for item in q.expressions:
+            star = isinstance(item, exp.Star) or (
+                isinstance(item, exp.Column) and isinstance(item.this, exp.Star)
+            )
+            if not star:
+                items.append(item)
+                continue
+            qualifier = item.table.lower() if isinstance(item, exp.Column) else ""
+            chosen = [f for f in rel.fields if not qualifier or f.qualifier == qualifier]
+            if not chosen:
+                raise self._error(item, f"{qualifier}.*: no such table in FROM")
+            for f in chosen:
+                col = exp.column(f.name, table=f.qualifier) if f.qualifier else exp.column(f.name)
+                col.meta.update(item.meta)
+                items.append(col)
+        return items
+
+    # -- FROM --
+
+    def _from(self, q: exp.Select, ctes: Mapping[str, _Relation]) -> _Relation:
+        from_ = q.args.get("from_")
+        if from_ is None:
+            raise self._error(q, "a view's query needs a FROM clause")
+        rel = self._item(from_.this, ctes)
+        for join in q.args.get("joins") or []:
+            rel = self._join(join, rel, self._item(join.this, ctes))
+        return rel
+
+    def _item(self, item: exp.Expr, ctes: Mapping[str, _Relation]) -> _Relation:
+        alias = item.alias.lower() if item.alias else None
+        call = window_call(item)
+        if call is not None:
+            return self._windows(call, alias, ctes)
+        if isinstance(item, exp.Table) and isinstance(item.this, exp.Identifier):
+            if item.args.get("db"):
+                raise self._error(item, f"{item.sql()}: tables have plain names")
+            name = item.name.lower()
+            qualifier = alias or name
+            if name in ctes:
+                rel = ctes[name]
+                return self._renamed(rel.node, [f.name for f in rel.fields], qualifier)
+            if name in self._failed:
+                raise SqlError([])  # its own problem is reported
+            if name in self.views:
+                v = self.views[name]
+                return self._renamed(ViewRef(name, v.root.schema), list(v.names), qualifier)
+            if name in self.tables:
+                schema = self.tables[name]
+                return self._renamed(
+                    Scan(name, schema), [c.lower() for c in schema.names], qualifier
+                )
+            known = sorted([*self.tables, *self.views])
+            raise self._error(
+                item, f"unknown table or view {name!r} (known: {', '.join(known) or 'none'})"
+            )
+        if isinstance(item, exp.Subquery):
+            rel = self._query(item.this, ctes)
+            return self._renamed(rel.node, [f.name for f in rel.fields], alias)
+        raise self._error(item, f"{item.sql(dialect='spark')!r}: not supported in FROM")
+
+    def _windows(
+        self, call: exp.Anonymous, alias: str | None, ctes: Mapping[str, _Relation]
+    ) -> _Relation:
+        table, time, size, slide = window_args(self.script, call)
+        if not isinstance(table, exp.Column) or table.table:
+            raise self._error(table, "a window function reads a table or view by its name")
+        rel = self._item(exp.Table(this=exp.to_identifier(table.name)), ctes)
+        found = [f for f in rel.fields if f.name == time]
+        if not found:
+            raise self._error(call, f"unknown column: {time}")
+        if not pa.types.is_timestamp(found[0].type):
+            raise self._error(call, f"{time} is {found[0].type}, not a timestamp")
+        start, end = self._fresh(), self._fresh()
+        node = Windows(rel.node, found[0].internal, size, slide, start, end)
+        ts = pa.timestamp("us", tz="UTC")
+        fields = [Field(alias, f.name, f.internal, f.type) for f in rel.fields]
+        fields += [Field(alias, "window_start", start, ts), Field(alias, "window_end", end, ts)]
+        return _Relation(node, fields)
+
+    def _join(self, join: exp.Join, left: _Relation, right: _Relation) -> _Relation:
+        side = str(join.args.get("side") or "").lower()
+        kind = str(join.args.get("kind") or "").lower()
+        if kind == "cross" or join.args.get("on") is None:
+            raise self._error(join, "a join needs ON with at least one equality of columns")
+        if join.args.get("using"):
+            raise self._error(join, "JOIN ... USING is not supported; write ON a.x = b.x")
+        if side in ("left", "right", "full") or kind == "outer":
+            raise self._error(join, f"{(side or kind).upper()} joins are not supported yet")
+        fields = [*left.fields, *right.fields]
+        both = Compiler(self.script, Scope(fields))
+        left_names = {f.internal for f in left.fields}
+        right_names = {f.internal for f in right.fields}
+        left_keys: list[Expr] = []
+        right_keys: list[Expr] = []
+        rest: list[Expr] = []
+        for conjunct in _conjuncts(join.args["on"]):
+            e = both(conjunct)
+            pair = _key_pair(e, left_names, right_names)
+            if pair is not None:
+                try:
+                    t = F.common_type([pair[0].type, pair[1].type])
+                except F.FunctionTypeError as why:
+                    raise self._error(conjunct, f"ON: {why}") from None
+                left_keys.append(_cast_to(pair[0], t))
+                right_keys.append(_cast_to(pair[1], t))
+            else:
+                rest.append(e)
+        if not left_keys:
+            raise self._error(
+                join, "a join needs at least one equality between the two sides' columns"
+            )
+        lnode, lk = self._key_columns(left, left_keys)
+        rnode, rk = self._key_columns(right, right_keys)
+        residual: Expr | None = None
+        for cond in rest:
+            residual = cond if residual is None else Call("and", (residual, cond), pa.bool_())
+        if residual is not None:
+            self._boolean(join, residual, "ON")
+        node = Join(lnode, rnode, "inner", tuple(lk), tuple(rk), None)
+        return _Relation(Filter(node, residual) if residual is not None else node, fields)
+
+    def _key_columns(self, rel: _Relation, keys: list[Expr]) -> tuple[Node, list[str]]:
+        """The relation with each key expression as a column (plain columns as they are),
+        and the key columns' names."""
+        names, extra = [], []
+        for k in keys:
+            if isinstance(k, Column):
+                names.append(k.name)
+            else:
+                internal = self._fresh()
+                extra.append((internal, k))
+                names.append(internal)
+        if not extra:
+            return rel.node, names
+        keep = tuple((f.name, Column(f.name, f.type)) for f in rel.node.schema)
+        return Project(rel.node, keep + tuple(extra)), names
+
+    # -- GROUP BY --
+
+    def _aggregate(
+        self, q: exp.Select, rel: _Relation, items: list[exp.Expr], aggs: list[exp.Expr]
+    ) -> tuple[_Relation, Scope]:
+        below = Compiler(self.script, Scope(rel.fields))
+        aliases = {item.alias.lower(): item.this for item in items if isinstance(item, exp.Alias)}
+        group = q.args.get("group")
+        keys: list[tuple[exp.Expr, Expr]] = []
+        for g in group.expressions if group is not None else []:
+            if isinstance(g, exp.Literal) and not g.is_string:
+                raise self._error(g, "GROUP BY a position is not supported; name the column")
+            try:
+                keys.append((g, below(g)))
+            except SqlError:
+                alias = g.name.lower() if isinstance(g, exp.Column) and not g.table else None
+                if alias is None or alias not in aliases:
+                    raise
+                keys.append((aliases[alias], below(aliases[alias])))
+        computed: list[tuple[str, Expr]] = []
+        key_cols: list[str] = []
+        visible: list[Field] = []
+        substitutes: dict[str, Column] = {}
+        for group_item, e in keys:
+            if isinstance(e, Column):
+                name = e.name
+            else:
+                name = self._fresh()
+                computed.append((name, e))
+            if name not in key_cols:
+                key_cols.append(name)
+            substitutes[key(group_item)] = Column(name, e.type)
+            visible += [f for f in rel.fields if f.internal == name]
+        calls: list[AggCall] = []
+        seen: dict[str, Column] = {}
+        for a in aggs:
+            k = key(a)
+            if k in seen:
+                continue
+            call, arg = self._agg_call(a, below)
+            if arg is not None:
+                if isinstance(arg, Column):
+                    call = AggCall(call.name, call.func, arg.name, call.type, call.distinct)
+                else:
+                    col = self._fresh()
+                    computed.append((col, arg))
+                    call = AggCall(call.name, call.func, col, call.type, call.distinct)
+            calls.append(call)
+            seen[k] = Column(call.name, call.type)
+        node = rel.node
+        if computed:
+            keep = tuple((f.name, Column(f.name, f.type)) for f in node.schema)
+            node = Project(node, keep + tuple(computed))
+        agg = grouped(node, tuple(key_cols), tuple(calls), self._fresh)
+        hidden = "not in GROUP BY and not aggregated"
+        return _Relation(agg, visible), Scope(visible, {**substitutes, **seen}, hidden)
+
+    def _agg_call(self, a: exp.Expr, below: Compiler) -> tuple[AggCall, Expr | None]:
+        cond: Expr | None = None
+        node = a
+        if isinstance(a, exp.Filter):
+            node = a.this
+            cond = below(a.expression.this)
+            self._boolean(a, cond, "FILTER")
+        func = _AGGS.get(type(node))
+        if func is None:
+            raise self._error(a, f"aggregate {key(a)} is not supported (docs/sql.md)")
+        inner = node.this
+        distinct = isinstance(inner, exp.Distinct)
+        if distinct:
+            if len(inner.expressions) != 1:
+                raise self._error(a, "count(DISTINCT ...) takes one expression")
+            inner = inner.expressions[0]
+        arg: Expr | None
+        if isinstance(inner, exp.Star) or (func == "count" and inner is None):
+            arg = None
+        else:
+            arg = below(inner)
+        if cond is not None:  # FILTER (WHERE c): the rows where c is not true give NULL
+            value = arg if arg is not None else Literal(1, pa.int32())
+            arg = Case(((cond, value),), None, value.type)
+        name = self._fresh()
+        if func == "count":
+            t: pa.DataType = pa.int64()
+        elif arg is None:
+            raise self._error(a, f"{func} needs an argument")
+        else:
+            t = _agg_type(func, arg.type, a, self)
+        return AggCall(name, func, None, t, distinct), arg
+
+
+def _agg_type(func: AggFunc, t: pa.DataType, node: exp.Expr, planner: Planner) -> pa.DataType:
+    numeric = pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
+    if func in ("sum", "avg") and not numeric:
+        raise planner._error(node, f"{func} needs a number, not {t}")
+    if func == "avg":
+        return pa.float64()
+    if func == "sum":
+        if pa.types.is_integer(t):
+            return pa.int64()
+        if pa.types.is_floating(t):
+            return pa.float64()
+        assert isinstance(t, pa.Decimal128Type)
+        return pa.decimal128(min(t.precision + 10, 38), t.scale)
+    return t
+
+
+def _cast_to(e: Expr, t: pa.DataType) -> Expr:
+    return e if e.type == t else Cast(e, t)
+
+
+def _aggregates(node: exp.Expr) -> list[exp.Expr]:
+    """The aggregate calls in `node` (a FILTER clause with its aggregate), outermost only."""
+    found: list[exp.Expr] = []
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        if (isinstance(n, exp.Filter) and isinstance(n.this, exp.AggFunc)) or isinstance(
+            n, exp.AggFunc
+        ):
+            found.append(n)
+        elif isinstance(n, exp.Window):
+            continue
+        else:
+            todo += [c for c in n.iter_expressions()]
+    return found
+
+
+def _conjuncts(node: exp.Expr) -> list[exp.Expr]:
+    if isinstance(node, exp.And):
+        return [*_conjuncts(node.this), *_conjuncts(node.expression)]
+    if isinstance(node, exp.Paren):
+        return _conjuncts(node.this)
+    return [node]
+
+
+def _key_pair(e: Expr, left: set[str], right: set[str]) -> tuple[Expr, Expr] | None:
+    """(left side, right side) if `e` is an equality between an expression of the left's
+    columns only and one of the right's only."""
+    from .expr import columns
+
+    if not isinstance(e, Call) or e.fn != "=":
+        return None
+    a, b = e.args
+    ca, cb = columns(a), columns(b)
+    if ca and cb and ca <= left and cb <= right:
+        return a, b
+    if ca and cb and ca <= right and cb <= left:
+        return b, a
+    return None
+
+
+def _output_name(item: exp.Expr) -> str:
+    if isinstance(item, exp.Alias):
+        return item.alias.lower()
+    if isinstance(item, exp.Column):
+        return item.name.lower()
+    return item.sql(dialect="spark").lower()
+
+
+def plan(script: Script, tables: Mapping[str, pa.Schema]) -> dict[str, PlannedView]:
+    """Every view of `script` planned over input tables of these schemas."""
+    return Planner(script, tables).plan()
+
+
+__all__ = ["PlannedView", "Planner", "plan"]

@@ -1,0 +1,116 @@
+"""Window table functions in FROM, as Flink and Feldera write them:
+
+    TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '10' SECOND))
+    TABLE(HOP(TABLE t, DESCRIPTOR(ts), INTERVAL '2' SECOND, INTERVAL '10' SECOND))  -- slide, size
+
+Both give t's columns plus `window_start` and `window_end` (UTC timestamps), a row once per
+window its `ts` falls in (HOP: size / slide windows); rows without a `ts` are left out. The
+windows are computed per row (`plan.Windows`, linear), so windowed rows feed any query:
+aggregates grouped by the window, joins of them (Nexmark q5, q7, q8).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from sqlglot import exp
+
+from .errors import Problem, SqlError
+from .parse import Script
+
+_UNITS_US = {
+    "MICROSECOND": 1,
+    "MILLISECOND": 1_000,
+    "SECOND": 1_000_000,
+    "MINUTE": 60_000_000,
+    "HOUR": 3_600_000_000,
+    "DAY": 86_400_000_000,
+}
+_UNITS_US.update({f"{k}S": v for k, v in list(_UNITS_US.items())})
+
+
+def window_call(item: exp.Expr) -> exp.Anonymous | None:
+    """The TUMBLE or HOP call of a FROM item `TABLE(TUMBLE(...))`, or None."""
+    outer = item.this if isinstance(item, exp.Table) else None
+    if not isinstance(outer, exp.Anonymous) or str(outer.this).upper() != "TABLE":
+        return None
+    inner = outer.expressions[0] if len(outer.expressions) == 1 else None
+    if isinstance(inner, exp.Anonymous) and str(inner.this).upper() in ("TUMBLE", "HOP"):
+        return inner
+    return None
+
+
+def _error(script: Script, node: exp.Expr, message: str) -> SqlError:
+    line, col = script.at(node)
+    return SqlError([Problem(message, line, col)])
+
+
+def interval_us(script: Script, node: exp.Expr) -> int:
+    """An `INTERVAL 'n' UNIT` literal in microseconds (positive)."""
+    if not isinstance(node, exp.Interval):
+        raise _error(script, node, "expected an interval such as INTERVAL '10' SECOND")
+    unit_node = node.args.get("unit")
+    unit = str(unit_node.name if unit_node is not None else "").upper()
+    text = str(node.this.name if node.this is not None else "").strip()
+    if not unit and " " in text:  # INTERVAL '10 seconds'
+        text, unit = text.split(None, 1)
+        unit = unit.upper()
+    if unit not in _UNITS_US:
+        raise _error(script, node, f"interval unit {unit or '?'}: use {', '.join(_UNITS_US)}")
+    try:
+        value = int(text)
+    except ValueError:
+        raise _error(script, node, f"interval {text!r}: a whole number is needed") from None
+    if value <= 0:
+        raise _error(script, node, "a window's interval must be positive")
+    return value * _UNITS_US[unit]
+
+
+def window_args(script: Script, call: exp.Anonymous) -> tuple[exp.Expr, str, int, int]:
+    """(the table argument, the time column's name, size, slide) of a TUMBLE or HOP call."""
+    kind = str(call.this).upper()
+    args = list(call.expressions)
+    want = 3 if kind == "TUMBLE" else 4
+    if len(args) != want:
+        usage = (
+            "TUMBLE(TABLE t, DESCRIPTOR(ts), size)"
+            if kind == "TUMBLE"
+            else "HOP(TABLE t, DESCRIPTOR(ts), slide, size)"
+        )
+        raise _error(script, call, f"{kind} takes {want} arguments: {usage}")
+    table, descriptor = args[0], args[1]
+    if not (
+        isinstance(descriptor, exp.Anonymous)
+        and str(descriptor.this).upper() == "DESCRIPTOR"
+        and len(descriptor.expressions) == 1
+        and isinstance(descriptor.expressions[0], exp.Column)
+    ):
+        raise _error(script, descriptor, f"{kind}: the time column is given as DESCRIPTOR(col)")
+    time = descriptor.expressions[0].name.lower()
+    if kind == "TUMBLE":
+        size = slide = interval_us(script, args[2])
+    else:
+        slide, size = interval_us(script, args[2]), interval_us(script, args[3])
+        if size % slide:
+            raise _error(script, call, "HOP: the size must be a whole multiple of the slide")
+    return table, time, size, slide
+
+
+def assign(table: pa.Table, time: str, size_us: int, slide_us: int) -> tuple[pa.Table, pa.Array]:
+    """`table`'s rows with a time, each repeated once per window (size / slide times), and
+    the windows' starts (microseconds since the epoch), aligned with them."""
+    col = table.column(time)
+    valid = pc.is_valid(col)
+    if not pc.all(valid).as_py():
+        table = table.filter(valid)
+        col = table.column(time)
+    ts = pc.cast(col, pa.int64()).to_numpy(zero_copy_only=False)
+    copies = size_us // slide_us
+    last = np.floor_divide(ts, slide_us) * slide_us  # the latest window holding each row
+    rows = np.repeat(np.arange(len(ts)), copies)
+    starts = np.repeat(last, copies) - np.tile(np.arange(copies) * slide_us, len(ts))
+    return table.take(pa.array(rows)), pa.array(starts, pa.int64())
+
+
+__all__ = ["assign", "interval_us", "window_args", "window_call"]

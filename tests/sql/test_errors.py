@@ -1,0 +1,124 @@
+"""Every SQL mistake is refused before anything runs, with a message naming what is wrong and
+the line and column where it is."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from sql import SqlError, compile_views
+
+TABLES = {
+    "bid": pa.schema(
+        [
+            ("auction", pa.int64()),
+            ("bidder", pa.int64()),
+            ("price", pa.int64()),
+            ("channel", pa.string()),
+            ("date_time", pa.timestamp("us", tz="UTC")),
+        ]
+    ),
+    "person": pa.schema([("id", pa.int64()), ("name", pa.string()), ("state", pa.string())]),
+}
+
+
+def problem(text: str) -> tuple[str, int, int]:
+    with pytest.raises(SqlError) as e:
+        compile_views(text, TABLES)
+    first = e.value.problems[0]
+    return first.message, first.line, first.column
+
+
+@pytest.mark.parametrize(
+    ("text", "message", "line", "column"),
+    [
+        (
+            "CREATE VIEW v AS\nSELECT auction, prise FROM bid",
+            "unknown column: prise",
+            2,
+            17,
+        ),
+        (
+            "CREATE VIEW v AS SELECT x FROM bids",
+            "unknown table or view 'bids' (known: bid, person)",
+            1,
+            32,
+        ),
+        (
+            "CREATE VIEW v AS SELECT auction, count(*) AS n FROM bid GROUP BY bidder",
+            "not in GROUP BY and not aggregated: auction",
+            1,
+            25,
+        ),
+        (
+            "CREATE VIEW v AS SELECT id FROM bid JOIN person ON bidder = id\n"
+            "CREATE VIEW w AS SELECT 1",
+            "syntax error",
+            2,
+            1,
+        ),
+        (
+            "CREATE VIEW v AS SELECT auction FROM bid ORDER BY auction",
+            "ORDER is not supported in a view",
+            1,
+            51,
+        ),
+        (
+            "CREATE VIEW v AS SELECT upper(price) AS p FROM bid",
+            "upper",
+            1,
+            25,
+        ),
+        (
+            "CREATE VIEW v AS SELECT b.auction FROM bid b JOIN bid c ON b.auction = c.auction "
+            "WHERE auction > 1",
+            "ambiguous column auction",
+            1,
+            88,
+        ),
+        ("DROP TABLE bid", "only CREATE VIEW", 1, 1),
+        ("CREATE VIEW bid AS SELECT 1 AS x FROM person", "has the name of a table", 1, 1),
+        (
+            "CREATE VIEW v AS SELECT price, price FROM bid",
+            "several columns named price",
+            1,
+            1,
+        ),
+        (
+            "CREATE VIEW v AS SELECT auction FROM bid WHERE price",
+            "WHERE needs a boolean condition",
+            1,
+            48,
+        ),
+        (
+            "CREATE VIEW v AS SELECT java_method('java.lang.System', 'getenv') AS x FROM bid",
+            "not supported in views",
+            1,
+            25,
+        ),
+    ],
+)
+def test_mistakes_are_named_at_their_place(text: str, message: str, line: int, column: int) -> None:
+    got, at_line, at_column = problem(text)
+    assert message in got
+    assert (at_line, at_column) == (line, column), got
+
+
+def test_every_views_problem_is_reported() -> None:
+    with pytest.raises(SqlError) as e:
+        compile_views(
+            "CREATE VIEW a AS SELECT nope FROM bid;\nCREATE VIEW b AS SELECT name FROM persons",
+            TABLES,
+        )
+    assert [(p.line, p.column) for p in e.value.problems] == [(1, 25), (2, 35)]
+
+
+def test_a_view_reads_a_view_defined_before_it() -> None:
+    views = compile_views(
+        "CREATE VIEW a AS SELECT auction, count(*) AS n FROM bid GROUP BY auction;\n"
+        "CREATE VIEW b AS SELECT auction FROM a WHERE n > 3",
+        TABLES,
+    )
+    assert list(views) == ["a", "b"]
+    assert views["b"].names == ("auction",)
+    assert views["b"].root.schema.field(0).type == pa.int64()
