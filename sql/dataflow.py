@@ -202,6 +202,8 @@ class Dataflow:
             ends = pc.add(starts, node.size_us)
             cols = [*rows.columns[:-1], starts.cast(ts), ends.cast(ts), rows.column(WEIGHT)]
             return pa.table(cols, names=[*node.schema.names, WEIGHT])
+        if isinstance(node, P.Negate):
+            return first.set_column(first.num_columns - 1, WEIGHT, pc.negate(first.column(WEIGHT)))
         if isinstance(node, P.UnionAll):
             want = node.schema.append(pa.field(WEIGHT, pa.int64()))
             return pa.concat_tables([t.rename_columns(want.names).cast(want) for t in inputs])

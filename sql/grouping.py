@@ -52,13 +52,15 @@ def grouped(
                 (c.name, Column(c.name, c.type)),
             ),
         )
-        result = _join_on_keys(result, list(keys), branch, [renamed[k] for k in keys], fresh)
+        result = join_null_safe(result, list(keys), branch, [renamed[k] for k in keys], fresh)
     return result
 
 
-def _join_on_keys(
+def join_null_safe(
     left: Node, lkeys: list[str], right: Node, rkeys: list[str], fresh: Callable[[], str]
 ) -> Node:
+    """`left` ⋈ `right` on `lkeys` = `rkeys`, NULL matching NULL (no keys: every pair)."""
+
     def keyed(node: Node, names: list[str]) -> tuple[Node, list[str]]:
         exprs: list[Expr] = []
         for n in names:
@@ -96,4 +98,4 @@ def _zero(t: pa.DataType) -> Any:
     raise TypeError(f"no null-safe key for {t}")
 
 
-__all__ = ["grouped"]
+__all__ = ["grouped", "join_null_safe"]

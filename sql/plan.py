@@ -131,6 +131,17 @@ class Distinct:
 
 
 @dataclass(frozen=True)
+class Negate:
+    """The input with every weight negated: subtraction, as `UnionAll(a, Negate(b))`."""
+
+    input: Node
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.input.schema
+
+
+@dataclass(frozen=True)
 class UnionAll:
     """The inputs' rows, positionally, under the first input's column names."""
 
@@ -142,7 +153,7 @@ class UnionAll:
         return self.out
 
 
-Node = Scan | ViewRef | Filter | Project | Windows | Aggregate | Join | Distinct | UnionAll
+Node = Scan | ViewRef | Filter | Project | Windows | Aggregate | Join | Distinct | Negate | UnionAll
 
 
 def children(n: Node) -> list[Node]:
@@ -163,6 +174,7 @@ __all__ = [
     "Filter",
     "Join",
     "JoinKind",
+    "Negate",
     "Node",
     "Project",
     "Scan",

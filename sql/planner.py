@@ -22,13 +22,14 @@ from .compile import Compiler, Field, Scope, key
 from .errors import Problem, SqlError
 from .expr import Call, Case, Cast, Column, Expr, Literal
 from .grouping import grouped
+from .outer_join import outer_join
 from .parse import Script
 from .plan import (
     AggCall,
     AggFunc,
     Distinct,
     Filter,
-    Join,
+    JoinKind,
     Node,
     Project,
     Scan,
@@ -305,8 +306,11 @@ class Planner:
             raise self._error(join, "a join needs ON with at least one equality of columns")
         if join.args.get("using"):
             raise self._error(join, "JOIN ... USING is not supported; write ON a.x = b.x")
-        if side in ("left", "right", "full") or kind == "outer":
-            raise self._error(join, f"{(side or kind).upper()} joins are not supported yet")
+        how: JoinKind = "inner"
+        if side in ("left", "right", "full"):
+            how = side  # type: ignore[assignment]
+        elif kind == "outer":
+            how = "full"
         fields = [*left.fields, *right.fields]
         both = Compiler(self.script, Scope(fields))
         left_names = {f.internal for f in left.fields}
@@ -337,8 +341,8 @@ class Planner:
             residual = cond if residual is None else Call("and", (residual, cond), pa.bool_())
         if residual is not None:
             self._boolean(join, residual, "ON")
-        node = Join(lnode, rnode, "inner", tuple(lk), tuple(rk), None)
-        return _Relation(Filter(node, residual) if residual is not None else node, fields)
+        node = outer_join(lnode, rnode, how, tuple(lk), tuple(rk), residual, self._fresh)
+        return _Relation(node, fields)
 
     def _key_columns(self, rel: _Relation, keys: list[Expr]) -> tuple[Node, list[str]]:
         """The relation with each key expression as a column (plain columns as they are),

@@ -94,6 +94,16 @@ QUERIES: dict[str, str] = {
         FROM t GROUP BY g""",
     "count_distinct_only": """CREATE VIEW out AS SELECT count(DISTINCT g) AS gs,
         count(DISTINCT v) AS vs FROM t""",
+    "left_join": """CREATE VIEW out AS SELECT t.k, t.v, u.name FROM t LEFT JOIN u
+        ON t.k = u.k""",
+    "right_join_with_condition": """CREATE VIEW out AS SELECT t.k, t.v, u.name FROM t
+        RIGHT JOIN u ON t.k = u.k AND t.v > 20""",
+    "full_join_of_aggregates": """CREATE VIEW out AS SELECT a.g, a.n, b.m FROM
+        (SELECT g, count(*) AS n FROM t WHERE v > 30 GROUP BY g) a
+        FULL OUTER JOIN (SELECT g, max(v) AS m FROM t WHERE v < 0 GROUP BY g) b
+        ON a.g = b.g""",
+    "left_join_aggregate": """CREATE VIEW out AS SELECT u.name, count(t.v) AS n, count(*) AS c
+        FROM u LEFT JOIN t ON u.k = t.k AND t.d > 0.7 GROUP BY u.name""",
     "union": "CREATE VIEW out AS SELECT k FROM t WHERE v > 10 UNION SELECT k FROM u",
     "view_read_twice": """CREATE VIEW per_g AS SELECT g, k, count(*) AS n FROM t GROUP BY g, k;
         CREATE VIEW out AS SELECT a.g, a.k AS k1, b.k AS k2, a.n + b.n AS n FROM per_g a
