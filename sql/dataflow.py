@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storage_engine.circuit import Aggregate as EngineAggregate
-from storage_engine.circuit import Circuit, Distinct, GroupAggregate, Join, Operator
+from storage_engine.circuit import Circuit, Distinct, GroupAggregate, Join, Operator, TopN
 from storage_engine.circuit.operator import consolidate, empty_delta, weighted
 from storage_engine.commit import CommitHandle
 from storage_engine.location import StorageLocation
@@ -104,6 +104,18 @@ class Dataflow:
                 right="right",
             )
             return _Stateful(node, op, ("left", "right"))
+        if isinstance(node, P.TopN):
+            op_id = f"{view}.top{next(counter)}"
+            op = TopN(
+                op_id,
+                node.input.schema,
+                node.partition,
+                node.order,
+                node.limit,
+                node.rank,
+                input="in",
+            )
+            return _Stateful(node, op, ("in",))
         if isinstance(node, P.Distinct):
             op_id = f"{view}.distinct{next(counter)}"
             op = Distinct(op_id, node.input.schema, None, input="in")

@@ -131,6 +131,22 @@ class Distinct:
 
 
 @dataclass(frozen=True)
+class TopN:
+    """ROW_NUMBER() OVER (PARTITION BY `partition` ORDER BY `order`) <= `limit`: each
+    partition's first rows, ranked in column `rank`."""
+
+    input: Node
+    partition: tuple[str, ...]
+    order: tuple[tuple[str, bool], ...]  # (column, descending)
+    limit: int
+    rank: str
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.input.schema.append(pa.field(self.rank, pa.int32()))
+
+
+@dataclass(frozen=True)
 class Negate:
     """The input with every weight negated: subtraction, as `UnionAll(a, Negate(b))`."""
 
@@ -153,7 +169,19 @@ class UnionAll:
         return self.out
 
 
-Node = Scan | ViewRef | Filter | Project | Windows | Aggregate | Join | Distinct | Negate | UnionAll
+Node = (
+    Scan
+    | ViewRef
+    | Filter
+    | Project
+    | Windows
+    | Aggregate
+    | Join
+    | Distinct
+    | TopN
+    | Negate
+    | UnionAll
+)
 
 
 def children(n: Node) -> list[Node]:
@@ -178,6 +206,7 @@ __all__ = [
     "Node",
     "Project",
     "Scan",
+    "TopN",
     "UnionAll",
     "ViewRef",
     "Windows",

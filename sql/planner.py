@@ -37,6 +37,7 @@ from .plan import (
     ViewRef,
     Windows,
 )
+from .ranking import rank_bounds, top_n, window_items
 from .windows import window_args, window_call
 
 _AGGS: dict[type[exp.Expr], AggFunc] = {
@@ -72,6 +73,9 @@ class Planner:
         self.tables = {name.lower(): schema for name, schema in tables.items()}
         self.views: dict[str, PlannedView] = {}
         self._failed: set[str] = set()  # views with a problem: readers of them say nothing
+        # Bounds on ranks (`rn <= N`) of the query whose FROM is being planned, for the
+        # ROW_NUMBER of the subquery there (ranking.py).
+        self._bounds: dict[str, int] = {}
         self._names = itertools.count()
 
     def plan(self) -> dict[str, PlannedView]:
@@ -182,7 +186,9 @@ class Planner:
                     f"{clause.upper()} is not supported in a view (a view is a set of rows; "
                     "for the top rows per group use ROW_NUMBER() OVER (...) <= N)",
                 )
+        bounds, self._bounds = self._bounds, rank_bounds(q.args.get("where"))
         rel = self._from(q, ctes)
+        self._bounds = {}
         where = q.args.get("where")
         if where is not None:
             pred = Compiler(self.script, Scope(rel.fields))(where.this)
@@ -194,8 +200,21 @@ class Planner:
         aggs = [a for item in items for a in _aggregates(item)]
         if having is not None:
             aggs += _aggregates(having.this)
+        windows = window_items(items)
+        if windows and (group is not None or aggs or len(windows) > 1):
+            raise self._error(
+                windows[-1],
+                "ROW_NUMBER() goes alone in its SELECT, without GROUP BY (aggregate in a "
+                "subquery first)",
+            )
         if group is not None or aggs:
             rel, scope = self._aggregate(q, rel, items, aggs)
+        elif windows:
+            ranked, rank = top_n(
+                self.script, Scope(rel.fields), rel.node, windows[0], bounds, self._fresh
+            )
+            rel = _Relation(ranked, rel.fields)
+            scope = Scope(rel.fields, rank)
         else:
             scope = Scope(rel.fields)
         compiler = Compiler(self.script, scope)

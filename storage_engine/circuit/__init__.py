@@ -5,6 +5,7 @@ from .circuit import Circuit, Stepper
 from .distinct import Distinct
 from .join import Join
 from .operator import CircuitError, Operator, PartialForm
+from .top_n import TopN
 from .window import WindowAggregate
 
 __all__ = [
@@ -18,5 +19,6 @@ __all__ = [
     "Operator",
     "PartialForm",
     "Stepper",
+    "TopN",
     "WindowAggregate",
 ]

@@ -104,6 +104,12 @@ QUERIES: dict[str, str] = {
         ON a.g = b.g""",
     "left_join_aggregate": """CREATE VIEW out AS SELECT u.name, count(t.v) AS n, count(*) AS c
         FROM u LEFT JOIN t ON u.k = t.k AND t.d > 0.7 GROUP BY u.name""",
+    "top_n": """CREATE VIEW out AS SELECT g, k, v, rn FROM (
+        SELECT g, k, v, ROW_NUMBER() OVER (PARTITION BY g ORDER BY v DESC, k) AS rn FROM t
+        WHERE v IS NOT NULL) WHERE rn <= 2""",
+    "top_1_of_aggregate": """CREATE VIEW per_k AS SELECT g, k, sum(v) AS s FROM t GROUP BY g, k;
+        CREATE VIEW out AS SELECT g, k FROM (SELECT g, k, ROW_NUMBER() OVER
+        (PARTITION BY g ORDER BY s DESC, k) AS r FROM per_k WHERE s IS NOT NULL) WHERE r = 1""",
     "union": "CREATE VIEW out AS SELECT k FROM t WHERE v > 10 UNION SELECT k FROM u",
     "view_read_twice": """CREATE VIEW per_g AS SELECT g, k, count(*) AS n FROM t GROUP BY g, k;
         CREATE VIEW out AS SELECT a.g, a.k AS k1, b.k AS k2, a.n + b.n AS n FROM per_g a
