@@ -109,20 +109,17 @@ class TopN(Operator):
             return empty_delta(self._out)
         order: list[tuple[str, str]] = []
         sortable = {}
-        for i, c in enumerate(self._keys):
-            sortable[f"k{i}"] = rows.column(c)
-            order.append((f"k{i}", "ascending"))
-        for i, (c, desc) in enumerate(self.order_by):
-            col = rows.column(c)
-            sortable[f"n{i}"] = pc.is_valid(col)  # NULLs first ascending, last descending
-            sortable[f"o{i}"] = col
+        # Each column after its validity: NULLs first ascending, last descending (the
+        # per-key null placement of newer Arrow releases is not needed).
+        columns = [(c, False) for c in self._keys] + list(self.order_by)
+        columns += [(c, False) for c in self.input_schema.names if c not in dict(self.order_by)]
+        for i, (c, desc) in enumerate(columns):
             way = "descending" if desc else "ascending"
-            order += [(f"n{i}", way), (f"o{i}", way)]
-        for i, c in enumerate(n for n in self.input_schema.names if n not in dict(self.order_by)):
-            sortable[f"t{i}"] = rows.column(c)
-            order.append((f"t{i}", "ascending"))
+            sortable[f"n{i}"] = pc.is_valid(rows.column(c))
+            sortable[f"v{i}"] = rows.column(c)
+            order += [(f"n{i}", way), (f"v{i}", way)]
         table = pa.table(sortable)
-        idx = pc.sort_indices(table, sort_keys=order, null_placement="at_start")
+        idx = pc.sort_indices(table, sort_keys=order)
         rows = rows.take(idx)
         starts = _partition_starts(rows.select(self._keys))
         lengths = np.diff(np.append(starts, rows.num_rows))
