@@ -129,8 +129,9 @@ class DatagenSource(_Model):
     table: str = Field("input", pattern=TABLE_RE, description=_TABLE_DOC)
     generator: Literal["clicks", "nexmark"] = Field(
         "clicks",
-        description="clicks: (ts, user, page, amount); nexmark: bids, auctions and persons "
-        "in one stream with an event_type column",
+        description="clicks: (ts, user, page, amount); nexmark: the Nexmark benchmark's "
+        "persons, auctions and bids (1 : 3 : 46) in one stream, event_type 0, 1, 2 and each "
+        "kind's columns prefixed person_, auction_, bid_ (docs/sql.md)",
     )
     seed: int = Field(0, ge=0, le=MAX_COUNT)
     rows_per_second: float = Field(
@@ -138,7 +139,10 @@ class DatagenSource(_Model):
     )
     max_rows_per_step: int = Field(100_000, gt=0, le=MAX_ROWS)
     users: int = Field(
-        1000, gt=0, le=MAX_COUNT, description="distinct users (clicks) / persons (nexmark)"
+        1000,
+        gt=0,
+        le=MAX_COUNT,
+        description="distinct users (clicks) / active persons (nexmark)",
     )
     limit: int | None = Field(None, gt=0, le=MAX_COUNT, description="stop after this many rows")
 

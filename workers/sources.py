@@ -34,6 +34,8 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 
 from pipeline_spec.datagen import DATAGEN_SCHEMAS
 
+from .nexmark import events
+
 EPOCH_US = 1_704_067_200_000_000  # 2024-01-01T00:00:00Z: event time of datagen row 0
 END = "__end"  # every row's column: its micro-batch's end offset
 SOURCE = "source"  # the circuit input that is the transformed stream
@@ -41,8 +43,6 @@ SOURCE = "source"  # the circuit input that is the transformed stream
 CLICKS_SCHEMA = f"{DATAGEN_SCHEMAS['clicks']}, __end bigint"
 NEXMARK_SCHEMA = f"{DATAGEN_SCHEMAS['nexmark']}, __end bigint"
 FILES_SCHEMA = "__file string, __end bigint"
-_STATES = np.array(["OR", "ID", "CA", "WA", "NY", "TX", "AZ", "NV"])
-_NAMES = np.array(["ann", "bob", "cyd", "dee", "eve", "fay", "gus", "hal", "ivy", "jon"])
 
 
 def mix(seed: int, i: np.ndarray) -> np.ndarray:
@@ -73,47 +73,11 @@ def clicks(seed: int, rate: float, users: int, start: int, stop: int, end: int) 
     )
 
 
-def nexmark(seed: int, rate: float, start: int, stop: int, end: int) -> pa.RecordBatch:
-    """Nexmark's mix: of every 50 events 1 person, 3 auctions, 46 bids; ids are dense."""
-    i = np.arange(start, stop, dtype=np.int64)
-    h = mix(seed, i)
-    epoch, r = i // 50, i % 50
-    kind = np.where(r == 0, "person", np.where(r <= 3, "auction", "bid"))
-    persons = epoch + 1  # persons that exist once event i happens
-    auctions = np.maximum(epoch * 3 + np.clip(r, 0, 3), 1)
-    is_p, is_a, is_b = kind == "person", kind == "auction", kind == "bid"
-    u = h.astype(np.uint64)
-    person_id = np.where(is_p, epoch, 0)
-    auction_id = np.where(
-        is_a, epoch * 3 + (r - 1), np.where(is_b, u % auctions.astype(np.uint64), 0)
-    )
-    seller = (u % persons.astype(np.uint64)).astype(np.int64)
-    bidder = ((u >> np.uint64(17)) % persons.astype(np.uint64)).astype(np.int64)
-
-    def only(mask: np.ndarray, values: Any, t: pa.DataType) -> pa.Array:
-        return pa.array(values, t, mask=~mask)
-
-    return pa.record_batch(
-        {
-            "event_type": pa.array(kind),
-            "ts": pa.array(
-                EPOCH_US + (i * (1_000_000 / rate)).astype(np.int64), pa.timestamp("us", tz="UTC")
-            ),
-            "person_id": only(is_p, person_id, pa.int64()),
-            "name": only(is_p, _NAMES[(u >> np.uint64(7)) % np.uint64(len(_NAMES))], pa.string()),
-            "state": only(
-                is_p, _STATES[(u >> np.uint64(11)) % np.uint64(len(_STATES))], pa.string()
-            ),
-            "auction_id": only(is_a | is_b, auction_id.astype(np.int64), pa.int64()),
-            "seller": only(is_a, seller, pa.int64()),
-            "category": only(
-                is_a, ((u >> np.uint64(23)) % np.uint64(10)).astype(np.int64), pa.int64()
-            ),
-            "bidder": only(is_b, bidder, pa.int64()),
-            "price": only(is_b, ((u >> np.uint64(31)) % np.uint64(100_000)) / 100.0, pa.float64()),
-            END: pa.array(np.full(len(i), end, np.int64)),
-        }
-    )
+def nexmark(seed: int, rate: float, people: int, start: int, stop: int, end: int) -> pa.RecordBatch:
+    """Nexmark's events [start, stop) (`workers/nexmark.py`), `people` active persons."""
+    columns = events(seed, rate, start, stop, people, EPOCH_US)
+    columns[END] = pa.array(np.full(stop - start, end, np.int64))
+    return pa.record_batch(columns)
 
 
 class _Range(InputPartition):
@@ -134,7 +98,7 @@ def datagen_batches(
     for s in range(start, stop, 50_000):
         e = min(s + 50_000, stop)
         if generator == "nexmark":
-            yield nexmark(seed, rate, s, e, end)
+            yield nexmark(seed, rate, users, s, e, end)
         else:
             yield clicks(seed, rate, users, s, e, end)
 

@@ -61,10 +61,17 @@ NEXMARK_JOIN = {
             "name": "auction_sellers",
             "kind": "join",
             "left": {
-                "where": "event_type = 'auction'",
-                "select": ["auction_id", "seller", "category"],
+                "where": "event_type = 1",
+                "select": [
+                    "auction_id",
+                    "auction_seller AS seller",
+                    "auction_category AS category",
+                ],
             },
-            "right": {"where": "event_type = 'person'", "select": ["person_id", "name", "state"]},
+            "right": {
+                "where": "event_type = 0",
+                "select": ["person_id", "person_name AS name", "person_state AS state"],
+            },
             "left_on": ["seller"],
             "right_on": ["person_id"],
         }

@@ -19,6 +19,7 @@ def test_smoke_report_has_every_figure(tmp_path: Path) -> None:
     report = run_benchmark("smoke", base_dir=str(tmp_path))
     json.dumps(report)
     figures = ("throughput_ratio", "p99_batch_ms_ratio", "recovery_ms", "spark_recovery_ms")
+    figures += ("sql_throughput_ratio", "sql_p50_batch_ms_ratio")
     for key in (*figures, "recovery_platform_ms", "recovery_log_ms"):
         assert _finite(report[key]) and report[key] > 0, key
     assert "imports" in report["recovery_phases_ms"]  # a cold driver's run, from its start
@@ -29,7 +30,7 @@ def test_smoke_report_has_every_figure(tmp_path: Path) -> None:
     assert 0 < report["recovery_platform_driver_ms"] < report["recovery_platform_ms"]
     assert report["recovery_platform_restart_ms"] > 0
     assert report["recovery_platform_spare_runs"] == 1
-    for side in ("spindle", "spark_rocksdb"):
+    for side in ("spindle", "spindle_sql", "spark_rocksdb"):
         assert _finite(report["p50_batch_ms"][side])
         assert report[side]["batches"] >= 3
     assert report["input_rows"] > 0
