@@ -30,6 +30,10 @@ def grouped(
 ) -> Node:
     """`node` grouped by `keys` with `calls`: the plan's columns include `keys` and every
     call's `name`."""
+    if not calls:  # GROUP BY without aggregates: the distinct keys
+        return Distinct(
+            Project(node, tuple((k, Column(k, node.schema.field(k).type)) for k in keys))
+        )
     plain = [c for c in calls if not c.distinct]
     distinct = [c for c in calls if c.distinct]
     if not distinct:

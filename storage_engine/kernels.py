@@ -343,6 +343,8 @@ def filler(t: pa.DataType) -> Any:
         return b""
     if pa.types.is_boolean(t):
         return False
+    if pa.types.is_date32(t):  # Arrow casts to date32 from 32-bit integers only
+        return pa.scalar(0, pa.int32()).cast(t).as_py()
     return pa.scalar(0, pa.int64()).cast(t).as_py()
 
 

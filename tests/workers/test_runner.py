@@ -58,7 +58,8 @@ def _fast(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    "name", ["clicks-per-user", "clicks-per-minute", "nexmark-q3", "nexmark-q3-sql"]
+    "name",
+    ["clicks-per-user", "clicks-per-minute", "nexmark-q3", "nexmark-q3-sql", "nexmark/q5"],
 )
 def test_datagen_examples_run(
     tmp_path: Path, spark: SparkSession, name: str, read: list[tuple[int, int]]
