@@ -26,6 +26,7 @@ COPY alembic.ini ./
 COPY migrations/ migrations/
 COPY pipeline_spec/ pipeline_spec/
 COPY storage_engine/ storage_engine/
+COPY sql/ sql/
 COPY workers/ workers/
 COPY backend/ backend/
 COPY cli/ cli/
