@@ -263,7 +263,11 @@ def test_killed_worker_pipeline_runs_again_on_a_new_worker(deployed: Platform) -
 def with_spares(tmp_path: Path, pg_url: str) -> Iterator[Platform]:
     """Deployed (PostgreSQL, Redis; the object-store mirror in a local directory) with the
     worker's spare driver."""
-    yield from platform(tmp_path, pg_url, REDIS, {"SPINDLE_SPARE_DRIVER": "true"})
+    # No periodic reaper: the crash is restarted in place by the run's own supervisor, which
+    # keeps the spare (a reaper's launch could come after the supervisor ended, when the
+    # worker supervised nothing and had retired its spare).
+    slow = {"SPINDLE_REAP_INTERVAL_S": "3600", "SPINDLE_SPARE_DRIVER": "true"}
+    yield from platform(tmp_path, pg_url, REDIS, slow)
 
 
 def test_a_sigkilled_driver_is_replaced_by_the_spare_exactly_once_and_a_restore_too(
