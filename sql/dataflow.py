@@ -14,7 +14,8 @@ finds its state.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import itertools
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +37,6 @@ from .windows import assign
 
 @dataclass
 class _Stateful:
-    node: P.Node
     op: Operator
     inputs: tuple[str, ...]  # the operator's input names, one per child node
 
@@ -56,7 +56,7 @@ class Dataflow:
         self._seen: set[int] = set()
         self._roots = {name: v.root for name, v in self.views.items()}
         for name, view in self.views.items():
-            counter = iter(range(1_000_000))
+            counter = itertools.count()
             self._walk(view.root, name, counter)
         self.circuit = Circuit([s.op for s in self._stateful.values()])
         self.operators = self.circuit.operators
@@ -71,7 +71,7 @@ class Dataflow:
         """The input tables the views read, with the schemas their deltas must have."""
         return {n.table: n.schema for n in self._order if isinstance(n, P.Scan)}
 
-    def _walk(self, node: P.Node, view: str, counter: Any) -> None:
+    def _walk(self, node: P.Node, view: str, counter: Iterator[int]) -> None:
         if id(node) in self._seen:
             return
         if isinstance(node, P.ViewRef):
@@ -86,12 +86,12 @@ class Dataflow:
         if op is not None:
             self._stateful[id(node)] = op
 
-    def _operator(self, node: P.Node, view: str, counter: Any) -> _Stateful | None:
+    def _operator(self, node: P.Node, view: str, counter: Iterator[int]) -> _Stateful | None:
         if isinstance(node, P.Aggregate):
             op_id = f"{view}.agg{next(counter)}"
             aggs = [EngineAggregate(a.name, a.func, a.column) for a in node.aggs]
             op: Operator = GroupAggregate(op_id, node.input.schema, node.keys, aggs, input="in")
-            return _Stateful(node, op, ("in",))
+            return _Stateful(op, ("in",))
         if isinstance(node, P.Join):
             op_id = f"{view}.join{next(counter)}"
             op = Join(
@@ -103,7 +103,7 @@ class Dataflow:
                 left="left",
                 right="right",
             )
-            return _Stateful(node, op, ("left", "right"))
+            return _Stateful(op, ("left", "right"))
         if isinstance(node, P.TopN):
             op_id = f"{view}.top{next(counter)}"
             op = TopN(
@@ -115,11 +115,11 @@ class Dataflow:
                 node.rank,
                 input="in",
             )
-            return _Stateful(node, op, ("in",))
+            return _Stateful(op, ("in",))
         if isinstance(node, P.Distinct):
             op_id = f"{view}.distinct{next(counter)}"
             op = Distinct(op_id, node.input.schema, None, input="in")
-            return _Stateful(node, op, ("in",))
+            return _Stateful(op, ("in",))
         return None
 
     def open(self, location: StorageLocation) -> None:

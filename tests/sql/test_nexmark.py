@@ -9,10 +9,7 @@ table functions (q5, q7, q8) and the tie-break of q19's ranking are written out 
 
 from __future__ import annotations
 
-import math
 from collections import Counter
-from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +26,8 @@ from sql.spec import table_schema
 from storage_engine import EngineSettings, StorageLocation
 from storage_engine.schema import WEIGHT
 from workers.nexmark import events
+
+from .test_dataflow_oracle import _norm
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples" / "nexmark"
 EVENTS, STEP, RATE = 30_000, 3_000, 1_000.0
@@ -54,16 +53,6 @@ HAND_WRITTEN = {
             date_time NULLS FIRST, extra NULLS FIRST) AS rank_number FROM bid)
         WHERE rank_number <= 10""",
 }
-
-
-def _norm(v: Any) -> Any:
-    if isinstance(v, datetime):
-        return (v - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
-    if isinstance(v, float):
-        return None if math.isnan(v) else round(v, 6)
-    if isinstance(v, Decimal):
-        return round(float(v), 6)
-    return v
 
 
 @pytest.fixture(scope="module")
