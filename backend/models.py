@@ -287,6 +287,8 @@ class MetricSample(Base):
     state_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
     spine_batches: Mapped[int] = mapped_column(Integer, default=0)
     merge_backlog: Mapped[int] = mapped_column(Integer, default=0)
+    # Per stateful operator (by id): rows_in, rows_out, step_ms, state_rows, state_bytes.
+    operators: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True), default=None)
 
 
 __all__ = [

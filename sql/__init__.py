@@ -15,15 +15,16 @@ from collections.abc import Mapping
 
 import pyarrow as pa
 
+from . import planner
 from .dataflow import Dataflow
 from .errors import Problem, SqlError
 from .parse import parse
-from .planner import PlannedView, plan
+from .planner import PlannedView
 
 
 def compile_views(text: str, tables: Mapping[str, pa.Schema]) -> dict[str, PlannedView]:
     """The views of `text` planned over input tables of these schemas."""
-    return plan(parse(text), tables)
+    return planner.plan(parse(text), tables)
 
 
 __all__ = ["Dataflow", "PlannedView", "Problem", "SqlError", "compile_views"]

@@ -23,7 +23,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storage_engine.circuit import Aggregate as EngineAggregate
-from storage_engine.circuit import Circuit, Distinct, GroupAggregate, Join, Operator, TopN
+from storage_engine.circuit import (
+    Circuit,
+    Distinct,
+    GroupAggregate,
+    Join,
+    Operator,
+    OperatorMetrics,
+    TopN,
+)
 from storage_engine.circuit.operator import consolidate, empty_delta, weighted
 from storage_engine.commit import CommitHandle
 from storage_engine.location import StorageLocation
@@ -53,6 +61,7 @@ class Dataflow:
         self._aliases = {table: name for name, table in (inputs or {}).items()}
         self._stateful: dict[int, _Stateful] = {}
         self._order: list[P.Node] = []  # every node once, inputs before their readers
+        self._owner: dict[int, str] = {}  # node -> the view whose plan reached it first
         self._seen: set[int] = set()
         self._roots = {name: v.root for name, v in self.views.items()}
         for name, view in self.views.items():
@@ -71,6 +80,19 @@ class Dataflow:
         """The input tables the views read, with the schemas their deltas must have."""
         return {n.table: n.schema for n in self._order if isinstance(n, P.Scan)}
 
+    def nodes(self) -> list[tuple[P.Node, str | None, str | None]]:
+        """Every plan node once, inputs before their readers, with the view whose plan
+        reached it first (None for a reference to a view) and its operator's id (None for
+        a linear node)."""
+        return [
+            (
+                n,
+                self._owner.get(id(n)),
+                s.op.id if (s := self._stateful.get(id(n))) is not None else None,
+            )
+            for n in self._order
+        ]
+
     def _walk(self, node: P.Node, view: str, counter: Iterator[int]) -> None:
         if id(node) in self._seen:
             return
@@ -82,6 +104,7 @@ class Dataflow:
             self._walk(child, view, counter)
         self._seen.add(id(node))
         self._order.append(node)
+        self._owner[id(node)] = view
         op = self._operator(node, view, counter)
         if op is not None:
             self._stateful[id(node)] = op
@@ -192,7 +215,7 @@ class Dataflow:
             if all(t.num_rows == 0 for t in inputs):
                 out = empty_delta(stateful.op.output_schema)
             else:
-                out = stateful.op.step(dict(zip(stateful.inputs, inputs, strict=True)))
+                out = stateful.op.apply(dict(zip(stateful.inputs, inputs, strict=True)))
             if isinstance(node, P.Join):
                 return _with_right_keys(node, out)
             out = out.rename_columns([*node.schema.names, WEIGHT])
@@ -233,6 +256,9 @@ class Dataflow:
 
     def metrics(self) -> dict[str, dict[str, Any]]:
         return self.circuit.metrics()
+
+    def operator_metrics(self) -> dict[str, OperatorMetrics]:
+        return self.circuit.operator_metrics()
 
 
 def _with_right_keys(node: P.Join, out: pa.Table) -> pa.Table:

@@ -8,10 +8,11 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from storage_engine.circuit import OperatorMetrics
 from storage_engine.spine import Spine
 
 MetricsSink = Callable[[dict[str, Any]], None]
@@ -36,6 +37,7 @@ class RunMetrics:
         self.sinks: list[MetricsSink] = [self.to_file, *(sinks or [])]
         # Spark's listener thread writes `batch` records while steps write theirs.
         self._lock = threading.Lock()
+        self._counted: dict[str, OperatorMetrics] = {}  # operators' counters at the last step
 
     def step(
         self,
@@ -44,8 +46,10 @@ class RunMetrics:
         rows: tuple[int, int, int],
         times: StepTimes,
         spines: list[Spine],
+        operators: Mapping[str, OperatorMetrics],
     ) -> None:
-        """One step's record; `rows`: (in, out, dead letters)."""
+        """One step's record; `rows`: (in, out, dead letters); `operators`: the circuit's
+        `operator_metrics()` after the step."""
         stats = [sp.stats() for sp in spines]
         rows_in, rows_out, bad = rows
         rec = {
@@ -66,8 +70,26 @@ class RunMetrics:
             "state_bytes": sum(s.mem_bytes + s.file_bytes for s in stats),
             "spine_batches": sum(s.batches for s in stats),
             "merge_backlog": sum(s.merge_backlog for s in stats),
+            "operators": self._operators(operators),
         }
         self.event(rec)
+
+    def _operators(self, now: Mapping[str, OperatorMetrics]) -> dict[str, dict[str, Any]]:
+        """Per operator: the step's rows in and out and ms (the counters' growth since the
+        last step), and its state after it."""
+        zero = OperatorMetrics(0, 0, 0.0, 0, 0)
+        out = {}
+        for op_id, m in now.items():
+            before = self._counted.get(op_id, zero)
+            out[op_id] = {
+                "rows_in": m.rows_in - before.rows_in,
+                "rows_out": m.rows_out - before.rows_out,
+                "step_ms": round(m.step_ms - before.step_ms, 3),
+                "state_rows": m.state_rows,
+                "state_bytes": m.state_bytes,
+            }
+        self._counted = dict(now)
+        return out
 
     def event(self, rec: dict[str, Any]) -> None:
         """Something a user must see (a step, a durability failure): to every sink."""

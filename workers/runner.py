@@ -268,6 +268,7 @@ class Runner:
             (batch.rows_in, sum(o.num_rows for o in out.values()), bad_rows),
             StepTimes(spark_ms, engine_ms, commit_ms, step_ms, latency_ms),
             self.loc.spines(),
+            self.plan.circuit.operator_metrics(),
         )
         if first:
             self._report_started()

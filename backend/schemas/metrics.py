@@ -1,6 +1,19 @@
 from __future__ import annotations
 
+from pydantic import Field
+
 from .common import Out
+
+
+class OperatorStepOut(Out):
+    """One stateful operator in a step (a bucket: rows summed, the largest step_ms, the
+    last state)."""
+
+    rows_in: int
+    rows_out: int
+    step_ms: float
+    state_rows: int
+    state_bytes: int
 
 
 class MetricOut(Out):
@@ -22,6 +35,34 @@ class MetricOut(Out):
     state_bytes: int
     spine_batches: int
     merge_backlog: int
+    operators: dict[str, OperatorStepOut] | None = None
+
+
+class DataflowNode(Out):
+    id: str
+    kind: str = Field(
+        description="table, filter, project, window, aggregate, join, distinct, top_n, "
+        "negate, union, view, sink; or an operator spec's kind"
+    )
+    label: str
+    view: str | None = Field(None, description="the view whose SQL holds the node")
+    operator: str | None = Field(None, description="a stateful operator's persistent id")
+    metrics: OperatorStepOut | None = Field(
+        None, description="a stateful operator's figures in the newest step recorded"
+    )
+
+
+class DataflowEdge(Out):
+    source: str
+    target: str
+
+
+class DataflowOut(Out):
+    """The pipeline's dataflow graph, with the newest step's per-operator figures."""
+
+    nodes: list[DataflowNode]
+    edges: list[DataflowEdge]
+    step: int | None = Field(None, description="the step the figures are from")
 
 
 class IngestOut(Out):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from typing import Any
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
@@ -85,10 +86,27 @@ def downsample(s: Session, settings: Settings, now: float | None = None) -> int:
             setattr(agg, f, max(vals) if vals else None)
         for f in _LAST:
             setattr(agg, f, getattr(rs[-1], f))
+        agg.operators = _fold_operators([r.operators for r in rs if r.operators])
         s.add(agg)
     if old:
         s.execute(delete(MetricSample).where(MetricSample.id.in_([r.id for r in old])))
     return len(old)
+
+
+def _fold_operators(steps: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Per-operator figures of several steps as one, as the sample's own are folded."""
+    if not steps:
+        return None
+    out: dict[str, dict[str, Any]] = {}
+    for ops in steps:
+        for op_id, m in ops.items():
+            o = out.setdefault(op_id, {"rows_in": 0, "rows_out": 0, "step_ms": 0.0})
+            o["rows_in"] += m.get("rows_in", 0)
+            o["rows_out"] += m.get("rows_out", 0)
+            o["step_ms"] = max(o["step_ms"], m.get("step_ms", 0.0))
+            o["state_rows"] = m.get("state_rows", 0)
+            o["state_bytes"] = m.get("state_bytes", 0)
+    return out
 
 
 def start_after(s: Session, pipeline_id: int, backlog: int) -> int:

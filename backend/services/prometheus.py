@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -20,6 +21,53 @@ QUANTILES = (0.5, 0.99)
 def _quantile(sorted_vals: list[float], q: float) -> float:
     i = min(int(q * len(sorted_vals)), len(sorted_vals) - 1)
     return sorted_vals[i]
+
+
+class _OperatorFamilies:
+    """Each stateful operator's series (labels pipeline, operator): its state now, and its
+    rows and step times over the last minute's steps."""
+
+    def __init__(self) -> None:
+        labels = ["pipeline", "operator"]
+        self.rows = GaugeMetricFamily(
+            "spindle_operator_state_rows", "the operator's state rows", labels=labels
+        )
+        self.bytes = GaugeMetricFamily(
+            "spindle_operator_state_bytes",
+            "the operator's state size (memory and files)",
+            labels=labels,
+        )
+        self.rows_in = GaugeMetricFamily(
+            "spindle_operator_input_rows_per_second",
+            f"rows (changes) into the operator per second over the last {WINDOW_S:g}s",
+            labels=labels,
+        )
+        self.rows_out = GaugeMetricFamily(
+            "spindle_operator_output_rows_per_second",
+            f"rows (changes) out of the operator per second over the last {WINDOW_S:g}s",
+            labels=labels,
+        )
+        self.step = GaugeMetricFamily(
+            "spindle_operator_step_seconds",
+            f"the operator's time per step, quantiles over the last {WINDOW_S:g}s",
+            labels=[*labels, "quantile"],
+        )
+
+    def add(self, pipeline: str, recent: list[dict[str, Any]], last: dict[str, Any]) -> None:
+        """`recent`: the window's samples' `operators`; `last`: the newest sample's."""
+        for op_id, m in last.items():
+            lab = [pipeline, op_id]
+            self.rows.add_metric(lab, float(m.get("state_rows", 0)))
+            self.bytes.add_metric(lab, float(m.get("state_bytes", 0)))
+            steps = [r[op_id] for r in recent if op_id in r]
+            self.rows_in.add_metric(lab, sum(x.get("rows_in", 0) for x in steps) / WINDOW_S)
+            self.rows_out.add_metric(lab, sum(x.get("rows_out", 0) for x in steps) / WINDOW_S)
+            times = sorted(x.get("step_ms", 0.0) / 1000 for x in steps)
+            for q in QUANTILES if times else ():
+                self.step.add_metric([*lab, str(q)], _quantile(times, q))
+
+    def families(self) -> list[Metric]:
+        return [self.rows, self.bytes, self.rows_in, self.rows_out, self.step]
 
 
 class PipelineCollector(Collector):
@@ -103,6 +151,7 @@ class PipelineCollector(Collector):
             "upload, the object store unreachable, fencing), else 1",
             labels=["pipeline"],
         )
+        ops = _OperatorFamilies()
         with self.db.session() as s:
             for p in s.scalars(select(Pipeline)):
                 lab = [p.name]
@@ -132,6 +181,7 @@ class PipelineCollector(Collector):
                         MetricSample.state_bytes,
                         MetricSample.state_rows,
                         MetricSample.latency_ms,
+                        MetricSample.operators,
                     )
                     .where(
                         MetricSample.pipeline_id == p.id,
@@ -158,6 +208,7 @@ class PipelineCollector(Collector):
                 if last is not None:
                     sbytes.add_metric(lab, float(last.state_bytes))
                     srows.add_metric(lab, float(last.state_rows))
+                    ops.add(p.name, [r[5] for r in recent if r[5]], last.operators or {})
                 newest = s.scalar(
                     select(Checkpoint)
                     .where(Checkpoint.pipeline_id == p.id)
@@ -198,6 +249,7 @@ class PipelineCollector(Collector):
             commit_failures,
             upload_failures,
             fencings,
+            *ops.families(),
             durable,
         )
 

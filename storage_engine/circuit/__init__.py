@@ -1,7 +1,7 @@
 """Stateful operators over Z-sets on the storage engine's spines (see README.md)."""
 
 from .aggregate import AggFunc, Aggregate, GroupAggregate
-from .circuit import Circuit, Stepper
+from .circuit import Circuit, OperatorMetrics, Stepper
 from .distinct import Distinct
 from .join import Join
 from .operator import CircuitError, Operator, PartialForm
@@ -17,6 +17,7 @@ __all__ = [
     "GroupAggregate",
     "Join",
     "Operator",
+    "OperatorMetrics",
     "PartialForm",
     "Stepper",
     "TopN",

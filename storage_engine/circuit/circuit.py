@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -25,6 +26,18 @@ from ..manifest import OP_ID_RE
 from .operator import CircuitError, Operator, fingerprint, weighted
 
 STATE_KEY = "circuit"
+
+
+@dataclass(frozen=True)
+class OperatorMetrics:
+    """An operator's rows in and out and the ms its steps took (counters since its circuit
+    was built), and its state's rows and bytes (memory and files) now."""
+
+    rows_in: int
+    rows_out: int
+    step_ms: float
+    state_rows: int
+    state_bytes: int
 
 
 class Circuit:
@@ -73,12 +86,12 @@ class Circuit:
         out = {}
         for op in self.operators:
             if op.id in partials:
-                out[op.id] = op.step_partial(partials[op.id])
+                out[op.id] = op.apply_partial(partials[op.id])
                 continue
             missing = [i for i in op.inputs if i not in tables]
             if missing:
                 raise CircuitError(f"operator {op.id!r} needs the inputs {missing}")
-            out[op.id] = op.step({i: tables[i] for i in op.inputs})
+            out[op.id] = op.apply({i: tables[i] for i in op.inputs})
         self.last_step_ms = (time.perf_counter() - started) * 1000
         return out
 
@@ -103,6 +116,30 @@ class Circuit:
 
     def metrics(self) -> dict[str, dict[str, Any]]:
         return {op.id: op.metrics() for op in self.operators}
+
+    def operator_metrics(self) -> dict[str, OperatorMetrics]:
+        """Each operator's counters (since the circuit was built) and its state now."""
+        if self._loc is None:
+            raise CircuitError("open() the circuit on a storage location first")
+        state = {op.id: [0, 0] for op in self.operators}
+        for spine in self._loc.spines():
+            # A spine is `<operator id>.<role>`; ids may hold dots, so the longest one wins.
+            owner = max(
+                (i for i in state if spine.op_id.startswith(f"{i}.")), key=len, default=None
+            )
+            if owner is not None:
+                s = spine.stats()
+                state[owner][0] += s.rows
+                state[owner][1] += s.mem_bytes + s.file_bytes
+        return {
+            op.id: OperatorMetrics(
+                op.counters.rows_in,
+                op.counters.rows_out,
+                op.counters.step_ms,
+                *state[op.id],
+            )
+            for op in self.operators
+        }
 
     @property
     def output_schemas(self) -> dict[str, pa.Schema]:
@@ -139,3 +176,5 @@ class Stepper(Protocol):
     ) -> CommitHandle: ...
 
     def metrics(self) -> dict[str, dict[str, Any]]: ...
+
+    def operator_metrics(self) -> dict[str, OperatorMetrics]: ...

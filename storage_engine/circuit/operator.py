@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..batch import Batch
 from ..location import StorageLocation
@@ -29,6 +31,16 @@ class CircuitError(ValueError):
 COUNT = "__count"
 BUCKET = "__bucket"
 TMAX = "__tmax"
+
+
+@dataclass
+class OperatorCounters:
+    """What an operator has done since it was built: rows in (a pre-aggregated input
+    counts the rows it summarises) and out (changes), and the time its steps took."""
+
+    rows_in: int = 0
+    rows_out: int = 0
+    step_ms: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -66,6 +78,28 @@ class Operator(ABC):
     def __init__(self, op_id: str, inputs: Sequence[str]) -> None:
         self.id = op_id
         self.inputs = tuple(inputs)
+        self.counters = OperatorCounters()
+
+    def apply(self, deltas: Mapping[str, pa.Table]) -> pa.Table:
+        """`step`, counted in `counters`: what a circuit calls."""
+        started = time.perf_counter()
+        out = self.step(deltas)
+        self._count(sum(t.num_rows for t in deltas.values()), out.num_rows, started)
+        return out
+
+    def apply_partial(self, partial: pa.Table) -> pa.Table:
+        """`step_partial`, counted in `counters`."""
+        started = time.perf_counter()
+        out = self.step_partial(partial)
+        rows = pc.sum(partial.column(COUNT)).as_py() if partial.num_rows else 0
+        self._count(int(rows or 0), out.num_rows, started)
+        return out
+
+    def _count(self, rows_in: int, rows_out: int, started: float) -> None:
+        c = self.counters
+        c.rows_in += rows_in
+        c.rows_out += rows_out
+        c.step_ms += (time.perf_counter() - started) * 1000
 
     @property
     @abstractmethod

@@ -647,6 +647,11 @@ def sample(pid: int, ts: float, **fields: Any) -> MetricSample:
     return MetricSample(pipeline_id=pid, ts=ts, **{"step": 0, **fields})
 
 
+def op(rows_in: int, rows_out: int, step_ms: float, state_rows: int) -> dict[str, Any]:
+    return {"rows_in": rows_in, "rows_out": rows_out, "step_ms": step_ms,
+            "state_rows": state_rows, "state_bytes": 10 * state_rows}  # fmt: skip
+
+
 def test_downsample_folds_old_rows_per_minute(sqlite_db: Database, tmp_path: Path) -> None:
     cfg = Settings(data_dir=tmp_path, metrics_raw_s=3600, metrics_keep_s=86400)
     a, b = add_pipeline(sqlite_db, "a"), add_pipeline(sqlite_db, "b")
@@ -655,8 +660,24 @@ def test_downsample_folds_old_rows_per_minute(sqlite_db: Database, tmp_path: Pat
         s.add_all(
             [
                 sample(a, NOW - 90_000, step=1, rows_in=1000),  # past metrics_keep_s
-                sample(a, MINUTE + 0, step=10, rows_in=1, step_ms=5, state_rows=100),
-                sample(a, MINUTE + 10, step=11, rows_in=2, step_ms=50, latency_ms=4.0),
+                sample(
+                    a,
+                    MINUTE + 0,
+                    step=10,
+                    rows_in=1,
+                    step_ms=5,
+                    state_rows=100,
+                    operators={"v.agg0": op(3, 1, 2.0, 7)},
+                ),
+                sample(
+                    a,
+                    MINUTE + 10,
+                    step=11,
+                    rows_in=2,
+                    step_ms=50,
+                    latency_ms=4.0,
+                    operators={"v.agg0": op(4, 2, 1.0, 9)},
+                ),
                 sample(a, MINUTE + 59.5, step=12, rows_in=3, rows_out=7, step_ms=7, run_id=run),
                 sample(a, MINUTE + 60, step=13, rows_in=10, step_ms=1, dead_letters=2),
                 sample(a, MINUTE + 61, step=14, rows_in=20, step_ms=2, state_rows=5),
@@ -692,6 +713,9 @@ def test_downsample_folds_old_rows_per_minute(sqlite_db: Database, tmp_path: Pat
             for r in rows
         ]
         raw = {r.id: (r.ts, r.step, r.rows_in) for r in s.scalars(select(MetricSample))}
+        folded = [r.operators for r in s.scalars(select(MetricSample).order_by(MetricSample.id))]
+    # Per operator: rows summed, the longest step, the last state.
+    assert {"v.agg0": op(7, 3, 2.0, 9)} in folded
     assert got == [
         (a, 60, MINUTE + 60, 3, 12, 6, 7, 0, 50.0, 4.0, 0, run),
         (a, 60, MINUTE + 120, 2, 14, 30, 0, 2, 2.0, None, 5, None),

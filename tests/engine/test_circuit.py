@@ -299,9 +299,14 @@ def test_join_matches_the_model(tmp_path: Path) -> None:
     L: Counter[Row] = Counter()
     R: Counter[Row] = Counter()
     out: Counter[Row] = Counter()
+    rows_in = rows_out = 0  # since the circuit was built
     for i, (dl, dr) in enumerate(zip(left, right, strict=True), start=1):
         delta = c.step({"users": table(dl, ls), "orders": table(dr, rs)})["j"]
         integrate(out, delta)
+        rows_in, rows_out = rows_in + len(dl) + len(dr), rows_out + delta.num_rows
+        m = c.operator_metrics()["j"]
+        assert (m.rows_in, m.rows_out) == (rows_in, rows_out)
+        assert m.step_ms > 0 and m.state_rows > 0 and m.state_bytes > 0
         for r, w in dl:
             L[r] += w
         for r, w in dr:
@@ -316,6 +321,7 @@ def test_join_matches_the_model(tmp_path: Path) -> None:
             c.commit_async(i).wait_local()
             loc.close()
             c, loc = open_circuit(tmp_path, make)
+            rows_in = rows_out = 0
     loc.close()
 
 

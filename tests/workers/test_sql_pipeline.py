@@ -101,6 +101,15 @@ def test_a_sql_pipeline_equals_the_batch_query_across_a_resume(
             r.close()
     assert integrated(tmp_path / "a") == oracle(tmp_path, "per_customer")
     assert integrated(tmp_path / "b") == oracle(tmp_path, "big_orders")
+    # Each step's record has the stateful operators' figures: the aggregate took every
+    # order over 10 once, across both runs (a step redone by the second run counts once).
+    records = [json.loads(x) for x in (tmp_path / "state" / "metrics.jsonl").open()]
+    steps = list({r["step"]: r for r in records if "event" not in r and "step" in r}.values())
+    agg = [r["operators"]["per_customer.agg0"] for r in steps]
+    over_10 = sum(n for (_, n, _) in oracle(tmp_path, "per_customer"))
+    assert sum(a["rows_in"] for a in agg) == over_10
+    assert agg[-1]["state_rows"] > 0 and agg[-1]["state_bytes"] > 0
+    assert {k for r in steps for k in r["operators"]} == {"per_customer.agg0", "big_orders.join0"}
 
 
 def test_sql_mistakes_name_the_field_and_line(tmp_path: Path) -> None:

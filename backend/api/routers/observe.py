@@ -10,10 +10,16 @@ from typing import Annotated, Any
 import anyio
 from fastapi import APIRouter, Header, Query, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from sqlalchemy import select
 from sse_starlette.sse import EventSourceResponse
 
+from pipeline_spec.model import SpecError, parse_spec
+from sql.graph import pipeline_graph
+
+from ...errors import InvalidSpec
+from ...models import MetricSample
 from ...schemas.common import INT64_MAX
-from ...schemas.metrics import MetricOut
+from ...schemas.metrics import DataflowEdge, DataflowNode, DataflowOut, MetricOut
 from ...services import metrics as history
 from ...services.prometheus import PipelineCollector
 from ..context import Context
@@ -35,6 +41,39 @@ def metrics_history(
     """Per-step samples (older ones downsampled to one per minute), oldest first."""
     p = pipeline_by_name(s, name)
     return [MetricOut.model_validate(r) for r in history.history(s, p.id, since, limit)]
+
+
+@router.get("/api/v1/pipelines/{name}/dataflow", response_model=DataflowOut)
+def dataflow(name: str, s: DB, _: Viewer) -> DataflowOut:
+    """The pipeline's dataflow: its input, operators (stateful ones under their persistent
+    ids), views and sinks, with each stateful operator's figures in the newest step."""
+    p = pipeline_by_name(s, name)
+    try:
+        graph = pipeline_graph(parse_spec(p.spec))
+    except SpecError as e:
+        raise InvalidSpec("the stored spec does not plan", errors=e.errors) from None
+    last = s.scalar(
+        select(MetricSample)
+        .where(MetricSample.pipeline_id == p.id, MetricSample.resolution_s == 0)
+        .order_by(MetricSample.id.desc())
+        .limit(1)
+    )
+    figures = (last.operators or {}) if last is not None else {}
+    return DataflowOut(
+        nodes=[
+            DataflowNode(
+                id=n.id,
+                kind=n.kind,
+                label=n.label,
+                view=n.view,
+                operator=n.operator,
+                metrics=figures.get(n.operator) if n.operator else None,
+            )
+            for n in graph.nodes
+        ],
+        edges=[DataflowEdge(source=a, target=b) for a, b in graph.edges],
+        step=last.step if last is not None else None,
+    )
 
 
 def _stream_start(

@@ -188,6 +188,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/pipelines/{name}/dataflow": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Dataflow
+         * @description The pipeline's dataflow: its input, operators (stateful ones under their persistent
+         *     ids), views and sinks, with each stateful operator's figures in the newest step.
+         */
+        get: operations["dataflow_api_v1_pipelines__name__dataflow_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/pipelines/{name}/ingest/{stream}": {
         parameters: {
             query?: never;
@@ -565,6 +586,52 @@ export interface components {
             /** Pinned */
             pinned: boolean;
         };
+        /** DataflowEdge */
+        DataflowEdge: {
+            /** Source */
+            source: string;
+            /** Target */
+            target: string;
+        };
+        /** DataflowNode */
+        DataflowNode: {
+            /** Id */
+            id: string;
+            /**
+             * Kind
+             * @description table, filter, project, window, aggregate, join, distinct, top_n, negate, union, view, sink; or an operator spec's kind
+             */
+            kind: string;
+            /** Label */
+            label: string;
+            /** @description a stateful operator's figures in the newest step recorded */
+            metrics?: components["schemas"]["OperatorStepOut"] | null;
+            /**
+             * Operator
+             * @description a stateful operator's persistent id
+             */
+            operator?: string | null;
+            /**
+             * View
+             * @description the view whose SQL holds the node
+             */
+            view?: string | null;
+        };
+        /**
+         * DataflowOut
+         * @description The pipeline's dataflow graph, with the newest step's per-operator figures.
+         */
+        DataflowOut: {
+            /** Edges */
+            edges: components["schemas"]["DataflowEdge"][];
+            /** Nodes */
+            nodes: components["schemas"]["DataflowNode"][];
+            /**
+             * Step
+             * @description the step the figures are from
+             */
+            step?: number | null;
+        };
         /**
          * DesiredState
          * @enum {string}
@@ -639,6 +706,10 @@ export interface components {
             latency_ms: number | null;
             /** Merge Backlog */
             merge_backlog: number;
+            /** Operators */
+            operators?: {
+                [key: string]: components["schemas"]["OperatorStepOut"];
+            } | null;
             /** Resolution S */
             resolution_s: number;
             /** Rows In */
@@ -702,6 +773,23 @@ export interface components {
          * @enum {string}
          */
         OperationStatus: "pending" | "running" | "succeeded" | "failed";
+        /**
+         * OperatorStepOut
+         * @description One stateful operator in a step (a bucket: rows summed, the largest step_ms, the
+         *     last state).
+         */
+        OperatorStepOut: {
+            /** Rows In */
+            rows_in: number;
+            /** Rows Out */
+            rows_out: number;
+            /** State Bytes */
+            state_bytes: number;
+            /** State Rows */
+            state_rows: number;
+            /** Step Ms */
+            step_ms: number;
+        };
         /**
          * PipelineCreate
          * @description A pipeline spec (docs/pipeline-spec.schema.json) plus an optional description. The
@@ -2025,6 +2113,91 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["OperationOut"];
+                };
+            };
+            /** @description no valid token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the token's role is not enough */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description no such pipeline, checkpoint, operation, token, stream or view */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description conflicts with the current state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description invalid spec, request or records; `errors` names the fields */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description stored state cannot be read (a corrupt or missing file, named in `message`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    dataflow_api_v1_pipelines__name__dataflow_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DataflowOut"];
                 };
             };
             /** @description no valid token */

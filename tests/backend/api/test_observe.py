@@ -25,6 +25,7 @@ from ..api_fixtures import (
     build_checkpoints,
     clicks_spec,
     error,
+    example,
     log_spec,
 )
 
@@ -141,3 +142,58 @@ def test_metrics_stream_without_backlog_sends_only_new_steps(api: Api) -> None:
     reader.join(timeout=10)
     r = api.get(stream_url(CLICKS), headers={"Last-Event-ID": "soon"})
     error(r, 422, "invalid_request")
+
+
+def test_dataflow_graph_and_per_operator_figures(api: Api) -> None:
+    """A SQL pipeline's graph: its table, operators (the stateful one under its persistent
+    id), view and sink; each operator's figures of the newest step, also in the metrics
+    history, the live stream and Prometheus."""
+    spec = example("nexmark-q3-sql")
+    api.create_pipeline(spec)
+    name = spec["name"]
+    url = f"pipelines/{name}/dataflow"
+    graph = api.get(url).json()
+    assert graph["step"] is None
+    nodes = {n["id"]: n for n in graph["nodes"]}
+    ops = [n for n in graph["nodes"] if n["operator"]]
+    assert [n["kind"] for n in ops] == ["join", "aggregate"]
+    join = ops[0]
+    assert join["metrics"] is None and join["id"] == join["operator"]
+    assert nodes["table:events"]["kind"] == "table"
+    edges = {(e["source"], e["target"]) for e in graph["edges"]}
+    sink = next(n["id"] for n in graph["nodes"] if n["kind"] == "sink")
+    assert any(target == sink for _, target in edges)
+
+    def figures(n: int) -> dict[str, Any]:
+        return {"rows_in": n, "rows_out": 1, "step_ms": 2.5, "state_rows": 10 * n,
+                "state_bytes": 100 * n}  # fmt: skip
+
+    t0 = time.time() - 5
+    add_samples(
+        api.db,
+        api.pipeline_id(name),
+        [{"ts": t0 + i, "step": i, "operators": {join["operator"]: figures(i)}} for i in (1, 2)],
+    )
+    graph = api.get(url).json()
+    assert graph["step"] == 2
+    join, agg = [n for n in graph["nodes"] if n["operator"]]
+    assert join["metrics"] == figures(2) and agg["metrics"] is None
+    history = api.get(f"pipelines/{name}/metrics").json()
+    assert [h["operators"][join["operator"]]["rows_in"] for h in history] == [1, 2]
+    text = api.get("/metrics").text
+    labels = {"pipeline": name, "operator": join["operator"]}
+    assert metric(text, "spindle_operator_state_rows", **labels) == 20
+    assert metric(text, "spindle_operator_state_bytes", **labels) == 200
+    assert metric(text, "spindle_operator_input_rows_per_second", **labels) == pytest.approx(3 / 60)
+    assert metric(text, "spindle_operator_step_seconds", quantile="0.5", **labels) == 0.0025
+
+
+def test_dataflow_of_an_operator_spec(api: Api) -> None:
+    api.create_pipeline(clicks_spec())
+    graph = api.get(f"pipelines/{CLICKS}/dataflow").json()
+    kinds = {n["id"]: n["kind"] for n in graph["nodes"]}
+    assert kinds == {"table:source": "table", "per_user": "aggregate", "sink:out": "sink",
+                     "sink:v": "sink"}  # fmt: skip
+    assert {(e["source"], e["target"]) for e in graph["edges"]} == {
+        ("table:source", "per_user"), ("per_user", "sink:out"), ("per_user", "sink:v")
+    }  # fmt: skip
