@@ -15,7 +15,7 @@ from typing import Any
 
 from playwright.sync_api import Locator, Page, expect
 
-from tests.backend.live_platform import Platform
+from tests.backend.live_platform import ROOT, Platform
 from tests.polling import wait_until
 
 from .conftest import ARTIFACTS, UI
@@ -65,6 +65,15 @@ state:
     aggregates: [{{name: n, func: count}}]
 sinks: [{{name: v, kind: view, from: per_user}}]
 """
+# Nexmark q5 (an SQL pipeline) with a column misspelled in its last view: only the server
+# finds that, and says where in the SQL text; the editor shows it at the YAML line.
+Q5_NAME = "e2e-q5"
+Q5_SPEC = (
+    (ROOT / "docs" / "examples" / "nexmark" / "q5.yaml")
+    .read_text()
+    .replace("name: nexmark-q5", f"name: {Q5_NAME}")
+)
+Q5_TYPO = Q5_SPEC.replace("SELECT c.auction, c.num", "SELECT c.auctoin, c.num", 1)
 SPARK_S = 90  # a driver's start (Spark) takes 10-30 s; leave room on a busy machine
 
 
@@ -258,8 +267,13 @@ def test_schema_errors_as_you_type(ui: UI, plat: Platform) -> None:
     page.keyboard.press("Enter")
     editor = page.get_by_test_id("spec-editor")
     expect(editor).to_be_focused()
-    selected = editor.evaluate("t => t.value.slice(t.selectionStart, t.selectionEnd)")
-    assert selected.strip() == "group_by: user", selected
+    # (CodeMirror: the editable element's DOM selection follows the editor's.)
+    selected = wait_until(
+        lambda: page.evaluate("() => String(window.getSelection() ?? '')").strip() or None,
+        5,
+        "the error's line selected",
+    )
+    assert selected == "group_by: user", selected
 
     # The server agrees when asked, and nothing is created.
     page.get_by_test_id("btn-create").click()
@@ -277,6 +291,95 @@ def test_schema_errors_as_you_type(ui: UI, plat: Platform) -> None:
     expect(page.get_by_test_id("spec-valid")).to_contain_text(SCHEMA_BAD_NAME)
     expect(errors).to_have_count(0)
     assert plat.client.get(f"/api/v1/pipelines/{SCHEMA_BAD_NAME}").status_code == 404
+    ui.finish()
+
+
+# The 1-based line of the editor that `el` is on, read off the line-number gutter beside it.
+LINE_OF = """el => {
+  const r = el.getBoundingClientRect();
+  const mid = (r.top + r.bottom) / 2;
+  for (const g of el.closest(".cm-editor").querySelectorAll(".cm-lineNumbers .cm-gutterElement")) {
+    const b = g.getBoundingClientRect();
+    if (b.height > 0 && b.top <= mid && mid < b.bottom) return Number(g.textContent);
+  }
+  return null;
+}"""
+
+
+def test_sql_pipeline_written_fixed_started_and_watched(ui: UI, plat: Platform) -> None:
+    assert Q5_TYPO != Q5_SPEC
+    typo_line = next(i for i, line in enumerate(Q5_TYPO.splitlines(), 1) if "auctoin" in line)
+    page = ui.page
+    ui.sign_in("pipelines/new")
+    editor = page.get_by_test_id("spec-editor")
+    editor.fill(Q5_TYPO)
+
+    # Nothing clicked: once typing pauses the server is asked, and its error on `sql` is put
+    # at the misspelled column's line of the YAML text, not at the `sql:` key.
+    errors = page.get_by_test_id("spec-errors").get_by_test_id("spec-error")
+    sql_error = errors.and_(page.locator('[data-field="sql"]'))
+    expect(sql_error).to_have_attribute("data-source", "server", timeout=30_000)
+    expect(sql_error).to_contain_text("auctoin")
+    expect(sql_error.locator(".problem-line")).to_have_text(f"line {typo_line}")
+    expect(errors).to_have_count(1)
+    expect(editor).to_have_attribute("aria-invalid", "true")
+
+    # CodeMirror marks it inline: the misspelled name underlined, a marker in the gutter,
+    # both on that line.
+    mark = page.locator(".cm-lintRange-error")
+    expect(mark).to_have_count(1)
+    expect(mark).to_have_text(re.compile(r"auctoin"))
+    assert mark.evaluate(LINE_OF) == typo_line
+    marker = page.locator(".cm-gutter-lint .cm-lint-marker-error")
+    expect(marker).to_have_count(1)
+    assert marker.evaluate(LINE_OF) == typo_line
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{ui.name}-marked.png"), full_page=True)
+
+    # The problem's button goes to that line.
+    sql_error.get_by_role("button").click()
+    expect(editor).to_be_focused()
+    selected = wait_until(
+        lambda: page.evaluate("() => String(window.getSelection() ?? '')").strip() or None,
+        5,
+        "the error's line selected",
+    )
+    assert "c.auctoin" in selected, selected
+
+    # Fixed (and slowed down, for a shared machine): the live check finds nothing, the marks
+    # go, and the spec is valid.
+    editor.fill(Q5_SPEC.replace("rows_per_second: 100000", "rows_per_second: 5000"))
+    expect(page.get_by_test_id("spec-valid")).to_contain_text(Q5_NAME, timeout=30_000)
+    expect(errors).to_have_count(0)
+    expect(mark).to_have_count(0)
+    expect(marker).to_have_count(0)
+    expect(editor).not_to_have_attribute("aria-invalid", "true")
+    assert plat.client.get(f"/api/v1/pipelines/{Q5_NAME}").status_code == 404
+
+    # Created and started, its dataflow graph shows each operator's state growing.
+    page.get_by_test_id("btn-create").click()
+    expect(page).to_have_url(re.compile(rf"/ui/pipelines/{Q5_NAME}$"))
+    page.get_by_test_id("btn-start").click()
+    page.get_by_test_id("tab-dataflow").click()
+    graph = page.get_by_test_id("dataflow-graph")
+    join = graph.locator('[data-node="q5.join3"]')
+    expect(join).to_have_attribute("data-kind", "join")
+    expect(graph.locator('[data-node="table:events"]')).to_be_visible()
+    expect(graph.locator('[data-node="sink:q5"]')).to_be_visible()
+    try:
+
+        def state_rows() -> int:
+            value = join.get_attribute("data-state-rows")
+            return int(value) if value else 0
+
+        first = wait_until(lambda: state_rows() or None, SPARK_S * 2, "the join's state")
+        wait_until(lambda: state_rows() > first, SPARK_S, "the join's state growing")
+        expect(join).to_contain_text(re.compile(r"state [\d,]+ rows"))
+        page.screenshot(path=str(ARTIFACTS / f"{ui.name}-dataflow.png"), full_page=True)
+    finally:
+        plat.ok("POST", f"/api/v1/pipelines/{Q5_NAME}/stop")
+        plat.wait_state(Q5_NAME, "stopped", SPARK_S)
+        plat.client.delete(f"/api/v1/pipelines/{Q5_NAME}")
     ui.finish()
 
 

@@ -26,6 +26,8 @@ export default defineConfig({
           if (!id.includes("node_modules")) return undefined;
           // The spec editor's schema check loads ajv on demand (a dynamic import).
           if (/[\\/](ajv|fast-uri|fast-deep-equal|json-schema-traverse|require-from-string)[\\/]/.test(id)) return "schema-check";
+          // The spec editor (CodeMirror) too.
+          if (/[\\/](@codemirror|@lezer|@marijn|crelt|style-mod|w3c-keyname)[\\/]/.test(id)) return "codemirror";
           if (/[\\/](recharts|d3-[^\\/]+|victory-vendor|@reduxjs|redux|immer|reselect|decimal\.js-light|es-toolkit)[\\/]/.test(id)) return "charts";
           return "vendor";
         },

@@ -42,6 +42,7 @@ def pipeline_graph(spec: S.PipelineSpec) -> Graph:
     edges: list[tuple[str, str]] = []
     ids: dict[int, str] = {}
     views = {name: f"view:{name}" for name in sql.views}
+    per_view: Counter[str | None] = Counter()
     readers = Counter(id(c) for n, _, _ in flow.nodes() for c in P.children(n))
     for node, view, op_id in flow.nodes():
         if isinstance(node, P.ViewRef):
@@ -60,7 +61,8 @@ def pipeline_graph(spec: S.PipelineSpec) -> Graph:
             if label not in parts:
                 nodes[nid] = replace(nodes[nid], label=" · ".join([*parts, label]))
             continue
-        nid = ids[id(node)] = op_id or f"n{len(ids)}"
+        per_view[view] += 1
+        nid = ids[id(node)] = op_id or f"{view}.{kind}{per_view[view]}"
         nodes[nid] = GraphNode(nid, kind, label, view, op_id)
         edges += [(ids[id(c)], nid) for c in P.children(node)]
     for name, v in sql.views.items():

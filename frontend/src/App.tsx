@@ -7,6 +7,7 @@ import { PipelineEditor } from "./pages/PipelineEditor";
 import { PipelineList } from "./pages/PipelineList";
 import { SignIn } from "./pages/SignIn";
 import { Checkpoints } from "./pages/detail/Checkpoints";
+import { Dataflow } from "./pages/detail/Dataflow";
 import { Logs } from "./pages/detail/Logs";
 import { Overview } from "./pages/detail/Overview";
 import { Runs } from "./pages/detail/Runs";
@@ -73,6 +74,7 @@ export function App() {
           <Route path="pipelines/:name/edit" element={<PipelineEditor mode="edit" />} />
           <Route path="pipelines/:name" element={<PipelineDetail />}>
             <Route index element={<Overview />} />
+            <Route path="dataflow" element={<Dataflow />} />
             <Route path="checkpoints" element={<Checkpoints />} />
             <Route path="runs" element={<Runs />} />
             <Route path="logs" element={<Logs />} />

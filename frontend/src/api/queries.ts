@@ -12,6 +12,7 @@ export const keys = {
   pipeline: (name: string) => ["pipeline", name] as const,
   checkpoints: (name: string) => ["pipeline", name, "checkpoints"] as const,
   runs: (name: string) => ["pipeline", name, "runs"] as const,
+  dataflow: (name: string) => ["pipeline", name, "dataflow"] as const,
   metrics: (name: string, limit: number) => ["pipeline", name, "metrics", limit] as const,
   retention: (name: string) => ["pipeline", name, "retention"] as const,
   logs: (name: string, run: number | null) => ["pipeline", name, "logs", run] as const,
@@ -57,6 +58,14 @@ export function useRuns(name: string) {
           signal,
         }),
       ),
+    refetchInterval: POLL_MS,
+  });
+}
+
+export function useDataflow(name: string) {
+  return useQuery({
+    queryKey: keys.dataflow(name),
+    queryFn: ({ signal }) => ok(api.GET("/api/v1/pipelines/{name}/dataflow", { ...path(name), signal })),
     refetchInterval: POLL_MS,
   });
 }

@@ -17,6 +17,8 @@ export type Metric = S["MetricOut"];
 export type ViewPage = S["ViewPage"];
 export type LogOut = S["LogOut"];
 export type SpecValidation = S["SpecValidation"];
+export type Dataflow = S["DataflowOut"];
+export type DataflowNode = S["DataflowNode"];
 
 /** Every error body of the API (backend/schemas/common.py ErrorOut). The OpenAPI document
  * only declares FastAPI's default 422 shape, so this one is written by hand. */

@@ -65,6 +65,61 @@ describe("mapFieldErrors", () => {
   });
 });
 
+describe("mapFieldErrors: positions in the SQL text", () => {
+  // The position of (line, col) in `text`, as "line:col" (1-based), and what is there.
+  function at(text: string, message: string, field = "sql"): [string, string] {
+    const p = mapFieldErrors([{ field, message }], text)[0];
+    expect(p?.message).toBe(message);
+    const line = text.split("\n")[(p?.line ?? 0) - 1] ?? "";
+    return [`${p?.line}:${p?.col}`, line.slice((p?.col ?? 1) - 1)];
+  }
+  const head = "name: q\nsource: {kind: datagen, generator: nexmark, table: events}\n";
+
+  it("maps a block scalar indented by 2", () => {
+    const text = `${head}sql: |\n  CREATE VIEW v AS\n    SELECT auctoin\n    FROM events\nsinks: []\n`;
+    expect(at(text, "line 2, column 10: unknown column: auctoin")).toEqual(["5:12", "auctoin"]);
+    expect(at(text, "line 1, column 1: x")).toEqual(["4:3", "CREATE VIEW v AS"]);
+    // A column past the line's end stays on the line.
+    expect(at(text, "line 3, column 99: x")[0]).toBe("6:16");
+  });
+
+  it("maps a block scalar indented by 4, with chomping, leading blank lines and `spec.sql`", () => {
+    const text = `${head}sql: |-\n\n    CREATE VIEW v AS\n      SELECT   auctoin FROM events\nsinks: []\n`;
+    expect(at(text, "line 3, column 12: unknown column: auctoin")).toEqual(["6:16", "auctoin FROM events"]);
+    expect(at(text, "line 3, column 12: m", "spec.sql")[0]).toBe("6:16");
+    // An explicit indentation indicator.
+    const explicit = `${head}sql: |2\n    SELECT x\n  FROM events\n`;
+    expect(at(explicit, "line 2, column 6: m")).toEqual(["5:8", "events"]);
+  });
+
+  it("maps a folded block scalar by what its lines become", () => {
+    const text = `${head}sql: >\n  CREATE VIEW v AS\n  SELECT auctoin\n\n  FROM events\n`;
+    // Folded: lines 1 and 2 of the block are SQL line 1, the blank line makes a break.
+    expect(at(text, "line 1, column 25: m")).toEqual(["5:10", "auctoin"]);
+    expect(at(text, "line 2, column 6: m")).toEqual(["7:8", "events"]);
+  });
+
+  it("maps a quoted or plain one-line scalar, and a JSON string", () => {
+    const quoted = `${head}sql: "CREATE VIEW v AS SELECT auctoin FROM events"\n`;
+    expect(at(quoted, "line 1, column 25: unknown column: auctoin")).toEqual(["3:31", 'auctoin FROM events"']);
+    const single = `${head}sql: 'CREATE VIEW v AS SELECT ''a'' AS s, auctoin FROM events'\n`;
+    expect(at(single, "line 1, column 35: m")).toEqual(["3:43", "auctoin FROM events'"]);
+    const plain = `${head}sql: CREATE VIEW v AS SELECT auctoin FROM events\n`;
+    expect(at(plain, "line 1, column 25: m")).toEqual(["3:30", "auctoin FROM events"]);
+    const json = '{\n  "name": "q",\n  "sql": "CREATE VIEW v AS\\n  SELECT \\"a\\", auctoin FROM events"\n}';
+    expect(at(json, "line 2, column 15: m")).toEqual(["3:45", 'auctoin FROM events"']);
+  });
+
+  it("keeps the key's line for a message without a position, or for other fields", () => {
+    const text = `${head}sql: |\n  CREATE VIEW v AS SELECT 1\n`;
+    expect(at(text, "no view q5")[0]).toBe("3:1");
+    expect(at(text, "line 1, column 3: m", "name")[0]).toBe("1:1");
+    expect(at(text, "line 1 column 3: m")[0]).toBe("3:1");
+    // A SQL position past the end of the text: its last line.
+    expect(at(text, "line 7, column 1: m")[0]).toBe("4:3");
+  });
+});
+
 describe("lineRange", () => {
   it("selects a line", () => {
     const t = "ab\ncd\nef";

@@ -7,6 +7,7 @@ import { StateBadge } from "../components/StateBadge";
 
 const TABS = [
   { to: "", label: "Overview", end: true },
+  { to: "dataflow", label: "Dataflow" },
   { to: "checkpoints", label: "Checkpoints" },
   { to: "runs", label: "Runs" },
   { to: "logs", label: "Logs" },

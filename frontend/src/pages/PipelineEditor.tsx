@@ -1,5 +1,5 @@
 import { useMutation, useQueryClient } from "@tanstack/react-query";
-import { useEffect, useId, useMemo, useRef, useState } from "react";
+import { useEffect, useId, useMemo, useRef, useState, type ComponentType } from "react";
 import { Link, useNavigate, useParams } from "react-router";
 import { stringify } from "yaml";
 import { api, ok } from "../api/client";
@@ -8,6 +8,7 @@ import { invalidatePipeline, keys, usePipeline } from "../api/queries";
 import type { PipelineState } from "../api/types";
 import { ConfirmDialog } from "../components/ConfirmDialog";
 import { ErrorNote } from "../components/ErrorNote";
+import type { SpecEditorHandle, SpecEditorProps } from "../components/SpecEditor";
 import { StateBadge } from "../components/StateBadge";
 import { useDebounced } from "../lib/hooks";
 import { composeProblems, lineRange, mapFieldErrors, parseSpec, type SpecProblem } from "../lib/spec";
@@ -18,6 +19,8 @@ type Mode = "create" | "edit";
 
 /** How long typing must pause before the schema check runs. */
 const CHECK_DELAY_MS = 300;
+/** How long typing must pause before the server is asked (when the browser found nothing). */
+const SERVER_CHECK_DELAY_MS = 800;
 
 type SchemaCheck = (text: string) => SpecProblem[];
 
@@ -36,6 +39,23 @@ function useSchemaCheck(): SchemaCheck | null {
     };
   }, []);
   return check;
+}
+
+/** The CodeMirror editor (a chunk of its own with CodeMirror, loaded with the page):
+ * "loading", the component, or "failed" (a plain textarea stands in). */
+function useSpecEditor(): ComponentType<SpecEditorProps> | "loading" | "failed" {
+  const [editor, setEditor] = useState<ComponentType<SpecEditorProps> | "loading" | "failed">("loading");
+  useEffect(() => {
+    let live = true;
+    import("../components/SpecEditor").then(
+      (m) => live && setEditor(() => m.SpecEditor),
+      () => live && setEditor("failed"),
+    );
+    return () => {
+      live = false;
+    };
+  }, []);
+  return editor;
 }
 
 /** Create (`/pipelines/new`) or replace (`/pipelines/:name/edit`) a pipeline's spec. */
@@ -76,9 +96,10 @@ interface EditorProps {
 function Editor({ mode, name, state, initialText, initialDescription }: EditorProps) {
   const qc = useQueryClient();
   const navigate = useNavigate();
-  const ids = { editor: useId(), desc: useId(), template: useId(), problems: useId() };
+  const ids = { editor: useId(), label: useId(), desc: useId(), template: useId(), problems: useId() };
+  const SpecEditor = useSpecEditor();
+  const editor = useRef<SpecEditorHandle>(null);
   const textarea = useRef<HTMLTextAreaElement>(null);
-  const gutter = useRef<HTMLPreElement>(null);
   const [text, setText] = useState(initialText);
   const [description, setDescription] = useState(initialDescription);
   const [templateId, setTemplateId] = useState(TEMPLATES[0]?.id ?? "");
@@ -93,7 +114,10 @@ function Editor({ mode, name, state, initialText, initialDescription }: EditorPr
   const schemaCheck = useSchemaCheck();
   const settledText = useDebounced(text, CHECK_DELAY_MS);
   const schema = useMemo(() => (schemaCheck ? schemaCheck(settledText) : []), [schemaCheck, settledText]);
-  const lines = useMemo(() => text.split("\n").length, [text]);
+  // The text once typing has paused long enough to ask the server about it.
+  const serverText = useDebounced(text, SERVER_CHECK_DELAY_MS);
+  // The last text the live check sent (each text is sent once, even if the request failed).
+  const autoSent = useRef<string | null>(null);
 
   function serverProblems(err: unknown, sent: string): SpecProblem[] | null {
     if (!(err instanceof ApiError)) return null;
@@ -154,9 +178,37 @@ function Editor({ mode, name, state, initialText, initialDescription }: EditorPr
     setConfirmTemplate(false);
   }
 
+  // The live server check: once typing pauses, text that parses and passes the browser's
+  // schema check goes to the server, so what only it finds (a misspelled column in the SQL)
+  // shows without pressing Validate. One request at a time; an answer about an older text
+  // is kept as stale (`server.text`), as for the button.
+  const autoCheck =
+    dirty &&
+    parsed.ok &&
+    schemaCheck !== null &&
+    serverText === text &&
+    settledText === text &&
+    schema.length === 0 &&
+    !validate.isPending &&
+    !save.isPending &&
+    server?.text !== text &&
+    autoSent.current !== text;
+  useEffect(() => {
+    if (autoCheck) {
+      autoSent.current = text;
+      runValidate();
+    }
+    // runValidate reads this render's text and spec, the ones `autoCheck` was computed for.
+  }, [autoCheck, text]);
+
   function goToLine(line: number | undefined) {
+    if (line === undefined) return;
+    if (editor.current) {
+      editor.current.goToLine(line);
+      return;
+    }
     const ta = textarea.current;
-    if (!ta || line === undefined) return;
+    if (!ta) return;
     const [start, end] = lineRange(ta.value, line);
     ta.focus();
     ta.setSelectionRange(start, end);
@@ -165,7 +217,7 @@ function Editor({ mode, name, state, initialText, initialDescription }: EditorPr
   }
 
   const stale = server !== null && server.text !== text;
-  const problems = composeProblems(text, syntax, schema, server);
+  const problems = useMemo(() => composeProblems(text, syntax, schema, server), [text, syntax, schema, server]);
   const otherError =
     (validate.error && !serverProblems(validate.error, text) ? validate.error : null) ??
     (save.error && !serverProblems(save.error, text) ? save.error : null);
@@ -226,33 +278,45 @@ function Editor({ mode, name, state, initialText, initialDescription }: EditorPr
             )}
           </div>
 
-          <label htmlFor={ids.editor} className="block-label">
+          <label id={ids.label} htmlFor={ids.editor} className="block-label" onClick={() => editor.current?.focus()}>
             Spec (YAML or JSON)
           </label>
           <div className={`code-editor${syntax.length ? " has-error" : ""}`}>
-            <pre className="gutter" ref={gutter} aria-hidden="true">
-              {Array.from({ length: lines }, (_, i) => i + 1).join("\n")}
-            </pre>
-            <textarea
-              id={ids.editor}
-              ref={textarea}
-              value={text}
-              onChange={(e) => {
-                setText(e.target.value);
-                setDirty(true);
-              }}
-              onScroll={(e) => {
-                if (gutter.current) gutter.current.scrollTop = e.currentTarget.scrollTop;
-              }}
-              spellCheck={false}
-              autoCapitalize="off"
-              autoCorrect="off"
-              wrap="off"
-              rows={24}
-              aria-describedby={ids.problems}
-              aria-invalid={problems.length > 0 ? true : undefined}
-              data-testid="spec-editor"
-            />
+            {SpecEditor === "loading" ? (
+              <p className="code-editor-loading muted">Loading the editor…</p>
+            ) : SpecEditor !== "failed" ? (
+              <SpecEditor
+                ref={editor}
+                value={text}
+                onChange={(t) => {
+                  setText(t);
+                  setDirty(true);
+                }}
+                problems={problems}
+                id={ids.editor}
+                labelledBy={ids.label}
+                describedBy={ids.problems}
+                invalid={problems.length > 0}
+                testId="spec-editor"
+              />
+            ) : (
+              <textarea
+                id={ids.editor}
+                ref={textarea}
+                value={text}
+                onChange={(e) => {
+                  setText(e.target.value);
+                  setDirty(true);
+                }}
+                spellCheck={false}
+                autoCapitalize="off"
+                autoCorrect="off"
+                wrap="off"
+                aria-describedby={ids.problems}
+                aria-invalid={problems.length > 0 ? true : undefined}
+                data-testid="spec-editor"
+              />
+            )}
           </div>
 
           <label htmlFor={ids.desc} className="block-label">
@@ -298,8 +362,8 @@ function Editor({ mode, name, state, initialText, initialDescription }: EditorPr
           )}
           {problems.length === 0 && !server?.valid && (
             <p className="muted small">
-              Syntax and the spec's schema are checked as you type; “Validate” asks the server, which also checks
-              how the fields refer to each other.
+              Syntax and the spec's schema are checked as you type; once typing pauses and they find nothing, the
+              server is asked (as “Validate” does), which also checks how the fields refer to each other and the SQL.
             </p>
           )}
           {stale && problems.some((p) => p.source === "server") && (
