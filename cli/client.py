@@ -242,6 +242,9 @@ class Api:
             params["since"] = since
         return list(self._json("GET", f"/api/v1/pipelines/{_seg(name)}/metrics", params=params))
 
+    def dataflow(self, name: str) -> Json:
+        return dict(self._json("GET", f"/api/v1/pipelines/{_seg(name)}/dataflow"))
+
     def metric_events(
         self, name: str, backlog: int = 0, after: int | None = None
     ) -> Iterator[Json]:

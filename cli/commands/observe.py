@@ -1,7 +1,8 @@
-"""`spindle runs|logs|metrics NAME`: a pipeline's run history, driver log and metrics.
+"""`spindle runs|logs|metrics|dataflow NAME`: a pipeline's run history, driver log, metrics
+and dataflow.
 
 `logs -f` follows by polling the log tail and printing what was appended; `metrics --watch`
-keeps a live table fed by the Server-Sent Events stream."""
+keeps a live table fed by the Server-Sent Events stream; `dataflow --watch` polls."""
 
 from __future__ import annotations
 
@@ -203,5 +204,65 @@ def metrics(
                         break
             if not con.is_terminal:
                 con.line()  # the final table is printed without one
+        except KeyboardInterrupt:
+            raise typer.Exit(EXIT_OK) from None
+
+
+def _dataflow_table(flow: Json, title: str) -> Table:
+    inputs: dict[str, list[str]] = {}
+    for e in flow.get("edges") or []:
+        inputs.setdefault(str(e["target"]), []).append(str(e["source"]))
+    columns = ["node", "kind", "label", "reads", "rows in", "rows out", "step ms"]
+    t = output.make_table([*columns, "state rows", "state size"], title=title)
+    for n in flow.get("nodes") or []:
+        m = n.get("metrics") or {}
+        t.add_row(
+            str(n["id"]),
+            str(n["kind"]),
+            str(n["label"]),
+            ", ".join(inputs.get(str(n["id"]), [])) or "-",
+            *(output.count(m.get(k)) if m else "-" for k in ("rows_in", "rows_out")),
+            output.millis(m.get("step_ms")) if m else "-",
+            output.count(m.get("state_rows")) if m else "-",
+            output.size(m.get("state_bytes")) if m else "-",
+        )
+    return t
+
+
+def dataflow(
+    name: PipelineArg,
+    watch: Annotated[
+        bool, typer.Option("--watch", "-w", help="Refresh until Ctrl-C (or --count).")
+    ] = False,
+    interval: Annotated[float, typer.Option(min=0.2, help="Seconds between polls.")] = 2.0,
+    count: Annotated[int | None, typer.Option(min=1, help="With --watch: N refreshes.")] = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """The dataflow: input, operators, views and sinks, each stateful operator with its
+    rows in and out, time and state in the newest step."""
+    if watch and json_output:
+        raise usage("--json cannot be combined with --watch")
+    with connect() as api:
+        flow = api.dataflow(name)
+        if json_output:
+            output.emit_json(flow)
+            return
+
+        def title(f: Json) -> str:
+            return f"{name}: dataflow as of step {output.dash(f.get('step'))}"
+
+        if not watch:
+            output.show(_dataflow_table(flow, title(flow)))
+            return
+        con, shown = output.stdout(), 0
+        try:
+            with Live(_dataflow_table(flow, title(flow)), console=con, auto_refresh=False) as live:
+                while count is None or shown < count:
+                    time.sleep(interval)
+                    flow = api.dataflow(name)
+                    live.update(_dataflow_table(flow, title(flow)), refresh=True)
+                    shown += 1
+            if not con.is_terminal:
+                con.line()
         except KeyboardInterrupt:
             raise typer.Exit(EXIT_OK) from None

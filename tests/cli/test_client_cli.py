@@ -387,6 +387,11 @@ def test_datagen_pipeline_lifecycle(cli: Cli, plat: Platform) -> None:
     assert samples == sorted(samples, key=lambda s: s["ts"])
     r = cli("metrics", CLICKS, "--watch", "--count", "2", "--limit", "3", sub=True)
     assert "rows in" in r.stdout and "state rows" in r.stdout
+    flow = cli.json("dataflow", CLICKS)
+    (op,) = [n for n in flow["nodes"] if n["operator"]]
+    assert op["id"] == "per_user" and op["metrics"]["state_rows"] > 0 and flow["step"] > 0
+    r = cli("dataflow", CLICKS, "--watch", "--count", "1", "--interval", "0.2", sub=True)
+    assert "per_user" in r.stdout and "aggregate" in r.stdout and "table:source" in r.stdout
 
     # Stopped from paused: the state is still open, so the final checkpoint is taken.
     assert cli.json("pause", CLICKS, "--wait", *WAIT)["state"] == "paused"

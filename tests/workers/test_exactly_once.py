@@ -12,6 +12,7 @@ import random
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -85,8 +86,12 @@ trigger: {{interval: 100ms}}
     return p
 
 
-def run(tmp: Path, spec_path: Path, kill_after: float | None, *args: str) -> int | None:
-    """One run of the runner; SIGKILLed after `kill_after` seconds if given."""
+def run(
+    tmp: Path, spec_path: Path, kill_after: float | None, *args: str, after_steps: int = 0
+) -> int | None:
+    """One run of the runner; SIGKILLed after `kill_after` seconds if given, counted from
+    its start or from its `after_steps`-th step (in its metrics file), so that the kill
+    lands among the steps however long Spark took to start."""
     cmd = [
         sys.executable,
         "-m",
@@ -100,6 +105,8 @@ def run(tmp: Path, spec_path: Path, kill_after: float | None, *args: str) -> int
         *args,
     ]
     err = tmp / "run.err"
+    metrics = tmp / "state" / "metrics.jsonl"
+    steps_before = _steps(metrics)
     p = subprocess.Popen(
         cmd,
         cwd=ROOT,
@@ -108,6 +115,8 @@ def run(tmp: Path, spec_path: Path, kill_after: float | None, *args: str) -> int
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     try:
+        if after_steps and kill_after is not None:
+            _wait_for_steps(metrics, steps_before + after_steps, p)
         p.wait(timeout=kill_after if kill_after is not None else 300)
     except subprocess.TimeoutExpired:
         if kill_after is None:
@@ -117,6 +126,22 @@ def run(tmp: Path, spec_path: Path, kill_after: float | None, *args: str) -> int
         return None
     assert p.returncode == 0, err.read_text()[-3000:]
     return p.returncode
+
+
+def _steps(metrics: Path) -> int:
+    """How many steps the runs have recorded in the metrics file (its lines but events)."""
+    if not metrics.exists():
+        return 0
+    lines = metrics.read_text().splitlines()
+    return sum(1 for x in lines if x.endswith("}") and '"event": ' not in x)
+
+
+def _wait_for_steps(metrics: Path, steps: int, p: subprocess.Popen[bytes]) -> None:
+    """Until the metrics file holds `steps` steps, or the run `p` has ended."""
+    deadline = time.monotonic() + 300
+    while _steps(metrics) < steps and p.poll() is None:
+        assert time.monotonic() < deadline, f"no step {steps} within 300 s"
+        time.sleep(0.05)
 
 
 def integrate_files(rows: list[dict[str, Any]], cols: list[str]) -> Counter[tuple[Any, ...]]:
@@ -244,6 +269,11 @@ def assert_batch_result(tmp_path: Path, spark: SparkSession, pg_dsn: str, bad: i
     # Every step's change rows were written once: no step appears twice in the files.
     steps = [r[STEP] for r in agg]
     assert len(set(steps)) == len({p.name for p in (tmp_path / "out-agg").iterdir()})
+    assert_dead_letters(tmp_path, bad)
+
+
+def assert_dead_letters(tmp_path: Path, bad: int) -> None:
+    """Each of write_input's `bad` malformed lines is a dead letter, once."""
     letters = [
         json.loads(x)
         for f in (tmp_path / "state" / "dead-letters").iterdir()
