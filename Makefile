@@ -30,7 +30,7 @@ lint: bootstrap
 # platform's servers, killed and restarted children), so two pytest workers halve it even on
 # two cores. Whole files go to one worker: each module keeps its one Spark session.
 TEST_WORKERS ?= 2
-PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=30
 
 test: lint services browser ui-check
 	$(PYTEST)
