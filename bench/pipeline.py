@@ -556,14 +556,20 @@ def _wait_spare(root: Path) -> None:
 def _kill_the_driver(metrics: Path) -> dict[str, Any]:
     """SIGKILL the platform's running driver; the recovery's times."""
     pid = int(events(metrics, "started")[-1]["pid"])  # a spare's run, or a cold one
-    before, runs = len(_records(metrics)), len(events(metrics, "started"))
+    runs = len(events(metrics, "started"))
     os.kill(pid, signal.SIGKILL)
     killed = time.time()
-    _wait_steps(metrics, before + 1)
-    first = _records(metrics)[before]["ts"]
-    while len(events(metrics, "started")) <= runs:  # written right after that step
+    deadline = time.monotonic() + 300
+    while len(events(metrics, "started")) <= runs:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the platform's pipeline did not restart in time")
         time.sleep(0.02)
-    new_run = events(metrics, "started")[-1]
+    # The new run writes `started` right after its first step; the killed driver may have
+    # written a step after our last look, so the first step is the one before `started`.
+    records = _all_records(metrics)
+    at = max(i for i, r in enumerate(records) if r.get("event") == "started")
+    first = next(r for r in reversed(records[:at]) if "step" in r)["ts"]
+    new_run = records[at]
     driver, spare = float(new_run["total_ms"]), bool(new_run["spare"])
     total = (first - killed) * 1000
     return {
