@@ -153,6 +153,8 @@ class Run(Base):
     number: Mapped[int] = mapped_column(Integer)  # 1, 2, ... per pipeline
     state: Mapped[RunState] = mapped_column(_enum(RunState, "run_state"))
     from_checkpoint: Mapped[str] = mapped_column(String(64), default="latest")
+    # Operators that start empty if their state no longer fits the query (`*`: all such).
+    drop_state: Mapped[list[str] | None] = mapped_column(JSON(none_as_null=True), default=None)
     restored_checkpoint: Mapped[str | None] = mapped_column(String(36), default=None)
     restart_count: Mapped[int] = mapped_column(Integer, default=0)  # consecutive automatic
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -156,8 +156,12 @@ class Api:
     def delete_pipeline(self, name: str) -> None:
         self.request("DELETE", f"/api/v1/pipelines/{_seg(name)}")
 
-    def start(self, name: str, from_checkpoint: str = "latest") -> Json:
-        params = {"from_checkpoint": from_checkpoint}
+    def start(
+        self, name: str, from_checkpoint: str = "latest", drop_state: Sequence[str] = ()
+    ) -> Json:
+        params: dict[str, str | list[str]] = {"from_checkpoint": from_checkpoint}
+        if drop_state:
+            params["drop_state"] = list(drop_state)
         return dict(self._json("POST", f"/api/v1/pipelines/{_seg(name)}/start", params=params))
 
     def stop(self, name: str, checkpoint: bool = False) -> Json:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Annotated, Any
 
 import typer
@@ -18,6 +18,9 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 
 from .client import ServerError
+
+# A field error's (field, message) -> its position in the user's file, or None.
+Locate = Callable[[str, str], str | None]
 
 JsonOpt = Annotated[
     bool, typer.Option("--json", help="Print one JSON document on stdout instead of text.")
@@ -64,12 +67,15 @@ def error(text: str) -> None:
     _console(stderr=True).print(f"error: {text}")
 
 
-def server_error(e: ServerError) -> None:
-    """The server's message verbatim, then each field error, on stderr."""
+def server_error(e: ServerError, locate: Locate | None = None) -> None:
+    """The server's message verbatim, then each field error, on stderr; `locate` gives a
+    field error's position in the user's file, if it knows one."""
     err = _console(stderr=True)
     err.print(f"error: {e.message}")
     for f, m in e.errors:
-        err.print(f"  {f}: {m}" if f else f"  {m}")
+        at = locate(f, m) if locate is not None else None
+        text = f"{m} (at {at})" if at else m
+        err.print(f"  {f}: {text}" if f else f"  {text}")
 
 
 def make_table(columns: Sequence[str], title: str | None = None) -> Table:

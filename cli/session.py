@@ -34,8 +34,10 @@ def target() -> config.Target:
         raise typer.Exit(EXIT_USAGE) from None
 
 
-def fail(e: ServerError, t: config.Target | None = None) -> typer.Exit:
-    output.server_error(e)
+def fail(
+    e: ServerError, t: config.Target | None = None, locate: output.Locate | None = None
+) -> typer.Exit:
+    output.server_error(e, locate)
     if e.status == 401 and t is not None and t.token is None:
         output.note(
             "hint: no token is configured; export SPINDLE_TOKEN or run "
@@ -45,14 +47,15 @@ def fail(e: ServerError, t: config.Target | None = None) -> typer.Exit:
 
 
 @contextmanager
-def connect(timeout_s: float = 30.0) -> Iterator[Api]:
-    """An Api for the selected target; a ServerError inside the block exits 1."""
+def connect(timeout_s: float = 30.0, locate: output.Locate | None = None) -> Iterator[Api]:
+    """An Api for the selected target; a ServerError inside the block exits 1 (`locate`:
+    where its field errors are in the user's file, `output.server_error`)."""
     t = target()
     try:
         with Api(t.url, t.token, timeout_s=timeout_s) as api:
             yield api
     except ServerError as e:
-        raise fail(e, t) from None
+        raise fail(e, t, locate) from None
 
 
 def usage(message: str) -> typer.Exit:

@@ -46,6 +46,8 @@ DSN_VARIABLE = re.compile(r"\$\{(\w+)\}")
 DSN_VARIABLE_PREFIX = "SPINDLE_SINK_"
 NAME_RE = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 OP_RE = r"^[A-Za-z0-9_.-]{1,128}$"
+# A run's `drop_state` entry: an operator's id, or `*` (every one whose state does not fit).
+DROP_STATE_RE = r"^(\*|[A-Za-z0-9_.-]{1,128})$"
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(us|ms|s|m|h|d)\s*$")
 _UNIT_S = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 

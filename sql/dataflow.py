@@ -9,13 +9,18 @@ views (a view read by others) is computed once per step.
 
 Operator ids are `<view>.<kind><n>`, numbered in the order the view's plan is walked
 (inputs first, left before right): the same SQL gives the same ids, so a restored checkpoint
-finds its state.
+finds its state. Each operator's fingerprint covers its layout and its plan down to the
+input tables (an operator below it by that operator's fingerprint): a change to the query
+changes the fingerprints of the operators it reaches, and only theirs (internal column
+names are numbered per view, so other views keep theirs).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
-from collections.abc import Iterator, Mapping
+import json
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +37,7 @@ from storage_engine.circuit import (
     OperatorMetrics,
     TopN,
 )
-from storage_engine.circuit.operator import consolidate, empty_delta, weighted
+from storage_engine.circuit.operator import consolidate, empty_delta, fingerprint, weighted
 from storage_engine.commit import CommitHandle
 from storage_engine.location import StorageLocation
 from storage_engine.schema import WEIGHT
@@ -67,7 +72,7 @@ class Dataflow:
         for name, view in self.views.items():
             counter = itertools.count()
             self._walk(view.root, name, counter)
-        self.circuit = Circuit([s.op for s in self._stateful.values()])
+        self.circuit = Circuit([s.op for s in self._stateful.values()], self._upstream())
         self.operators = self.circuit.operators
         self._first = True
 
@@ -109,6 +114,39 @@ class Dataflow:
         if op is not None:
             self._stateful[id(node)] = op
 
+    def _upstream(self) -> dict[str, str]:
+        """Per operator id, what its fingerprint covers (`Circuit(upstream=...)`): its layout
+        and its plan node down to the input tables."""
+        out: dict[str, str] = {}
+        fps: dict[int, str] = {}
+        for node in self._order:  # inputs before their readers
+            st = self._stateful.get(id(node))
+            if st is None:
+                continue
+            text = json.dumps(st.op.describe(), sort_keys=True, default=str)
+            out[st.op.id] = f"{text}|{self._describe(node, fps, top=True)}"
+            fps[id(node)] = fingerprint([{"operator": out[st.op.id]}])
+        return out
+
+    def _describe(self, node: P.Node, fps: Mapping[int, str], top: bool = False) -> str:
+        if not top and id(node) in fps:
+            return f"<{fps[id(node)]}>"  # a stateful node below: its fingerprint
+        if isinstance(node, P.ViewRef):
+            return self._describe(self._roots[node.view], fps)
+        parts = []
+        for f in dataclasses.fields(node):
+            v = getattr(node, f.name)
+            if isinstance(v, tuple) and v and all(_is_node(x) for x in v):
+                parts.append(f"{f.name}=[{','.join(self._describe(x, fps) for x in v)}]")
+            elif _is_node(v):
+                parts.append(f"{f.name}={self._describe(v, fps)}")
+            else:
+                parts.append(f"{f.name}={v!r}")
+        return f"{type(node).__name__}({', '.join(parts)})"
+
+    def changed_operators(self, fingerprint: str, metadata: Mapping[str, Any]) -> list[str]:
+        return self.circuit.changed_operators(fingerprint, metadata)
+
     def _operator(self, node: P.Node, view: str, counter: Iterator[int]) -> _Stateful | None:
         if isinstance(node, P.Aggregate):
             op_id = f"{view}.agg{next(counter)}"
@@ -145,10 +183,10 @@ class Dataflow:
             return _Stateful(op, ("in",))
         return None
 
-    def open(self, location: StorageLocation) -> None:
+    def open(self, location: StorageLocation, drop: Collection[str] = ()) -> None:
         """Bind the stateful operators to `location` (opened with `fingerprint`) and restore
-        their state from its opened checkpoint."""
-        self.circuit.open(location)
+        their state from its opened checkpoint (those in `drop` start empty)."""
+        self.circuit.open(location, drop)
         # A new pipeline's first step brings the rows of aggregates without GROUP BY.
         self._first = location.restored is None
 
@@ -270,3 +308,7 @@ def _with_right_keys(node: P.Join, out: pa.Table) -> pa.Table:
 
 
 __all__ = ["Dataflow"]
+
+
+def _is_node(v: object) -> bool:
+    return dataclasses.is_dataclass(v) and hasattr(v, "schema") and not isinstance(v, type)

@@ -1,5 +1,6 @@
 """The logical plan of a view: a tree of relational operators over Z-sets, every column named
-by an internal name unique in the whole pipeline's plan (`c<n>`) and typed in Arrow.
+by an internal name unique in the whole pipeline's plan (`<view>.c<n>`, numbered per view)
+and typed in Arrow.
 
 Linear operators (`Filter`, `Project`, `UnionAll`) apply to a step's delta as they would to a
 table; the others keep state in the engine (`dataflow.py` maps each onto a

@@ -76,6 +76,9 @@ class Planner:
         # Bounds on ranks (`rn <= N`) of the query whose FROM is being planned, for the
         # ROW_NUMBER of the subquery there (ranking.py).
         self._bounds: dict[str, int] = {}
+        # Internal names are numbered per view (`<view>.c<n>`): a change to one view leaves
+        # every other view's columns, and so its operators' state layouts, as they were.
+        self._view = ""
         self._names = itertools.count()
 
     def plan(self) -> dict[str, PlannedView]:
@@ -88,6 +91,7 @@ class Planner:
                     Problem(f"view {view.name!r} has the name of a table", view.line, view.column)
                 )
                 continue
+            self._view, self._names = view.name, itertools.count()
             try:
                 rel = self._query(view.query, {})
             except SqlError as e:
@@ -115,7 +119,7 @@ class Planner:
     # -- helpers --
 
     def _fresh(self) -> str:
-        return f"c{next(self._names)}"
+        return f"{self._view}.c{next(self._names)}"
 
     def _error(self, node: exp.Expr, message: str) -> SqlError:
         line, col = self.script.at(node)

@@ -143,6 +143,7 @@ class StorageLocation(CheckpointWriter, Collector):
         fingerprint: str = "",
         checkpoint: str | None = "latest",
         allow_state_drop: bool = False,
+        check_fingerprint: bool = True,
         settings: EngineSettings | None = None,
         fs: FileLayer | None = None,
         clock: Callable[[], float] = time.time,
@@ -155,7 +156,9 @@ class StorageLocation(CheckpointWriter, Collector):
         """Open (creating if needed) and restore `checkpoint`: "latest", "none"/None, a uuid
         or an identifier. `fingerprint` identifies the circuit's stateful part; restoring a
         checkpoint taken with another fingerprint fails unless `allow_state_drop`, which then
-        starts from empty state. `read_only` takes no lock, cleans nothing, and cannot commit.
+        starts from empty state, or unless not `check_fingerprint`: the caller then decides
+        which of its state still fits (`start_empty`). `read_only` takes no lock, cleans
+        nothing, and cannot commit.
 
         With `remote`, checkpoints are also uploaded to that object-store prefix, and this
         location becomes its only writer (fencing any other). `from_remote` first restores
@@ -174,6 +177,7 @@ class StorageLocation(CheckpointWriter, Collector):
                 checkpoint = pulled.checkpoint.uuid
                 skipped = set(pulled.skipped)
         loc = cls(path, settings or EngineSettings(), fs, clock, read_only)
+        loc._fingerprint = fingerprint  # what its commits record
         try:
             if remote is not None:
                 loc.remote = RemoteTier(
@@ -185,7 +189,7 @@ class StorageLocation(CheckpointWriter, Collector):
                     lambda: [c.uuid for c in loc._manifest.lineage(loc._manifest.head)],
                     cache_dir=tempfile.mkdtemp(prefix="spindle-cache-") if read_only else None,
                 )
-            loc._open(fingerprint, checkpoint, allow_state_drop)
+            loc._open(fingerprint if check_fingerprint else None, checkpoint, allow_state_drop)
             if loc.remote is not None and not read_only:
                 loc.remote.claim(loc._manifest, drop=skipped | pulled_skipped(fs, loc.path))
                 if fs.exists(loc._p(PULL_SKIPPED)):
@@ -196,9 +200,11 @@ class StorageLocation(CheckpointWriter, Collector):
             raise
         return loc
 
-    def _open(self, fingerprint: str, checkpoint: str | None, allow_state_drop: bool) -> None:
+    def _open(
+        self, fingerprint: str | None, checkpoint: str | None, allow_state_drop: bool
+    ) -> None:
+        """`fingerprint` None: restore whatever fingerprint the checkpoint has."""
         fs = self.fs
-        self._fingerprint = fingerprint
         if not fs.isdir(self.path):
             if self.read_only:
                 raise StorageError(f"{self.path}: no such storage location")
@@ -245,7 +251,7 @@ class StorageLocation(CheckpointWriter, Collector):
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         self._lock_fd = fd
 
-    def _restore(self, fingerprint: str, ref: str | None, allow_state_drop: bool) -> None:
+    def _restore(self, fingerprint: str | None, ref: str | None, allow_state_drop: bool) -> None:
         if ref in (None, "none"):
             self._move_head(None)
             return
@@ -259,7 +265,7 @@ class StorageLocation(CheckpointWriter, Collector):
             if found is None:
                 raise CheckpointNotFoundError(f"{self.path}: no checkpoint {ref!r}")
             info = found
-        if info.fingerprint != fingerprint:
+        if fingerprint is not None and info.fingerprint != fingerprint:
             if not allow_state_drop:
                 raise FingerprintMismatchError(
                     f"checkpoint {info.uuid} was taken by a circuit with fingerprint "
@@ -337,6 +343,19 @@ class StorageLocation(CheckpointWriter, Collector):
         sp = Spine(op_id, schema, self, files, lower)
         self._spines[op_id] = sp
         return sp
+
+    @property
+    def restored_spines(self) -> list[str]:
+        """The ids of the spines the restored checkpoint holds."""
+        return list(self._restored_spines)
+
+    def start_empty(self, spine_ids: Iterable[str]) -> None:
+        """These spines open empty, although the restored checkpoint has them (the state of
+        an operator that no longer fits, dropped)."""
+        for i in spine_ids:
+            if i in self._spines:
+                raise ValueError(f"spine {i!r} is already open")
+            self._restored_spines.pop(i, None)
 
     def spines(self) -> list[Spine]:
         """The spines opened so far (for metrics and tools)."""

@@ -87,6 +87,13 @@ def run_cmd(
     spec_file: Annotated[Path, typer.Argument(help="Pipeline spec (YAML or JSON).")],
     storage: Annotated[str, typer.Option(help="The pipeline's storage location.")],
     from_checkpoint: Annotated[str, typer.Option(help="latest, none, or a uuid.")] = "latest",
+    drop_state: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="An operator whose state no longer fits the changed query starts empty "
+            "(repeat for several; `*`: all that do not fit). Others keep their state."
+        ),
+    ] = None,
     max_steps: Annotated[int | None, typer.Option(help="Stop after N steps.")] = None,
     stop_when_idle: Annotated[
         float | None, typer.Option(help="Stop after S seconds without a step.")
@@ -166,6 +173,7 @@ def run_cmd(
             spec,
             storage,
             from_checkpoint=from_checkpoint,
+            drop_state=drop_state or (),
             base_dir=base_dir,
             files_roots=files_root,
             spark=spark,

@@ -76,6 +76,7 @@ def prepare(db: Database, settings: Settings, run_id: int) -> Launch | None:
             *(["--remote", remote] if remote else []),
         ]
         own = ["--from-checkpoint", run.from_checkpoint, "--run-id", str(run.id)]
+        own += [a for op in run.drop_state or [] for a in ("--drop-state", op)]
         return Launch(p.name, driver, own, spec_text, log_path, run.from_checkpoint, run.id)
 
 

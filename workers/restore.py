@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from storage_engine import StorageLocation
@@ -91,37 +91,64 @@ def open_state(
     ) from failed
 
 
+# `drop_state` holding this: every operator whose state does not fit starts empty.
+DROP_ALL = "*"
+
+
 def open_circuit_state(
     storage: str,
     circuit: Stepper,
     from_checkpoint: str,
     *,
-    allow_state_drop: bool,
+    drop_state: Collection[str] = (),
     remote: ObjectStoreLike | None,
     fallback: bool,
 ) -> tuple[StorageLocation, list[Skipped]]:
     """`open_state` of a run's storage location, with `circuit`'s operators opened on it.
     On a machine without the local copy, the location is restored from the object store
-    (`remote`) first."""
+    (`remote`) first. An operator whose state in the checkpoint no longer fits (a changed
+    query: `Stepper.changed_operators`) starts empty if `drop_state` names it (or holds
+    `DROP_ALL`); the others keep theirs. Otherwise the restore is refused, naming them."""
 
     def opener(checkpoint: str, read_only: bool) -> StorageLocation:
         loc = StorageLocation.open(
             storage,
             fingerprint=circuit.fingerprint,
             checkpoint=checkpoint,
-            allow_state_drop=allow_state_drop,
+            check_fingerprint=False,
             read_only=read_only,
             remote=None if read_only else remote,
             from_remote=not read_only and remote is not None and restorable_from(remote, storage),
         )
         try:
-            circuit.open(loc)
+            circuit.open(loc, _state_to_drop(loc, circuit, drop_state))
         except BaseException:
             loc.close()
             raise
         return loc
 
     return open_state(storage, from_checkpoint, opener, fallback)
+
+
+def _state_to_drop(
+    loc: StorageLocation, circuit: Stepper, drop_state: Collection[str]
+) -> list[str]:
+    """The operators that start empty; FingerprintMismatchError if one that must is not
+    in `drop_state`."""
+    info = loc.restored
+    if info is None:
+        return []
+    changed = circuit.changed_operators(info.fingerprint, loc.metadata)
+    refused = [] if DROP_ALL in drop_state else [i for i in changed if i not in drop_state]
+    if refused:
+        raise FingerprintMismatchError(
+            f"the pipeline changed since checkpoint {info.uuid} (step {info.step}): the state "
+            f"of {', '.join(refused)} no longer fits the query (new or changed operators, "
+            "or ones reading a changed one). Start with their state dropped (drop_state: "
+            "they start empty and see only input after that step; the other operators keep "
+            "theirs), or from no checkpoint"
+        )
+    return changed
 
 
 def restorable_from(remote: ObjectStoreLike, storage: str) -> bool:
@@ -139,4 +166,11 @@ def _manifest(path: str) -> Manifest:
     return Manifest(listing.checkpoints, listing.head)
 
 
-__all__ = ["Skipped", "StateError", "open_circuit_state", "open_state", "restorable_from"]
+__all__ = [
+    "DROP_ALL",
+    "Skipped",
+    "StateError",
+    "open_circuit_state",
+    "open_state",
+    "restorable_from",
+]

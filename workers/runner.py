@@ -45,6 +45,7 @@ from .batch_jobs import BatchJobs, PreAggregate
 from .checkpointing import Checkpointing
 from .dead_letters import DeadLetters
 from .durability import DurabilityWatch
+from .offset_log import OffsetLog
 from .plan import Plan, plan
 from .pre_aggregation import JobTables, MicroBatch
 from .progress import QueryProgress, ReadAhead
@@ -61,6 +62,8 @@ TAKEOVER_LOCK_WAIT_S = 30.0  # a spare taking over waits this long for the locat
 # A query that fails outside a step is started again (from the run's offset) this many times
 # in a row before the run fails: see Runner._run.
 QUERY_RESTARTS = 2
+# Every this many steps the offset log drops the entries no checkpoint can redo.
+OFFSET_LOG_TRIM_STEPS = 64
 
 log = logging.getLogger("spindle.runner")
 
@@ -82,7 +85,7 @@ class Runner:
         from_checkpoint: str = "latest",
         base_dir: str = ".",
         metrics_path: str | None = None,
-        allow_state_drop: bool = False,
+        drop_state: Sequence[str] = (),
         spark: SparkSession | None = None,
         own_retention: bool = True,
         metrics_sinks: list[MetricsSink] | None = None,
@@ -112,7 +115,7 @@ class Runner:
             storage,
             self.plan.circuit,
             from_checkpoint,
-            allow_state_drop=allow_state_drop,
+            drop_state=drop_state,
             remote=remote,
             fallback=spec.checkpoint.on_corruption == "fallback",
         )
@@ -172,9 +175,17 @@ class Runner:
         self._last_step_at = time.monotonic()
         self._busy = False
         self.error: BaseException | None = None
+        # The steps after the restored one that a previous run logged (`OffsetLog`): each
+        # is redone with its logged end offset before the query takes new input.
+        self.offset_log = OffsetLog(storage)
+        self._table = spec.source.table
+        pending = self.offset_log.pending(self.step, {self._table: self.offset})
+        self._replay = [entry[self._table][1] for entry in pending]
         # The first batch, read while the query starts: the run's first step
         # (`_first_step_ahead`).
-        self._ahead = self.input.read_ahead(self.offset, self._tables_ahead)
+        self._ahead = self.input.read_ahead(
+            self.offset, self._tables_ahead, self._replay[0] if self._replay else None
+        )
 
     # -- one micro-batch = one step --
 
@@ -233,6 +244,31 @@ class Runner:
             self._step(self.jobs.micro_batch(ahead.rows()), t0)
         self._last_step_at = time.monotonic()
 
+    def _replay_step(self) -> None:
+        """Redo the next logged step (`_replay`) with its logged end offset, from the
+        driver, before the query starts: a step redone after a crash reads exactly the input
+        it read the first time."""
+        with self.step_lock:
+            t0 = time.perf_counter()
+            step = self.step
+            rows = self.input.rows(self.offset, self._replay[0])
+            if rows is not None:
+                self._step(self.jobs.micro_batch(rows), t0)
+            if self.step == step:
+                self._replay = []  # nothing to redo there: new input from here on
+        self._last_step_at = time.monotonic()
+
+    def _log_offsets(self, step: int, end: int) -> None:
+        """Make step `step`'s input durable before its output reaches a sink, unless it is
+        the replay of a logged step with that input."""
+        if self._replay and self._replay[0] == end:
+            self._replay.pop(0)
+        else:
+            self._replay = []
+            self.offset_log.record(step, {self._table: (self.offset, end)})
+        if step % OFFSET_LOG_TRIM_STEPS == 0 and (cps := self.loc.list_checkpoints()):
+            self.offset_log.truncate_through(cps[0].step)
+
     def _step(self, batch: MicroBatch, t0: float) -> None:
         """One engine step over a micro-batch Spark computed (`t0`: when the batch began)."""
         if batch.end is None:
@@ -240,6 +276,7 @@ class Runner:
         first = not self._reported
         end, oldest = batch.end, batch.oldest
         step = self.step + 1
+        self._log_offsets(step, int(end))
         bad_rows = self.dead_letters.write(step, batch.bad)
         spark_ms = (time.perf_counter() - t0) * 1000
         if first:
@@ -399,6 +436,11 @@ class Runner:
                 if self._max_steps_reached():
                     break
                 continue  # then the query, unless the run was told to exit or pause
+            if self._replay:
+                self._replay_step()
+                if self._max_steps_reached():
+                    break
+                continue
             self._draining = False
             q = self._query()
             if not self._reported:

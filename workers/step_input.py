@@ -55,16 +55,21 @@ class StepInput:
         return self.files.rows()
 
     def read_ahead(
-        self, start: int, tables: Callable[[DataFrame], tuple[bool, JobTables]]
+        self,
+        start: int,
+        tables: Callable[[DataFrame], tuple[bool, JobTables]],
+        end: int | None = None,
     ) -> ReadAhead | None:
         """Start reading the batch a step from `start` would take (a files source's files,
         as many as a step takes; a log source's records, as many as a step takes of those
-        in the log now), and computing its tables (`tables`, on the rows' DataFrame).
-        Files and log records are immutable, so the result is that batch's. None for a
-        datagen source, or when there is nothing to read yet."""
+        in the log now; up to `end` if given: a logged step's), and computing its tables
+        (`tables`, on the rows' DataFrame). Files and log records are immutable, so the
+        result is that batch's. None for a datagen source, or when there is nothing to read
+        yet."""
         src = self.source
         if isinstance(src, S.LogSource):
-            end = min(self.input_log().end(), start + src.max_records_per_step)
+            if end is None:
+                end = min(self.input_log().end(), start + src.max_records_per_step)
             if end <= start:
                 return None  # the query waits for records
             frame: list[DataFrame] = []
@@ -76,18 +81,19 @@ class StepInput:
             return ReadAhead(end, log_job, lambda: frame[0])
         if not isinstance(src, S.FilesSource) or self.files is None:
             return None
-        names = list_input_files(src.path, self.roots)[start : start + src.max_files_per_step]
+        stop = start + src.max_files_per_step if end is None else end
+        names = list_input_files(src.path, self.roots)[start:stop]
         if not names:
             return None
         paths = [os.path.join(src.path, n) for n in names]
-        end = start + len(paths)
+        last = start + len(paths)
         files = self.files
 
         def files_job() -> tuple[bool, JobTables]:
-            files.read(paths, end)
+            files.read(paths, last)
             return tables(files.rows())
 
-        return ReadAhead(end, files_job, files.rows, paths)
+        return ReadAhead(last, files_job, files.rows, paths)
 
     def driver_frame(self, start: int, end: int) -> DataFrame:
         """A log or datagen source's rows [start, end), as its reader gives them (the log's

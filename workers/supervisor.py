@@ -66,12 +66,17 @@ def _supervise(db: Database, settings: Settings, queue: TaskQueue, run_id: int) 
             assert run is not None
             log_path = launch.log_path if spare is None else spare.log_path
             lifecycle.driver_launched(run, proc.pid, log_path)
-        beat = functools.partial(_starting_heartbeat, db, run_id)
+        beat = functools.partial(_starting_heartbeat, db, run_id, proc.pid)
         up = functools.partial(SPARES.ensure, settings) if settings.spare_driver else None
         code = _wait(proc, beat, settings.heartbeat_s, up)
         with db.session() as s:
             run = s.get(Run, run_id)
-            assert run is not None
+            if run is None or run.pid != proc.pid:
+                # The pipeline was deleted while this driver still ran (its run given up
+                # for lost, the pipeline then stopped): the id may be another run's now.
+                log.warning("run %s: driver pid %s exited (%s); the run is gone", run_id,
+                            proc.pid, code)  # fmt: skip
+                return
             outcome = lifecycle.run_exited(s, run, code, tail(log_path))
             log.info("run %s: %s", run_id, run.exit_reason)
             leftover = [] if outcome.relaunch else ops.pending_ids(s, run.pipeline_id)
@@ -129,10 +134,10 @@ def reap(
     return mine
 
 
-def _starting_heartbeat(db: Database, run_id: int) -> bool:
-    """`lifecycle.vouch_starting`: True while the run is starting."""
+def _starting_heartbeat(db: Database, run_id: int, pid: int) -> bool:
+    """`lifecycle.vouch_starting`: True while the run (driven by `pid`) is starting."""
     with db.session() as s:
-        return lifecycle.vouch_starting(s, run_id)
+        return lifecycle.vouch_starting(s, run_id, pid)
 
 
 def _wait(

@@ -62,6 +62,7 @@ class RunOut(Out):
     number: int
     state: RunState
     from_checkpoint: str
+    drop_state: list[str] | None = None
     restored_checkpoint: str | None
     restart_count: int
     created_at: dt.datetime

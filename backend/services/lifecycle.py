@@ -58,13 +58,20 @@ def latest_run(s: Session, p: Pipeline) -> Run | None:
     return s.scalar(select(Run).where(Run.pipeline_id == p.id).order_by(Run.id.desc()).limit(1))
 
 
-def _new_run(s: Session, p: Pipeline, from_checkpoint: str, restart_count: int) -> Run:
+def _new_run(
+    s: Session,
+    p: Pipeline,
+    from_checkpoint: str,
+    restart_count: int,
+    drop_state: list[str] | None = None,
+) -> Run:
     last = latest_run(s, p)
     run = Run(
         pipeline_id=p.id,
         number=(last.number + 1) if last else 1,
         state=RunState.starting,
         from_checkpoint=from_checkpoint,
+        drop_state=drop_state or None,
         restart_count=restart_count,
     )
     s.add(run)
@@ -88,14 +95,19 @@ def _claim_start(s: Session, p: Pipeline) -> bool:
     return bool(getattr(done, "rowcount", 0) == 1)
 
 
-def start(s: Session, p: Pipeline, from_checkpoint: str = "latest") -> Run:
+def start(
+    s: Session, p: Pipeline, from_checkpoint: str = "latest", drop_state: list[str] | None = None
+) -> Run:
+    """A new run from `from_checkpoint`; `drop_state`: the operators that start empty if
+    the query changed since (the run's restarts keep it, until a checkpoint of the changed
+    query makes it moot)."""
     if p.state not in (PipelineState.stopped, PipelineState.failed):
         raise Conflict(f"pipeline {p.name!r} is {p.state.value}; stop it first")
     if not _claim_start(s, p):
         raise Conflict(f"pipeline {p.name!r} changed state at the same time; try again")
     if from_checkpoint == "latest" and p.restore_point:
         from_checkpoint = p.restore_point
-    run = _new_run(s, p, from_checkpoint, 0)
+    run = _new_run(s, p, from_checkpoint, 0, drop_state)
     p.desired_state = DesiredState.running
     p.state = PipelineState.starting
     p.error = None
@@ -138,12 +150,13 @@ def driver_launched(run: Run, pid: int, log_path: str) -> None:
     run.log_path = log_path
 
 
-def vouch_starting(s: Session, run_id: int) -> bool:
-    """While the driver starts (Spark takes seconds), its supervisor heartbeats for it; once
-    running, the driver's own control loop does. True while the run is starting."""
+def vouch_starting(s: Session, run_id: int, pid: int) -> bool:
+    """While the driver `pid` starts (Spark takes seconds), its supervisor heartbeats for
+    it; once running, the driver's own control loop does. True while the run is starting.
+    (The pid guards against a run id reused after its pipeline was deleted.)"""
     res = s.execute(
         update(Run)
-        .where(Run.id == run_id, Run.state == RunState.starting)
+        .where(Run.id == run_id, Run.pid == pid, Run.state == RunState.starting)
         .values(heartbeat_at=utcnow())
     )
     return bool(getattr(res, "rowcount", 0))
@@ -381,7 +394,7 @@ def reap(s: Session, settings: Settings, now: dt.datetime | None = None) -> list
             continue
         if not _claim_start(s, p):
             continue  # another reaper restarted it
-        launches.append(_new_run(s, p, _resume_point(s, p, last), count))
+        launches.append(_new_run(s, p, _resume_point(s, p, last), count, last.drop_state))
     return launches
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sqlalchemy import select, update
+from sqlalchemy import or_, select, update
 
 from storage_engine.manifest import CheckpointInfo
 
@@ -130,6 +130,9 @@ class DatabaseControlPlane:
     def __init__(self, db: Database, run_id: int) -> None:
         self.db = db
         self.run_id = run_id
+        # The driver's process, as its supervisor recorded it: a run row whose pid is
+        # another's is not this driver's any more (its pipeline was deleted, the id reused).
+        self.pid = os.getpid()
         with db.session() as s:
             run = s.get(Run, run_id)
             if run is None:
@@ -172,7 +175,7 @@ class DatabaseControlPlane:
             if report.heartbeat:
                 s.execute(
                     update(Run)
-                    .where(Run.id == self.run_id)
+                    .where(Run.id == self.run_id, or_(Run.pid == self.pid, Run.pid.is_(None)))
                     .values(heartbeat_at=utcnow(), last_step=report.step)
                 )
             return self._desired(s)
@@ -202,9 +205,10 @@ class DatabaseControlPlane:
         cps.reconcile(s, self.pipeline_id, cp.listed, cp.metadata, cp.remote)
 
     def _desired(self, s: Any) -> Desired:
+        run = s.get(Run, self.run_id)
         p = s.get(Pipeline, self.pipeline_id)
-        if p is None:
-            return Desired(exit=True)
+        if p is None or run is None or run.pipeline_id != p.id or run.pid not in (None, self.pid):
+            return Desired(exit=True)  # the pipeline, or this run, was deleted
         policy = p.retention
         interval = policy.auto_commit_interval_s if policy is not None else None
         if p.desired_state == DesiredState.stopped:

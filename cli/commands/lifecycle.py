@@ -75,13 +75,22 @@ def start(
             callback=_from_checkpoint,
         ),
     ] = "latest",
+    drop_state: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--drop-state",
+            help="After a change to the query: this operator (as `spindle dataflow` names "
+            "it) starts empty if its state no longer fits; repeat for several, `*` for all "
+            "such. The others keep their state.",
+        ),
+    ] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Wait until it is running.")] = False,
     timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
     json_output: JsonOpt = False,
 ) -> None:
     """Start a pipeline: a new run resumes from a checkpoint."""
     with connect() as api:
-        p = api.start(name, from_checkpoint)
+        p = api.start(name, from_checkpoint, drop_state or ())
         if wait:
             p = wait_state(api, name, ("running", "paused", "stopped"), timeout)
     if json_output:

@@ -67,7 +67,7 @@ def show(p: Json) -> None:
 def create(spec_file: SpecOpt, description: DescOpt = None, json_output: JsonOpt = False) -> None:
     """Register a pipeline; its name is the spec's `name`."""
     f = _read(spec_file)
-    with connect() as api:
+    with connect(locate=f.position) as api:
         p = api.create_pipeline(
             f.spec, description if description is not None else f.description or ""
         )
@@ -134,7 +134,7 @@ def edit(
     """Replace a stopped pipeline's spec (the name cannot change). The description is kept
     unless given."""
     f = _read(spec_file)
-    with connect() as api:
+    with connect(locate=f.position) as api:
         desc = description if description is not None else f.description
         if desc is None:
             desc = str(api.get_pipeline(name).get("description") or "")
@@ -157,7 +157,7 @@ def remove(name: PipelineArg) -> None:
 def validate(spec_file: SpecOpt, json_output: JsonOpt = False) -> None:
     """Check a spec without registering it; each error names the offending field."""
     f = _read(spec_file)
-    with connect() as api:
+    with connect(locate=f.position) as api:
         res = api.validate_spec(f.spec)
     if json_output:
         output.emit_json(res)

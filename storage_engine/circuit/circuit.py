@@ -8,13 +8,16 @@
 
 The fingerprint covers every operator's state layout (ids, kinds, columns and types, window
 sizes): a change to the stateful part changes it, and the storage location then refuses to
-resume from an older checkpoint unless dropping state is allowed.
+resume from an older checkpoint unless dropping state is allowed. Each checkpoint also
+records every operator's own fingerprint (`operator_fingerprints`: its layout and, given by
+the circuit's builder, what feeds it), so a changed circuit can keep the state of the
+operators that did not change and start the others empty (`open(location, drop=...)`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -26,6 +29,7 @@ from ..manifest import OP_ID_RE
 from .operator import CircuitError, Operator, fingerprint, weighted
 
 STATE_KEY = "circuit"
+FINGERPRINTS_KEY = "operator_fingerprints"
 
 
 @dataclass(frozen=True)
@@ -41,7 +45,12 @@ class OperatorMetrics:
 
 
 class Circuit:
-    def __init__(self, operators: Sequence[Operator]) -> None:
+    """`upstream`: per operator id, a description of its layout and what feeds it (a SQL
+    view's plan below it), its own fingerprint's input; without one, its layout is."""
+
+    def __init__(
+        self, operators: Sequence[Operator], upstream: Mapping[str, str] | None = None
+    ) -> None:
         ids = [op.id for op in operators]
         if len(set(ids)) != len(ids):
             raise CircuitError(f"operator ids must be unique, got {ids}")
@@ -50,6 +59,11 @@ class Circuit:
                 raise CircuitError(f"operator id {i!r} must match {OP_ID_RE.pattern}")
         self.operators = list(operators)
         self.fingerprint = fingerprint([op.describe() for op in self.operators])
+        feeds = upstream or {}
+        self.operator_fingerprints = {
+            op.id: fingerprint([{"operator": feeds[op.id]} if op.id in feeds else op.describe()])
+            for op in self.operators
+        }
         self._loc: StorageLocation | None = None
         self.last_step_ms = 0.0
 
@@ -57,12 +71,28 @@ class Circuit:
     def inputs(self) -> set[str]:
         return {i for op in self.operators for i in op.inputs}
 
-    def open(self, location: StorageLocation) -> None:
-        """Bind every operator to `location` and restore its state from the opened checkpoint."""
+    def open(self, location: StorageLocation, drop: Collection[str] = ()) -> None:
+        """Bind every operator to `location` and restore its state from the opened
+        checkpoint; the operators in `drop` start empty instead."""
         saved = location.metadata.get(STATE_KEY, {}) if location.restored is not None else {}
+        ids = [op.id for op in self.operators]
+        owned = {i: [s for s in location.restored_spines if _owner(s, ids) == i] for i in drop}
         for op in self.operators:
-            op.open(location, saved.get(op.id, {}))
+            if op.id in drop:
+                location.start_empty(owned[op.id])
+                op.open(location, {})
+            else:
+                op.open(location, saved.get(op.id, {}))
         self._loc = location
+
+    def changed_operators(self, fingerprint: str, metadata: Mapping[str, Any]) -> list[str]:
+        """The operators whose state in a checkpoint with this circuit `fingerprint` and
+        `metadata` does not fit: new ones and changed ones. A checkpoint of a release
+        before per-operator fingerprints fits whole (same fingerprint) or not at all."""
+        saved = metadata.get(FINGERPRINTS_KEY)
+        if saved is None:
+            return [] if fingerprint == self.fingerprint else [op.id for op in self.operators]
+        return [i for i, fp in self.operator_fingerprints.items() if saved.get(i) != fp]
 
     def step(
         self,
@@ -96,7 +126,10 @@ class Circuit:
         return out
 
     def checkpoint_metadata(self) -> dict[str, Any]:
-        return {STATE_KEY: {op.id: op.checkpoint_state() for op in self.operators}}
+        return {
+            STATE_KEY: {op.id: op.checkpoint_state() for op in self.operators},
+            FINGERPRINTS_KEY: dict(self.operator_fingerprints),
+        }
 
     def commit_async(
         self,
@@ -123,10 +156,7 @@ class Circuit:
             raise CircuitError("open() the circuit on a storage location first")
         state = {op.id: [0, 0] for op in self.operators}
         for spine in self._loc.spines():
-            # A spine is `<operator id>.<role>`; ids may hold dots, so the longest one wins.
-            owner = max(
-                (i for i in state if spine.op_id.startswith(f"{i}.")), key=len, default=None
-            )
+            owner = _owner(spine.op_id, list(state))
             if owner is not None:
                 s = spine.stats()
                 state[owner][0] += s.rows
@@ -147,6 +177,12 @@ class Circuit:
         return {op.id: op.output_schema for op in self.operators}
 
 
+def _owner(spine_id: str, operator_ids: Sequence[str]) -> str | None:
+    """The operator a spine belongs to: a spine is `<operator id>.<role>`, and ids may hold
+    dots, so the longest one wins."""
+    return max((i for i in operator_ids if spine_id.startswith(f"{i}.")), key=len, default=None)
+
+
 class Stepper(Protocol):
     """What a run steps and checkpoints: a `Circuit`, or a SQL pipeline's dataflow (the
     `sql` package) built on one."""
@@ -159,7 +195,9 @@ class Stepper(Protocol):
     @property
     def output_schemas(self) -> dict[str, pa.Schema]: ...
 
-    def open(self, location: StorageLocation) -> None: ...
+    def open(self, location: StorageLocation, drop: Collection[str] = ()) -> None: ...
+
+    def changed_operators(self, fingerprint: str, metadata: Mapping[str, Any]) -> list[str]: ...
 
     def step(
         self,

@@ -6,6 +6,7 @@ concurrency."""
 from __future__ import annotations
 
 import datetime as dt
+import os
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -596,6 +597,19 @@ def test_exit_4_interrupted_restarts_without_backoff(sqlite_db: Database, policy
         ]
 
 
+def test_a_restart_keeps_the_operators_its_run_drops_the_state_of(
+    sqlite_db: Database, policy: Settings
+) -> None:
+    pid = add_pipeline(sqlite_db)
+    run = add_run(sqlite_db, pid, started_at=utcnow(), drop_state=["q5.agg0"])
+    exited(sqlite_db, run, exits.EXIT_INTERRUPTED)
+    r = get_run(sqlite_db, run)
+    assert r.ended_at is not None
+    with sqlite_db.session() as s:
+        launched = lifecycle.reap(s, policy, r.ended_at)
+        assert [(x.number, x.drop_state) for x in launched] == [(2, ["q5.agg0"])]
+
+
 def test_exit_4_while_stopping_just_stops(sqlite_db: Database) -> None:
     pid = add_pipeline(sqlite_db, desired=DesiredState.stopped, state=PipelineState.stopping)
     run = add_run(sqlite_db, pid)
@@ -952,3 +966,29 @@ def test_starts_racing_create_one_run(any_db: Database) -> None:
     assert sorted(len(g) for g in got) == [0, 1]
     with any_db.session() as s:
         assert len(s.scalars(select(Run).where(Run.pipeline_id == pid)).all()) == 1
+
+
+def test_a_deleted_pipelines_driver_leaves_alone_the_run_that_reuses_its_id(
+    sqlite_db: Database,
+) -> None:
+    """SQLite gives a deleted row's id to the next row: a driver still exiting after its
+    pipeline was deleted (and its supervisor) must not heartbeat, follow or end the other
+    pipeline's run that now has its run's id. (In CI a late exit of a deleted pipeline's
+    driver ended a new run of another pipeline, whose replacement then found it alive.)"""
+    from backend.services.run_control import DatabaseControlPlane, Report
+
+    gone = add_pipeline(sqlite_db, name="gone")
+    run = add_run(sqlite_db, gone, pid=os.getpid(), started_at=utcnow())
+    plane = DatabaseControlPlane(sqlite_db, run)
+    assert not plane.poll(Report(1)).exit
+    with sqlite_db.session() as s:
+        s.delete(s.get(Pipeline, gone))
+    other = add_pipeline(sqlite_db, name="other")
+    reused = add_run(sqlite_db, other, pid=os.getpid() + 1, state=RunState.starting)
+    assert reused == run  # the scenario: the id came back
+    assert plane.poll(Report(7)).exit
+    with sqlite_db.session() as s:
+        assert not lifecycle.vouch_starting(s, run, os.getpid())
+        assert lifecycle.vouch_starting(s, run, os.getpid() + 1)
+    r = get_run(sqlite_db, reused)
+    assert (r.pipeline_id, r.last_step, r.state) == (other, None, RunState.starting)

@@ -1,5 +1,5 @@
 """The CLI's pure parts: SSE parsing, following a log tail, ingest chunking, durations,
-profile resolution and the config file's permissions."""
+profile resolution, the config file's permissions, SQL errors placed in the spec file."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import typer
 
-from cli import config, sse
+from cli import config, specfile, sse
 from cli.commands.checkpoints import parse_duration
 from cli.commands.data import Chunks, records
 from cli.commands.observe import appended
@@ -123,3 +123,21 @@ def test_resolution_order_and_file_mode(tmp_path: Path, monkeypatch: pytest.Monk
         config.resolve("c")
     assert config.mask("spd_aaaaaaaaaaaaaaaa") == "spd_aaaa…"
     assert "aaaaaaaaaa" not in config.mask("spd_aaaaaaaaaaaaaaaa")
+
+
+def test_an_sql_error_is_placed_in_the_spec_file(tmp_path: Path) -> None:
+    """The planner's line and column in the `sql` text, as the file's: a literal block's
+    lines are the file's, shifted by the lines above it and its indentation."""
+    spec = tmp_path / "p.yaml"
+    spec.write_text("# a comment\nname: p\nsql: |\n\n    CREATE VIEW v AS\n      SELECT x FROM t\n")
+    f = specfile.read(str(spec))
+    assert f.position("sql", "line 3, column 14: unknown column: x") == f"{spec}:6:18"
+    assert f.position("spec.sql", "line 1, column 1: oops") == f"{spec}:4:5"
+    assert f.position("name", "line 1, column 1: oops") is None
+    assert f.position("sql", "unknown table: t") is None
+    body = tmp_path / "body.yaml"
+    body.write_text("spec:\n  name: p\n  sql: |\n    SELECT 1\n")
+    assert specfile.read(str(body)).position("spec.sql", "line 1, column 8: x") == f"{body}:4:12"
+    flow = tmp_path / "p.json"
+    flow.write_text('{"name": "p", "sql": "CREATE VIEW v AS\\nSELECT x FROM t"}')
+    assert specfile.read(str(flow)).position("sql", "line 2, column 8: x") is None

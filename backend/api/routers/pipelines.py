@@ -7,11 +7,11 @@ from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
-from pydantic import TypeAdapter
+from pydantic import StringConstraints, TypeAdapter
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from pipeline_spec.model import PipelineSpec
+from pipeline_spec.model import DROP_STATE_RE, PipelineSpec
 from storage_engine.objstore import open_object_store
 
 from ...errors import Conflict, InvalidSpec, NotFound
@@ -184,6 +184,15 @@ def start(
     from_checkpoint: Annotated[
         str, Query(pattern=r"^(latest|none|[0-9a-f-]{36})$", description="latest, none or a uuid")
     ] = "latest",
+    drop_state: Annotated[
+        list[Annotated[str, StringConstraints(pattern=DROP_STATE_RE)]] | None,
+        Query(
+            description="an operator (its id, as the dataflow graph names it) whose state "
+            "starts empty if it no longer fits the changed query; repeat for several, `*` "
+            "for every such operator. Without it, a run whose checkpoint another query "
+            "made fails naming the operators whose state does not fit.",
+        ),
+    ] = None,
 ) -> PipelineOut:
     """Start a new run from the latest checkpoint, none (fresh state) or a retained one."""
     p = pipeline_by_name(s, name)
@@ -195,7 +204,7 @@ def start(
         )
         if known is None:
             raise NotFound(f"pipeline {name!r} has no checkpoint {from_checkpoint}")
-    run = lifecycle.start(s, p, from_checkpoint)
+    run = lifecycle.start(s, p, from_checkpoint, drop_state)
     out = pipeline_out(s, p)
     s.commit()
     ctx.queue.launch(run.id)

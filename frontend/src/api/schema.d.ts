@@ -925,6 +925,8 @@ export interface components {
              * Format: date-time
              */
             created_at: string;
+            /** Drop State */
+            drop_state?: string[] | null;
             /** Ended At */
             ended_at: string | null;
             /** Exit Code */
@@ -3064,6 +3066,8 @@ export interface operations {
             query?: {
                 /** @description latest, none or a uuid */
                 from_checkpoint?: string;
+                /** @description an operator (its id, as the dataflow graph names it) whose state starts empty if it no longer fits the changed query; repeat for several, `*` for every such operator. Without it, a run whose checkpoint another query made fails naming the operators whose state does not fit. */
+                drop_state?: string[] | null;
             };
             header?: never;
             path: {

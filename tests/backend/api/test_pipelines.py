@@ -22,6 +22,7 @@ from backend.models import (
     RunState,
 )
 from pipeline_spec import exits
+from workers.launch import prepare
 
 from ..api_fixtures import (
     BIDS,
@@ -267,6 +268,25 @@ def test_start_from_a_checkpoint(api: Api) -> None:
     r = api.post(f"pipelines/{CLICKS}/start", params={"from_checkpoint": uids[0]})
     assert r.status_code == 202, r.text
     assert [x.from_checkpoint for x in api.runs(CLICKS)] == [uids[0]]
+
+
+def test_start_with_operators_state_dropped(api: Api) -> None:
+    """`drop_state`: the run's driver gets one `--drop-state` per operator (the query's
+    restarts keep them); a value that is no operator id nor `*` is refused, naming it."""
+    api.create_pipeline(clicks_spec())
+    bad = api.post(f"pipelines/{CLICKS}/start", params={"drop_state": ["ok.agg0", "no way"]})
+    body = error(bad, 422, "invalid_request")
+    assert any("drop_state" in f for f in fields(body)), body
+    assert api.runs(CLICKS) == []
+    params = {"drop_state": ["q5.agg0", "*"]}
+    assert api.post(f"pipelines/{CLICKS}/start", params=params).status_code == 202
+    (run,) = api.runs(CLICKS)
+    assert run.drop_state == ["q5.agg0", "*"]
+    history = api.get(f"pipelines/{CLICKS}/runs").json()
+    assert history[0]["drop_state"] == ["q5.agg0", "*"]
+    launch = prepare(api.db, api.settings, run.id)
+    assert launch is not None
+    assert launch.run[-4:] == ["--drop-state", "q5.agg0", "--drop-state", "*"]
 
 
 def test_pause_and_resume(api: Api) -> None:

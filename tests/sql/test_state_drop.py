@@ -1,0 +1,100 @@
+"""A changed query and its checkpoint: the operators whose state no longer fits (changed,
+new, or reading a changed one) are named and the restore refused, unless their state is
+dropped; then they start empty and every other operator keeps its state."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from sql.dataflow import Dataflow
+from sql.parse import parse
+from sql.planner import plan
+from storage_engine import StorageLocation
+from storage_engine.schema import WEIGHT
+from workers.restore import DROP_ALL, StateError, open_circuit_state
+
+TABLES = {
+    "t": pa.schema([("k", pa.int32()), ("g", pa.string()), ("v", pa.int64())]),
+    "u": pa.schema([("k", pa.int32()), ("name", pa.string())]),
+}
+BEFORE = """
+CREATE VIEW per_g AS SELECT g, count(*) AS n, sum(v) AS s FROM t GROUP BY g;
+CREATE VIEW per_k AS SELECT k, count(*) AS n FROM t WHERE v > 0 GROUP BY k;
+CREATE VIEW busy AS SELECT DISTINCT k FROM per_k WHERE n > 1
+"""
+# per_k's filter changed (and busy reads per_k); a view added in front renumbers every
+# internal column, which must not matter to per_g.
+AFTER = """
+CREATE VIEW early AS SELECT k, upper(name) AS name FROM u;
+CREATE VIEW per_g AS SELECT g, count(*) AS n, sum(v) AS s FROM t GROUP BY g;
+CREATE VIEW per_k AS SELECT k, count(*) AS n FROM t WHERE v > 10 GROUP BY k;
+CREATE VIEW busy AS SELECT DISTINCT k FROM per_k WHERE n > 1
+"""
+
+
+def _delta(rows: list[tuple[int, str, int]]) -> dict[str, pa.Table]:
+    cols = list(zip(*rows, strict=True))
+    t = pa.table(
+        [pa.array(c, f.type) for c, f in zip(cols, TABLES["t"], strict=True)],
+        schema=TABLES["t"],
+    )
+    return {"t": t.append_column(WEIGHT, pa.array([1] * len(rows), pa.int64()))}
+
+
+def _open(path: Path, sql: str, drop: tuple[str, ...] = ()) -> tuple[Dataflow, StorageLocation]:
+    flow = Dataflow(plan(parse(sql), TABLES))
+    loc, _ = open_circuit_state(
+        str(path), flow, "latest", drop_state=drop, remote=None, fallback=False
+    )
+    return flow, loc
+
+
+def _rows(t: pa.Table) -> set[tuple[object, ...]]:
+    return {tuple(r.values()) for r in t.to_pylist()}
+
+
+def test_only_the_operators_a_change_reaches_lose_their_state(tmp_path: Path) -> None:
+    flow, loc = _open(tmp_path, BEFORE)
+    flow.step(_delta([(1, "a", 20), (1, "a", 30), (2, "b", 5)]))
+    flow.commit_async(1, {}).wait_local()
+    loc.close()
+
+    with pytest.raises(StateError) as refused:
+        _open(tmp_path, AFTER)
+    message = str(refused.value)
+    assert "per_k.agg0, busy.distinct0 no longer fits" in message
+    assert "per_g" not in message and "(step 1)" in message
+    with pytest.raises(StateError, match=r"of busy\.distinct0 no longer fits"):
+        _open(tmp_path, AFTER, ("per_k.agg0",))
+
+    flow, loc = _open(tmp_path, AFTER, ("per_k.agg0", "busy.distinct0"))
+    out = flow.step(_delta([(1, "a", 40)]))
+    # per_g kept its state: the group's old row goes, the new one counts all three rows.
+    assert _rows(out["per_g"]) == {("a", 2, 50, -1), ("a", 3, 90, 1)}
+    # per_k starts empty: only the new row counts; busy, below it, starts empty too.
+    assert _rows(out["per_k"]) == {(1, 1, 1)}
+    assert out["busy"].num_rows == 0
+    flow.commit_async(2, {}).wait_local()
+    loc.close()
+
+    # Its checkpoint is the changed query's: the same query restores all of it.
+    flow, loc = _open(tmp_path, AFTER)
+    out = flow.step(_delta([(1, "a", 50)]))
+    assert _rows(out["per_k"]) == {(1, 1, -1), (1, 2, 1)}
+    assert _rows(out["busy"]) == {(1, 1)}
+    loc.close()
+
+
+def test_every_operator_that_does_not_fit_with_the_wildcard(tmp_path: Path) -> None:
+    flow, loc = _open(tmp_path, BEFORE)
+    flow.step(_delta([(1, "a", 20)]))
+    flow.commit_async(1, {}).wait_local()
+    loc.close()
+    flow, loc = _open(tmp_path, AFTER, (DROP_ALL,))
+    out = flow.step(_delta([(1, "a", 40)]))
+    assert _rows(out["per_g"]) == {("a", 1, 20, -1), ("a", 2, 60, 1)}
+    assert _rows(out["per_k"]) == {(1, 1, 1)}
+    loc.close()
