@@ -4,8 +4,9 @@ deltas (Z-sets: rows with a `__weight`) and returns every view's delta.
 Linear operators run on the delta alone: `Filter` and `Project` evaluate their expressions
 on Arrow (`evaluate.py`), `UnionAll` concatenates. Stateful ones are the engine's circuit
 operators, keeping their state in the storage location: `Aggregate` a `GroupAggregate`,
-`Join` a `Join` (ΔA⋈B + A⋈ΔB + ΔA⋈ΔB), `Distinct` a `Distinct`. A node read by several
-views (a view read by others) is computed once per step.
+`Join` a `Join` (ΔA⋈B + A⋈ΔB + ΔA⋈ΔB), `Distinct` a `Distinct`, `TopN` a `TopN`,
+`Sessions` a `SessionWindows`. A node read by several views (a view read by others) is
+computed once per step.
 
 Operator ids are `<view>.<kind><n>`, numbered in the order the view's plan is walked
 (inputs first, left before right): the same SQL gives the same ids, so a restored checkpoint
@@ -35,6 +36,7 @@ from storage_engine.circuit import (
     Join,
     Operator,
     OperatorMetrics,
+    SessionWindows,
     TopN,
 )
 from storage_engine.circuit.operator import consolidate, empty_delta, fingerprint, weighted
@@ -174,6 +176,19 @@ class Dataflow:
                 node.order,
                 node.limit,
                 node.rank,
+                input="in",
+            )
+            return _Stateful(op, ("in",))
+        if isinstance(node, P.Sessions):
+            op_id = f"{view}.session{next(counter)}"
+            op = SessionWindows(
+                op_id,
+                node.input.schema,
+                node.partition,
+                node.time,
+                node.gap_us,
+                node.start,
+                node.end,
                 input="in",
             )
             return _Stateful(op, ("in",))

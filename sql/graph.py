@@ -80,6 +80,8 @@ def _describe(node: P.Node) -> tuple[str, str]:
         size, slide = node.size_us / 1e6, node.slide_us / 1e6
         label = f"tumble {size:g} s" if size == slide else f"hop {size:g} s every {slide:g} s"
         return "window", label
+    if isinstance(node, P.Sessions):
+        return "window", f"session, gap {node.gap_us / 1e6:g} s"
     if isinstance(node, P.Aggregate):
         funcs = ", ".join(f"{a.func}{' distinct' if a.distinct else ''}" for a in node.aggs)
         keys = f"by {len(node.keys)} keys" if node.keys else "global"

@@ -4,7 +4,8 @@ the whole text.
 
 Flink's and Feldera's window table functions are written `TABLE(HOP(TABLE bid, ...))`; the
 Spark dialect does not read the inner `TABLE` keyword, so it is blanked out (same length:
-positions stay those of the user's text) before parsing.
+positions stay those of the user's text) before parsing; SESSION's `PARTITION BY` becomes an
+argument.
 """
 
 from __future__ import annotations
@@ -21,6 +22,15 @@ from sqlglot.tokenizer_core import Token, TokenType
 from .errors import Problem, SqlError, position
 
 _WINDOW_TVF = re.compile(r"(\b(?:TUMBLE|HOP|SESSION)\s*\(\s*)(TABLE)(\s)", re.IGNORECASE)
+# SESSION is a keyword to the Spark dialect, and `PARTITION BY` no function argument: Flink's
+# `TABLE(SESSION(TABLE t PARTITION BY k, ...))` is read as `TABLE(SESS_TV(t, PARTITION_BY(k),
+# ...))`, the names in place.
+SESSION_CALL, PARTITION_CALL = "SESS_TV", "PARTITION_BY"
+_SESSION_TVF = re.compile(r"(\bTABLE\s*\(\s*)SESSION(\s*\()", re.IGNORECASE)
+_SESSION_PARTITION = re.compile(
+    r"(\bSESSION\s*\(\s*(?:TABLE\s+)?[A-Za-z_]\w*)(\s+PARTITION\s+BY\s+)(\([^()]*\)|[A-Za-z_]\w*)",
+    re.IGNORECASE,
+)
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 
@@ -55,7 +65,18 @@ class Script:
 
 
 def _blank_window_tables(text: str) -> str:
-    return _WINDOW_TVF.sub(lambda m: m.group(1) + " " * len(m.group(2)) + m.group(3), text)
+    text = _SESSION_PARTITION.sub(_partition_call, text)
+    text = _WINDOW_TVF.sub(lambda m: m.group(1) + " " * len(m.group(2)) + m.group(3), text)
+    return _SESSION_TVF.sub(lambda m: m.group(1) + SESSION_CALL + m.group(2), text)
+
+
+def _partition_call(m: re.Match[str]) -> str:
+    """`t PARTITION BY k` as `t,PARTITION_BY  (k)`: `k` keeps its place (a single name gains
+    the closing parenthesis after it)."""
+    table, gap, keys = m.group(1), m.group(2), m.group(3)
+    if not keys.startswith("("):
+        return f"{table},{PARTITION_CALL}{' ' * (len(gap) - 14)}({keys})"
+    return f"{table},{PARTITION_CALL}{' ' * (len(gap) - 13)}{keys}"
 
 
 def _statements(text: str) -> list[list[Token]]:

@@ -76,6 +76,26 @@ class Windows:
 
 
 @dataclass(frozen=True)
+class Sessions:
+    """SESSION: each row with a non-null `time` with the bounds of its session (`start`,
+    `end`): the rows of a `partition` whose times follow each other by less than `gap_us`,
+    from the first time to the last plus the gap. Stateful: a row can merge or split
+    sessions."""
+
+    input: Node
+    partition: tuple[str, ...]
+    time: str
+    gap_us: int
+    start: str
+    end: str
+
+    @property
+    def schema(self) -> pa.Schema:
+        ts = pa.timestamp("us", tz="UTC")
+        return self.input.schema.append(pa.field(self.start, ts)).append(pa.field(self.end, ts))
+
+
+@dataclass(frozen=True)
 class AggCall:
     """`func` over input column `column` (None: count(*)), output column `name`; with
     `distinct`, over the distinct non-null values of the group."""
@@ -176,6 +196,7 @@ Node = (
     | Filter
     | Project
     | Windows
+    | Sessions
     | Aggregate
     | Join
     | Distinct
@@ -207,6 +228,7 @@ __all__ = [
     "Node",
     "Project",
     "Scan",
+    "Sessions",
     "TopN",
     "UnionAll",
     "ViewRef",

@@ -33,12 +33,13 @@ from .plan import (
     Node,
     Project,
     Scan,
+    Sessions,
     UnionAll,
     ViewRef,
     Windows,
 )
 from .ranking import rank_bounds, top_n, window_items
-from .windows import window_args, window_call
+from .windows import is_session, session_args, window_args, window_call
 
 _AGGS: dict[type[exp.Expr], AggFunc] = {
     exp.Count: "count",
@@ -306,17 +307,30 @@ class Planner:
     def _windows(
         self, call: exp.Anonymous, alias: str | None, ctes: Mapping[str, _Relation]
     ) -> _Relation:
-        table, time, size, slide = window_args(self.script, call)
+        partition: list[exp.Column] = []
+        if is_session(call):
+            table, partition, time, gap = session_args(self.script, call)
+        else:
+            table, time, size, slide = window_args(self.script, call)
         if not isinstance(table, exp.Column) or table.table:
             raise self._error(table, "a window function reads a table or view by its name")
         rel = self._item(exp.Table(this=exp.to_identifier(table.name)), ctes)
-        found = [f for f in rel.fields if f.name == time]
-        if not found:
+        by_name = {f.name: f for f in rel.fields}
+        found = by_name.get(time)
+        if found is None:
             raise self._error(call, f"unknown column: {time}")
-        if not pa.types.is_timestamp(found[0].type):
-            raise self._error(call, f"{time} is {found[0].type}, not a timestamp")
+        if not pa.types.is_timestamp(found.type):
+            raise self._error(call, f"{time} is {found.type}, not a timestamp")
+        for col in partition:
+            if col.name.lower() not in by_name:
+                raise self._error(col, f"unknown column: {col.name}")
         start, end = self._fresh(), self._fresh()
-        node = Windows(rel.node, found[0].internal, size, slide, start, end)
+        node: Node
+        if is_session(call):
+            keys = tuple(by_name[c.name.lower()].internal for c in partition)
+            node = Sessions(rel.node, keys, found.internal, gap, start, end)
+        else:
+            node = Windows(rel.node, found.internal, size, slide, start, end)
         ts = pa.timestamp("us", tz="UTC")
         fields = [Field(alias, f.name, f.internal, f.type) for f in rel.fields]
         fields += [Field(alias, "window_start", start, ts), Field(alias, "window_end", end, ts)]

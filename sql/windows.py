@@ -2,11 +2,13 @@
 
     TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '10' SECOND))
     TABLE(HOP(TABLE t, DESCRIPTOR(ts), INTERVAL '2' SECOND, INTERVAL '10' SECOND))  -- slide, size
+    TABLE(SESSION(TABLE t PARTITION BY k, DESCRIPTOR(ts), INTERVAL '10' SECOND))  -- gap
 
-Both give t's columns plus `window_start` and `window_end` (UTC timestamps), a row once per
-window its `ts` falls in (HOP: size / slide windows); rows without a `ts` are left out. The
-windows are computed per row (`plan.Windows`, linear), so windowed rows feed any query:
-aggregates grouped by the window, joins of them (Nexmark q5, q7, q8).
+Each gives t's columns plus `window_start` and `window_end` (UTC timestamps), a row once per
+window its `ts` falls in (HOP: size / slide windows); rows without a `ts` are left out.
+TUMBLE's and HOP's windows are computed per row (`plan.Windows`, linear); SESSION's depend on
+the partition's other rows (`plan.Sessions`, stateful). Windowed rows feed any query:
+aggregates grouped by the window, joins of them (Nexmark q5, q7, q8, q11).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from .errors import Problem, SqlError
-from .parse import Script
+from .parse import PARTITION_CALL, SESSION_CALL, Script
 
 _UNITS_US = {
     "MICROSECOND": 1,
@@ -31,14 +33,19 @@ _UNITS_US.update({f"{k}S": v for k, v in list(_UNITS_US.items())})
 
 
 def window_call(item: exp.Expr) -> exp.Anonymous | None:
-    """The TUMBLE or HOP call of a FROM item `TABLE(TUMBLE(...))`, or None."""
+    """The TUMBLE, HOP or SESSION call of a FROM item `TABLE(TUMBLE(...))`, or None."""
     outer = item.this if isinstance(item, exp.Table) else None
     if not isinstance(outer, exp.Anonymous) or str(outer.this).upper() != "TABLE":
         return None
     inner = outer.expressions[0] if len(outer.expressions) == 1 else None
-    if isinstance(inner, exp.Anonymous) and str(inner.this).upper() in ("TUMBLE", "HOP"):
+    kinds = ("TUMBLE", "HOP", SESSION_CALL)
+    if isinstance(inner, exp.Anonymous) and str(inner.this).upper() in kinds:
         return inner
     return None
+
+
+def is_session(call: exp.Anonymous) -> bool:
+    return str(call.this).upper() == SESSION_CALL
 
 
 def _error(script: Script, node: exp.Expr, message: str) -> SqlError:
@@ -67,6 +74,36 @@ def interval_us(script: Script, node: exp.Expr) -> int:
     return value * _UNITS_US[unit]
 
 
+def session_args(
+    script: Script, call: exp.Anonymous
+) -> tuple[exp.Expr, list[exp.Column], str, int]:
+    """(the table argument, the partition columns, the time column's name, the gap) of a
+    SESSION call."""
+    args = list(call.expressions)
+    partition: list[exp.Column] = []
+    second = args[1] if len(args) > 1 else None
+    if isinstance(second, exp.Anonymous) and str(second.this).upper() == PARTITION_CALL:
+        partition = list(args.pop(1).expressions)
+    usage = "SESSION(TABLE t [PARTITION BY k | PARTITION BY (k1, k2)], DESCRIPTOR(ts), gap)"
+    if len(args) != 3:
+        raise _error(script, call, f"SESSION takes a table, a time column and a gap: {usage}")
+    for p in partition:
+        if not isinstance(p, exp.Column) or p.table:
+            raise _error(script, p, "SESSION partitions by the table's columns, by name")
+    return args[0], partition, _descriptor(script, "SESSION", args[1]), interval_us(script, args[2])
+
+
+def _descriptor(script: Script, kind: str, descriptor: exp.Expr) -> str:
+    if not (
+        isinstance(descriptor, exp.Anonymous)
+        and str(descriptor.this).upper() == "DESCRIPTOR"
+        and len(descriptor.expressions) == 1
+        and isinstance(descriptor.expressions[0], exp.Column)
+    ):
+        raise _error(script, descriptor, f"{kind}: the time column is given as DESCRIPTOR(col)")
+    return str(descriptor.expressions[0].name).lower()
+
+
 def window_args(script: Script, call: exp.Anonymous) -> tuple[exp.Expr, str, int, int]:
     """(the table argument, the time column's name, size, slide) of a TUMBLE or HOP call."""
     kind = str(call.this).upper()
@@ -79,15 +116,7 @@ def window_args(script: Script, call: exp.Anonymous) -> tuple[exp.Expr, str, int
             else "HOP(TABLE t, DESCRIPTOR(ts), slide, size)"
         )
         raise _error(script, call, f"{kind} takes {want} arguments: {usage}")
-    table, descriptor = args[0], args[1]
-    if not (
-        isinstance(descriptor, exp.Anonymous)
-        and str(descriptor.this).upper() == "DESCRIPTOR"
-        and len(descriptor.expressions) == 1
-        and isinstance(descriptor.expressions[0], exp.Column)
-    ):
-        raise _error(script, descriptor, f"{kind}: the time column is given as DESCRIPTOR(col)")
-    time = descriptor.expressions[0].name.lower()
+    table, time = args[0], _descriptor(script, kind, args[1])
     if kind == "TUMBLE":
         size = slide = interval_us(script, args[2])
     else:
@@ -113,4 +142,4 @@ def assign(table: pa.Table, time: str, size_us: int, slide_us: int) -> tuple[pa.
     return table.take(pa.array(rows)), pa.array(starts, pa.int64())
 
 
-__all__ = ["assign", "interval_us", "window_args", "window_call"]
+__all__ = ["assign", "interval_us", "is_session", "session_args", "window_args", "window_call"]

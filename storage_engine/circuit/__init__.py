@@ -5,6 +5,7 @@ from .circuit import Circuit, OperatorMetrics, Stepper
 from .distinct import Distinct
 from .join import Join
 from .operator import CircuitError, Operator, PartialForm
+from .session import SessionWindows
 from .top_n import TopN
 from .window import WindowAggregate
 
@@ -19,6 +20,7 @@ __all__ = [
     "Operator",
     "OperatorMetrics",
     "PartialForm",
+    "SessionWindows",
     "Stepper",
     "TopN",
     "WindowAggregate",

@@ -24,6 +24,7 @@ from storage_engine.circuit import (
     Distinct,
     GroupAggregate,
     Join,
+    SessionWindows,
     TopN,
     WindowAggregate,
 )
@@ -277,6 +278,62 @@ def test_top_n_matches_the_model(tmp_path: Path, seed: int) -> None:
         for r, w in step:
             live[r] += w
         assert out == model_top_n(live, 2), f"step {i}"
+        if i == 20:
+            loc.commit(step=i)
+            loc.close()
+            c, loc = open_circuit(tmp_path, make)
+    loc.close()
+
+
+SESSION_SCHEMA = pa.schema([("g", pa.string()), ("ts", pa.timestamp("us", tz="UTC"))])
+EPOCH = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+def session_row(rng: random.Random) -> Row:
+    """Times out of order over 60 s, so rows merge sessions and retractions split them."""
+    second = rng.choice([None, *range(60)])
+    ts = None if second is None else EPOCH + dt.timedelta(seconds=second)
+    return (rng.choice(["a", "b", None]), ts)
+
+
+def model_sessions(live: Counter[Row], gap: dt.timedelta) -> Counter[Row]:
+    out: Counter[Row] = Counter()
+    for g in {r[0] for r in live}:
+        rows = sorted((r for r in live if r[0] == g and r[1] is not None), key=lambda r: r[1])
+        sessions: list[list[Row]] = []
+        for r in rows:
+            if sessions and r[1] - sessions[-1][-1][1] < gap:
+                sessions[-1].append(r)
+            else:
+                sessions.append([r])
+        for sess in sessions:
+            for r in sess:
+                out[(*r, sess[0][1], sess[-1][1] + gap)] += live[r]
+    return out
+
+
+@pytest.mark.parametrize("seed", range(trials(4, 2)))
+def test_session_windows_match_the_model(tmp_path: Path, seed: int) -> None:
+    """Sessions per partition, merged by a row between two and split by its retraction,
+    with duplicates, NULL partitions and times, and a restore."""
+    rng = random.Random(seed)
+    steps = history(rng, 40, session_row)
+    gap = dt.timedelta(seconds=5)
+
+    def make() -> Circuit:
+        op = SessionWindows("s", SESSION_SCHEMA, ["g"], "ts", 5_000_000, "start", "end")
+        return Circuit([op])
+
+    c, loc = open_circuit(tmp_path, make, "none")
+    live: Counter[Row] = Counter()
+    out: Counter[Row] = Counter()
+    for i, step in enumerate(steps):
+        integrate(out, c.step({"source": table(step, SESSION_SCHEMA)})["s"])
+        for r, w in step:
+            live[r] += w
+            if not live[r]:
+                del live[r]
+        assert out == model_sessions(live, gap), f"step {i}"
         if i == 20:
             loc.commit(step=i)
             loc.close()

@@ -96,6 +96,35 @@ def problem(text: str) -> tuple[str, int, int]:
             1,
             25,
         ),
+        (
+            "CREATE VIEW v AS SELECT * FROM\n"
+            "  TABLE(SESSION(TABLE bid PARTITION BY bidr, DESCRIPTOR(date_time), "
+            "INTERVAL '1' SECOND))",
+            "unknown column: bidr",
+            2,
+            40,
+        ),
+        (
+            "CREATE VIEW v AS SELECT * FROM\n"
+            "  TABLE(SESSION(TABLE bid PARTITION BY (bidder, chanel), DESCRIPTOR(date_time), "
+            "INTERVAL '1' SECOND))",
+            "unknown column: chanel",
+            2,
+            49,
+        ),
+        (
+            "CREATE VIEW v AS SELECT * FROM TABLE(SESSION(TABLE bid, DESCRIPTOR(price), "
+            "INTERVAL '1' SECOND))",
+            "price is int64, not a timestamp",
+            1,
+            38,
+        ),
+        (
+            "CREATE VIEW v AS SELECT * FROM TABLE(SESSION(TABLE bid, DESCRIPTOR(date_time)))",
+            "SESSION takes a table, a time column and a gap",
+            1,
+            38,
+        ),
     ],
 )
 def test_mistakes_are_named_at_their_place(text: str, message: str, line: int, column: int) -> None:
