@@ -47,6 +47,8 @@ _ALIASES = {
     "ifnull": "coalesce",
     "substr": "substring",
     "charlength": "length",
+    "regexpextract": "regexp_extract",
+    "splitpart": "split_part",
 }
 
 

@@ -20,7 +20,13 @@ is_not_null like rlike in (BETWEEN is rewritten by the compiler).
 
 from __future__ import annotations
 
-from . import functions_arith, functions_datetime, functions_logic, functions_string
+from . import (
+    functions_arith,
+    functions_datetime,
+    functions_extract,
+    functions_logic,
+    functions_string,
+)
 from .functions_base import (
     EvaluationError,
     Function,
@@ -34,7 +40,8 @@ from .functions_cast import cast_array, cast_type_ok, cast_value
 
 def _registry() -> dict[str, Function]:
     out: dict[str, Function] = {}
-    for module in (functions_arith, functions_logic, functions_string, functions_datetime):
+    modules = (functions_arith, functions_logic, functions_string, functions_extract)
+    for module in (*modules, functions_datetime):
         for f in module.functions():
             assert f.name not in out, f.name
             out[f.name] = f

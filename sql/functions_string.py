@@ -226,14 +226,16 @@ def _any_valid(vals: list[Val]) -> Val:
 # --- patterns -----------------------------------------------------------------------------
 
 
-def _by_pattern(s: Val, p: Val, n: int, f: Callable[[Val, str], Val]) -> Val:
+def by_pattern(
+    s: Val, p: Val, n: int, f: Callable[[Val, str], Val], result: pa.DataType = BOOL
+) -> Val:
     """`f(strings, pattern)` for a literal pattern, else once per distinct pattern."""
     if is_scalar(p):
         if not p.is_valid:
-            return pa.scalar(None, BOOL) if is_scalar(s) else pa.nulls(n, BOOL)
+            return pa.scalar(None, result) if is_scalar(s) else pa.nulls(n, result)
         return f(s, p.as_py())
     s = to_array(s, n)
-    out = pa.nulls(n, BOOL)
+    out = pa.nulls(n, result)
     for pattern in pc.unique(p).drop_null().to_pylist():
         rows = pc.fill_null(pc.equal(p, pattern), False)
         out = pc.replace_with_mask(out, rows, to_array(f(s.filter(rows), pattern), 0))
@@ -264,7 +266,7 @@ def _like(args: list[Val], n: int) -> Val:
         _check_like(pattern)
         return pc.match_like(s, pattern)
 
-    return _by_pattern(args[0], args[1], n, match)
+    return by_pattern(args[0], args[1], n, match)
 
 
 def _rlike(args: list[Val], n: int) -> Val:
@@ -277,7 +279,7 @@ def _rlike(args: list[Val], n: int) -> Val:
         except pa.ArrowInvalid as e:
             raise EvaluationError(f"invalid regular expression {pattern!r}: {e}") from e
 
-    return _by_pattern(args[0], args[1], n, match)
+    return by_pattern(args[0], args[1], n, match)
 
 
 _TERMINATORS = r"\n\r\x{85}\x{2028}\x{2029}"
@@ -418,4 +420,4 @@ def functions() -> list[Function]:
     return out
 
 
-__all__ = ["functions", "java_regex"]
+__all__ = ["by_pattern", "functions", "java_regex"]

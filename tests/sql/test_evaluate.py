@@ -566,6 +566,17 @@ def test_string_functions_match_spark(spark: SparkSession) -> None:
     ]:
         exprs[f"rlike {pattern}"] = op("rlike", s("s1"), lit(pattern, STR))
     exprs["rlike column"] = op("rlike", s("s1"), s("re"))
+    for pattern, group in [("(a)(b)?", 1), ("(a)(b)?", 2), ("(a)(b)?", 0), ("([^a-c]+)", 1)]:
+        exprs[f"regexp_extract {pattern} {group}"] = call(
+            "regexp_extract", s("s1"), lit(pattern, STR), lit(group, I32)
+        )
+    exprs["regexp_extract default group"] = call("regexp_extract", s("s1"), lit("(\\w)", STR))
+    exprs["regexp_extract column"] = call("regexp_extract", s("s1"), s("re"), lit(0, I32))
+    for delim, part in [("b", 1), ("b", -1), ("b", 2), ("b", 3), ("b", -3), ("", 1), ("", 2)]:
+        exprs[f"split_part {delim!r} {part}"] = call(
+            "split_part", s("s1"), lit(delim, STR), lit(part, I32)
+        )
+    exprs["split_part column"] = call("split_part", s("s1"), s("s2"), lit(1, I32))
     for fn in ["startswith", "endswith", "contains"]:
         exprs[f"{fn} literal"] = call(fn, s("s1"), lit("a", STR))
         exprs[f"{fn} empty"] = call(fn, s("s1"), lit("", STR))
@@ -811,6 +822,10 @@ def test_errors_are_raised_where_spark_raises(spark: SparkSession) -> None:
         "cast to boolean invalid": cast(t("s"), BOOL),
         "to_date invalid": call("to_date", t("sd")),
         "like bad escape": op("like", t("s"), lit("a\\b", STR)),
+        "regexp_extract no such group": call(
+            "regexp_extract", t("s"), lit("(a)", STR), lit(2, I32)
+        ),
+        "split_part part 0": call("split_part", t("s"), lit(",", STR), lit(0, I32)),
         "case taken": case([(t("b"), op("/", t("x"), t("zero")))]),
     }
     check_raises(spark, SMALL, cases)
