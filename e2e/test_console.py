@@ -13,6 +13,7 @@ import signal
 import time
 from typing import Any
 
+import yaml
 from playwright.sync_api import Locator, Page, expect
 
 from tests.backend.live_platform import ROOT, Platform
@@ -306,6 +307,37 @@ LINE_OF = """el => {
 }"""
 
 
+def _changed_query_starts_with_the_named_operators_state_dropped(ui: UI, plat: Platform) -> None:
+    """Stopped with a checkpoint, a column added to the per-auction count: the start is
+    refused naming that aggregate, the join reading it (and, as internal columns are
+    numbered per view, the view's later operators); Start then opens the start dialog with
+    those ticked, and the start drops their state."""
+    page = ui.page
+    plat.ok("POST", f"/api/v1/pipelines/{Q5_NAME}/stop", params={"checkpoint": "true"})
+    plat.wait_state(Q5_NAME, "stopped", SPARK_S)
+    changed = Q5_SPEC.replace(
+        "SELECT auction, count(*) AS num,", "SELECT auction, count(*) AS num, max(price) AS top,", 1
+    )
+    assert changed != Q5_SPEC
+    plat.ok("PUT", f"/api/v1/pipelines/{Q5_NAME}", json={"spec": yaml.safe_load(changed)})
+    plat.ok("POST", f"/api/v1/pipelines/{Q5_NAME}/start")
+    failed = plat.wait_state(Q5_NAME, "failed", SPARK_S)
+    named = re.search(r"the state of (.+?) no longer fits", failed["error"] or "")
+    assert named, failed
+    refused = named.group(1).split(", ")
+    assert {"q5.agg0", "q5.join3"} <= set(refused), refused
+
+    page.goto(ui.url(f"pipelines/{Q5_NAME}"))
+    page.get_by_test_id("btn-start").click()
+    dialog = page.get_by_test_id("start-dialog")
+    for op in ("q5.agg0", "q5.agg1", "q5.agg2", "q5.join3"):
+        expect(dialog.get_by_test_id(f"drop-state-{op}")).to_be_checked(checked=op in refused)
+    dialog.get_by_test_id("start-confirm").click()
+    expect(dialog).to_have_count(0)  # closed once the start is accepted
+    plat.wait_state(Q5_NAME, "running", SPARK_S)
+    assert sorted(plat.runs(Q5_NAME)[0]["drop_state"]) == sorted(refused)
+
+
 def test_sql_pipeline_written_fixed_started_and_watched(ui: UI, plat: Platform) -> None:
     assert Q5_TYPO != Q5_SPEC
     typo_line = next(i for i, line in enumerate(Q5_TYPO.splitlines(), 1) if "auctoin" in line)
@@ -376,6 +408,7 @@ def test_sql_pipeline_written_fixed_started_and_watched(ui: UI, plat: Platform) 
         wait_until(lambda: state_rows() > first, SPARK_S, "the join's state growing")
         expect(join).to_contain_text(re.compile(r"state [\d,]+ rows"))
         page.screenshot(path=str(ARTIFACTS / f"{ui.name}-dataflow.png"), full_page=True)
+        _changed_query_starts_with_the_named_operators_state_dropped(ui, plat)
     finally:
         plat.ok("POST", f"/api/v1/pipelines/{Q5_NAME}/stop")
         plat.wait_state(Q5_NAME, "stopped", SPARK_S)

@@ -98,3 +98,28 @@ def test_every_operator_that_does_not_fit_with_the_wildcard(tmp_path: Path) -> N
     assert _rows(out["per_g"]) == {("a", 1, 20, -1), ("a", 2, 60, 1)}
     assert _rows(out["per_k"]) == {(1, 1, 1)}
     loc.close()
+
+
+def test_dropped_operators_may_change_their_state_layout(tmp_path: Path) -> None:
+    """An aggregate gaining a column changes its state's schema (and, as internal columns
+    are numbered per view, those of the view's later operators): every operator named
+    starts empty with its new layout, and the pipeline runs on."""
+    one = """CREATE VIEW v AS SELECT a.g, a.n, b.m FROM
+        (SELECT g, count(*) AS n FROM t GROUP BY g) a JOIN
+        (SELECT g, max(v) AS m FROM t WHERE v > 0 GROUP BY g) b ON a.g = b.g"""
+    two = one.replace("SELECT a.g, a.n,", "SELECT a.g, a.n, a.s,").replace(
+        "count(*) AS n", "count(*) AS n, sum(v) AS s"
+    )
+    flow, loc = _open(tmp_path, one)
+    flow.step(_delta([(1, "a", 5), (2, "b", 7)]))
+    flow.commit_async(0, {}).wait_local()
+    loc.close()
+    with pytest.raises(StateError) as refused:
+        _open(tmp_path, two)
+    assert "v.agg0" in str(refused.value)
+    flow, loc = _open(tmp_path, two, (DROP_ALL,))
+    try:
+        # Only the new input counts now: a's count and sum, b's maximum, joined.
+        assert _rows(flow.step(_delta([(1, "a", 9)]))["v"]) == {("a", 1, 9, 9, 1)}
+    finally:
+        loc.close()

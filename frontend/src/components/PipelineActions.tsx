@@ -4,7 +4,7 @@ import { Link } from "react-router";
 import { api, ok } from "../api/client";
 import { invalidatePipeline, keys } from "../api/queries";
 import type { Pipeline } from "../api/types";
-import { pauseAction, STARTABLE, STOPPABLE } from "../lib/lifecycle";
+import { pauseAction, refusedOperators, STARTABLE, STOPPABLE } from "../lib/lifecycle";
 import { showToast } from "../lib/toast";
 import { ConfirmDialog } from "./ConfirmDialog";
 import { StartDialog } from "./StartDialog";
@@ -73,7 +73,9 @@ export function PipelineActions({
       <button
         type="button"
         className={`btn btn-primary${size}`}
-        onClick={() => start.mutate()}
+        // A start refused for operators whose state no longer fits would be refused again:
+        // the dialog offers to drop their state.
+        onClick={() => (startOptions && refusedOperators(pipeline.error).length ? setStartDialog(true) : start.mutate())}
         disabled={!STARTABLE.includes(state) || start.isPending}
         aria-label={compact ? `Start ${name}` : undefined}
         data-testid="btn-start"

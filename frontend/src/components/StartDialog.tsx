@@ -1,9 +1,10 @@
 import { useMutation, useQueryClient } from "@tanstack/react-query";
 import { useEffect, useId, useMemo, useRef, useState } from "react";
 import { api, ok } from "../api/client";
-import { invalidatePipeline, useCheckpoints } from "../api/queries";
+import { invalidatePipeline, useCheckpoints, useDataflow } from "../api/queries";
 import type { Checkpoint, Pipeline } from "../api/types";
 import { formatDateTime, shortId } from "../lib/format";
+import { refusedOperators } from "../lib/lifecycle";
 import { showToast } from "../lib/toast";
 import { ErrorNote } from "./ErrorNote";
 
@@ -18,6 +19,8 @@ function describe(c: Checkpoint): string {
 
 /** The start of a stopped pipeline from a chosen point: the latest checkpoint (default),
  * a retained one, or none (fresh state: confirmed with a checkbox, the state is dropped).
+ * Starting from a checkpoint, some operators can start empty (`drop_state`): those whose
+ * state no longer fits a changed query, preselected when the last start was refused for them.
  * In the document only while open, like ConfirmDialog (native modal <dialog>). */
 export function StartDialog({
   pipeline,
@@ -38,6 +41,14 @@ export function StartDialog({
   const [choice, setChoice] = useState<"latest" | "none" | "checkpoint">(isUuid ? "checkpoint" : (initial as "latest" | "none"));
   const [picked, setPicked] = useState<string>(isUuid ? initial : "");
   const [dropAck, setDropAck] = useState(false);
+  const dataflow = useDataflow(name);
+  const operators = useMemo(
+    () => (dataflow.data?.nodes ?? []).flatMap((n) => (n.operator ? [n.operator] : [])),
+    [dataflow.data],
+  );
+  const refused = useMemo(() => refusedOperators(pipeline.error), [pipeline.error]);
+  const [dropOps, setDropOps] = useState<string[]>(refused);
+  const dropping = operators.filter((op) => dropOps.includes(op));
 
   // The select defaults to the newest checkpoint once the list is in.
   const chosen = picked || newestFirst[0]?.uuid || "";
@@ -56,7 +67,14 @@ export function StartDialog({
   const start = useMutation({
     meta: { inlineErrors: true },
     mutationFn: (from: StartFrom) =>
-      ok(api.POST("/api/v1/pipelines/{name}/start", { params: { path: { name }, query: { from_checkpoint: from } } })),
+      ok(
+        api.POST("/api/v1/pipelines/{name}/start", {
+          params: {
+            path: { name },
+            query: { from_checkpoint: from, ...(from !== "none" && dropping.length ? { drop_state: dropping } : {}) },
+          },
+        }),
+      ),
     onSuccess: (_p, from) => {
       const what = from === "latest" ? "" : from === "none" ? " with empty state" : ` from checkpoint ${shortId(from)}`;
       showToast("info", `Starting ${name}${what}…`);
@@ -176,6 +194,28 @@ export function StartDialog({
                 Drop the state and start fresh
               </label>
             </div>
+          )}
+          {choice !== "none" && operators.length > 0 && (
+            <details className="choice-detail" open={refused.length > 0} data-testid="start-drop-state">
+              <summary>Start some operators with empty state ({dropping.length} chosen)</summary>
+              <p className="muted small">
+                After a change to the query, the operators whose state no longer fits are named and the start is
+                refused. Chosen ones start empty and see only input after the checkpoint; the others keep their state.
+              </p>
+              {operators.map((op) => (
+                <label className="checkbox" key={op}>
+                  <input
+                    type="checkbox"
+                    checked={dropOps.includes(op)}
+                    onChange={(e) =>
+                      setDropOps((ops) => (e.target.checked ? [...ops, op] : ops.filter((o) => o !== op)))
+                    }
+                    data-testid={`drop-state-${op}`}
+                  />{" "}
+                  <code>{op}</code>
+                </label>
+              ))}
+            </details>
           )}
         </fieldset>
         <ErrorNote error={start.error} testId="start-error" />

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { pauseAction, STARTABLE, STOPPABLE } from "./lifecycle";
+import { pauseAction, refusedOperators, STARTABLE, STOPPABLE } from "./lifecycle";
 
 describe("lifecycle actions", () => {
   it("pauses what should run and resumes what is paused", () => {
@@ -12,5 +12,14 @@ describe("lifecycle actions", () => {
     expect(STARTABLE).toEqual(["stopped", "failed"]);
     for (const s of STARTABLE) expect(STOPPABLE).not.toContain(s);
     expect(STOPPABLE).toContain("paused");
+  });
+
+  it("reads the operators a start was refused for from the pipeline's error", () => {
+    const error =
+      "run 3 failed (exit 5): the pipeline changed since checkpoint 1b2c (step 40): the state " +
+      "of q5.agg0, q5.join3 no longer fits the query (new or changed operators, ...)";
+    expect(refusedOperators(error)).toEqual(["q5.agg0", "q5.join3"]);
+    expect(refusedOperators("run 3 failed (exit 1)")).toEqual([]);
+    expect(refusedOperators(null)).toEqual([]);
   });
 });

@@ -13,3 +13,10 @@ export function pauseAction(p: Pick<Pipeline, "desired_state">): "pause" | "resu
   if (p.desired_state === "paused") return "resume";
   return null;
 }
+
+/** The operators a start was refused for, from the pipeline's error: "the state of a, b no
+ * longer fits" (workers/restore.py). */
+export function refusedOperators(error: string | null | undefined): string[] {
+  const m = /the state of (.+?) no longer fits/.exec(error ?? "");
+  return m?.[1] ? m[1].split(", ") : [];
+}
