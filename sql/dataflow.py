@@ -12,8 +12,9 @@ Operator ids are `<view>.<kind><n>`, numbered in the order the view's plan is wa
 (inputs first, left before right): the same SQL gives the same ids, so a restored checkpoint
 finds its state. Each operator's fingerprint covers its layout and its plan down to the
 input tables (an operator below it by that operator's fingerprint): a change to the query
-changes the fingerprints of the operators it reaches, and only theirs (internal column
-names are numbered per view, so other views keep theirs).
+changes the fingerprints of the operators it reaches, and only theirs. Engine operators
+name their columns by position, and descriptions name internal columns by order of first
+use, so an edit that renumbers the planner's internal names changes neither.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from storage_engine.schema import WEIGHT
 
 from . import plan as P
 from .evaluate import evaluate, evaluate_predicate
+from .expr import Literal
 from .planner import PlannedView
 from .windows import assign
 
@@ -54,6 +56,13 @@ from .windows import assign
 class _Stateful:
     op: Operator
     inputs: tuple[str, ...]  # the operator's input names, one per child node
+    columns: tuple[list[str], ...]  # per input, the operator's (positional) column names
+
+
+def _positional(schema: pa.Schema, prefix: str) -> tuple[pa.Schema, dict[str, str]]:
+    """`schema` with its columns named `<prefix><position>`, and the renaming."""
+    names = {f.name: f"{prefix}{i}" for i, f in enumerate(schema)}
+    return pa.schema([f.with_name(names[f.name]) for f in schema]), names
 
 
 class Dataflow:
@@ -74,6 +83,9 @@ class Dataflow:
         for name, view in self.views.items():
             counter = itertools.count()
             self._walk(view.root, name, counter)
+        tables = {f.name for n in self._order if isinstance(n, P.Scan) for f in n.schema}
+        used = {f.name for n in self._order if not isinstance(n, P.Scan) for f in n.schema}
+        self._internal = frozenset(used - tables)
         self.circuit = Circuit([s.op for s in self._stateful.values()], self._upstream())
         self.operators = self.circuit.operators
         self._first = True
@@ -126,77 +138,78 @@ class Dataflow:
             if st is None:
                 continue
             text = json.dumps(st.op.describe(), sort_keys=True, default=str)
-            out[st.op.id] = f"{text}|{self._describe(node, fps, top=True)}"
+            out[st.op.id] = f"{text}|{self._describe(node, fps, _Canon(self._internal), top=True)}"
             fps[id(node)] = fingerprint([{"operator": out[st.op.id]}])
         return out
 
-    def _describe(self, node: P.Node, fps: Mapping[int, str], top: bool = False) -> str:
+    def _describe(
+        self, node: P.Node, fps: Mapping[int, str], canon: _Canon, top: bool = False
+    ) -> str:
         if not top and id(node) in fps:
             return f"<{fps[id(node)]}>"  # a stateful node below: its fingerprint
         if isinstance(node, P.ViewRef):
-            return self._describe(self._roots[node.view], fps)
+            return self._describe(self._roots[node.view], fps, canon)
         parts = []
         for f in dataclasses.fields(node):
             v = getattr(node, f.name)
             if isinstance(v, tuple) and v and all(_is_node(x) for x in v):
-                parts.append(f"{f.name}=[{','.join(self._describe(x, fps) for x in v)}]")
+                inputs = ",".join(self._describe(x, fps, canon) for x in v)
+                parts.append(f"{f.name}=[{inputs}]")
             elif _is_node(v):
-                parts.append(f"{f.name}={self._describe(v, fps)}")
+                parts.append(f"{f.name}={self._describe(v, fps, canon)}")
             else:
-                parts.append(f"{f.name}={v!r}")
+                parts.append(f"{f.name}={canon(v)!r}")
         return f"{type(node).__name__}({', '.join(parts)})"
 
     def changed_operators(self, fingerprint: str, metadata: Mapping[str, Any]) -> list[str]:
         return self.circuit.changed_operators(fingerprint, metadata)
 
     def _operator(self, node: P.Node, view: str, counter: Iterator[int]) -> _Stateful | None:
-        if isinstance(node, P.Aggregate):
-            op_id = f"{view}.agg{next(counter)}"
-            aggs = [EngineAggregate(a.name, a.func, a.column) for a in node.aggs]
-            op: Operator = GroupAggregate(op_id, node.input.schema, node.keys, aggs, input="in")
-            return _Stateful(op, ("in",))
+        """The engine operator of a stateful node, its columns named by position (`c0`,
+        `c1`, ...; a join's sides `l<i>`, `r<i>`): its state's layout does not depend on
+        the planner's numbering of internal names."""
         if isinstance(node, P.Join):
-            op_id = f"{view}.join{next(counter)}"
-            op = Join(
-                op_id,
-                node.left.schema,
-                node.right.schema,
-                node.left_keys,
-                node.right_keys,
+            left, ln = _positional(node.left.schema, "l")
+            right, rn = _positional(node.right.schema, "r")
+            op: Operator = Join(
+                f"{view}.join{next(counter)}",
+                left,
+                right,
+                [ln[k] for k in node.left_keys],
+                [rn[k] for k in node.right_keys],
                 left="left",
                 right="right",
             )
-            return _Stateful(op, ("left", "right"))
-        if isinstance(node, P.TopN):
+            return _Stateful(op, ("left", "right"), (left.names, right.names))
+        if not isinstance(node, P.Aggregate | P.TopN | P.Sessions | P.Distinct):
+            return None
+        schema, c = _positional(node.input.schema, "c")
+        if isinstance(node, P.Aggregate):
+            aggs = [
+                EngineAggregate(f"a{j}", a.func, c[a.column] if a.column else None)
+                for j, a in enumerate(node.aggs)
+            ]
+            keys = [c[k] for k in node.keys]
+            op = GroupAggregate(f"{view}.agg{next(counter)}", schema, keys, aggs, input="in")
+        elif isinstance(node, P.TopN):
+            order = [(c[col], desc) for col, desc in node.order]
+            partition = [c[k] for k in node.partition]
             op_id = f"{view}.top{next(counter)}"
-            op = TopN(
-                op_id,
-                node.input.schema,
-                node.partition,
-                node.order,
-                node.limit,
-                node.rank,
-                input="in",
-            )
-            return _Stateful(op, ("in",))
-        if isinstance(node, P.Sessions):
-            op_id = f"{view}.session{next(counter)}"
+            op = TopN(op_id, schema, partition, order, node.limit, "rank", input="in")
+        elif isinstance(node, P.Sessions):
             op = SessionWindows(
-                op_id,
-                node.input.schema,
-                node.partition,
-                node.time,
+                f"{view}.session{next(counter)}",
+                schema,
+                [c[k] for k in node.partition],
+                c[node.time],
                 node.gap_us,
-                node.start,
-                node.end,
+                "start",
+                "end",
                 input="in",
             )
-            return _Stateful(op, ("in",))
-        if isinstance(node, P.Distinct):
-            op_id = f"{view}.distinct{next(counter)}"
-            op = Distinct(op_id, node.input.schema, None, input="in")
-            return _Stateful(op, ("in",))
-        return None
+        else:
+            op = Distinct(f"{view}.distinct{next(counter)}", schema, None, input="in")
+        return _Stateful(op, ("in",), (schema.names,))
 
     def open(self, location: StorageLocation, drop: Collection[str] = ()) -> None:
         """Bind the stateful operators to `location` (opened with `fingerprint`) and restore
@@ -268,7 +281,11 @@ class Dataflow:
             if all(t.num_rows == 0 for t in inputs):
                 out = empty_delta(stateful.op.output_schema)
             else:
-                out = stateful.op.apply(dict(zip(stateful.inputs, inputs, strict=True)))
+                named = [
+                    t.rename_columns([*cols, WEIGHT])
+                    for t, cols in zip(inputs, stateful.columns, strict=True)
+                ]
+                out = stateful.op.apply(dict(zip(stateful.inputs, named, strict=True)))
             if isinstance(node, P.Join):
                 return _with_right_keys(node, out)
             out = out.rename_columns([*node.schema.names, WEIGHT])
@@ -315,14 +332,42 @@ class Dataflow:
 
 
 def _with_right_keys(node: P.Join, out: pa.Table) -> pa.Table:
-    """The engine's join leaves out the right side's key columns (equal to the left's):
-    they are put back, so the node has every column of both sides."""
-    same = dict(zip(node.right_keys, node.left_keys, strict=True))
-    cols = [out.column(same.get(f.name, f.name)).cast(f.type) for f in node.schema]
+    """The engine's join (columns `l<i>`, `r<i>`) leaves out the right side's key columns
+    (equal to the left's): they are put back, so the node has every column of both sides."""
+    _, ln = _positional(node.left.schema, "l")
+    _, rn = _positional(node.right.schema, "r")
+    same = {rn[r]: ln[lk] for r, lk in zip(node.right_keys, node.left_keys, strict=True)}
+    names = [*ln.values(), *(same.get(n, n) for n in rn.values())]
+    cols = [out.column(n).cast(f.type) for n, f in zip(names, node.schema, strict=True)]
     return pa.table([*cols, out.column(WEIGHT)], names=[*node.schema.names, WEIGHT])
 
 
 __all__ = ["Dataflow"]
+
+
+class _Canon:
+    """Internal column names as `$0`, `$1`, ... in the order a description first uses them:
+    plans that differ only in the planner's numbering of internal names (shifted by an edit
+    earlier in the view) are described alike. Literals are kept as they are."""
+
+    def __init__(self, internal: frozenset[str]) -> None:
+        self.internal = internal
+        self.names: dict[str, str] = {}
+
+    def __call__(self, v: Any) -> Any:
+        if isinstance(v, str):
+            if v not in self.internal:
+                return v
+            if v not in self.names:
+                self.names[v] = f"${len(self.names)}"
+            return self.names[v]
+        if isinstance(v, Literal):
+            return v
+        if isinstance(v, tuple | list):
+            return type(v)(self(x) for x in v)
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            return (type(v).__name__, *(self(getattr(v, f.name)) for f in dataclasses.fields(v)))
+        return v
 
 
 def _is_node(v: object) -> bool:

@@ -101,9 +101,9 @@ def test_every_operator_that_does_not_fit_with_the_wildcard(tmp_path: Path) -> N
 
 
 def test_dropped_operators_may_change_their_state_layout(tmp_path: Path) -> None:
-    """An aggregate gaining a column changes its state's schema (and, as internal columns
-    are numbered per view, those of the view's later operators): every operator named
-    starts empty with its new layout, and the pipeline runs on."""
+    """An aggregate gaining a column changes its state's layout and renumbers the view's
+    later internal columns: it and the join reading it start empty, the other aggregate
+    keeps its state although its internal names changed."""
     one = """CREATE VIEW v AS SELECT a.g, a.n, b.m FROM
         (SELECT g, count(*) AS n FROM t GROUP BY g) a JOIN
         (SELECT g, max(v) AS m FROM t WHERE v > 0 GROUP BY g) b ON a.g = b.g"""
@@ -116,10 +116,34 @@ def test_dropped_operators_may_change_their_state_layout(tmp_path: Path) -> None
     loc.close()
     with pytest.raises(StateError) as refused:
         _open(tmp_path, two)
-    assert "v.agg0" in str(refused.value)
+    assert "the state of v.agg0, v.join2 no longer fits" in str(refused.value)
     flow, loc = _open(tmp_path, two, (DROP_ALL,))
     try:
-        # Only the new input counts now: a's count and sum, b's maximum, joined.
-        assert _rows(flow.step(_delta([(1, "a", 9)]))["v"]) == {("a", 1, 9, 9, 1)}
+        # a starts over (count 1, sum 9); b's kept maximum for 'a' goes from 5 to 9; the
+        # emptied join sees only these changes.
+        out = _rows(flow.step(_delta([(1, "a", 9)]))["v"])
+        assert out == {("a", 1, 9, 9, 1), ("a", 1, 9, 5, -1)}
     finally:
         loc.close()
+
+
+def test_an_edit_early_in_a_view_leaves_its_later_operators_alone() -> None:
+    """A column added to the first aggregate of a view renumbers the view's later internal
+    columns; the operators the edit does not reach keep their fingerprints, and a changed
+    literal is still a change."""
+    one = """CREATE VIEW v AS SELECT a.g, a.n, b.m FROM
+        (SELECT g, count(*) AS n FROM t GROUP BY g) a JOIN
+        (SELECT g, max(v) AS m FROM t WHERE v > 0 GROUP BY g) b ON a.g = b.g"""
+    edits = {
+        "an aggregate added to a": one.replace("count(*) AS n", "count(*) AS n, sum(v) AS s"),
+        "b's filter": one.replace("v > 0", "v > 1"),
+    }
+    before = Dataflow(plan(parse(one), TABLES)).circuit.operator_fingerprints
+    changed = {}
+    for what, sql in edits.items():
+        after = Dataflow(plan(parse(sql), TABLES)).circuit.operator_fingerprints
+        changed[what] = sorted(i for i, fp in after.items() if before.get(i) != fp)
+    assert changed == {
+        "an aggregate added to a": ["v.agg0", "v.join2"],
+        "b's filter": ["v.agg1", "v.join2"],
+    }
