@@ -121,6 +121,18 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
+class EventTime(_Model):
+    """A SQL table's event-time column and how late its rows may come (docs/sql.md,
+    Watermarks): the watermark is the newest event time so far minus `lateness`; rows
+    below it are dropped, and state no later row can reach is forgotten."""
+
+    column: str = Field(min_length=1, max_length=128, description="a timestamp column")
+    lateness: Seconds = Field(0.0, description="how far behind the newest event time a row may be")
+
+
+_EVENT_TIME_DOC = "pipelines with `sql`: the table's event-time column and lateness"
+
+
 # -- sources -----------------------------------------------------------------------------
 
 
@@ -129,6 +141,7 @@ class DatagenSource(_Model):
 
     kind: Literal["datagen"]
     table: str = Field("input", pattern=TABLE_RE, description=_TABLE_DOC)
+    event_time: EventTime | None = Field(None, description=_EVENT_TIME_DOC)
     generator: Literal["clicks", "nexmark"] = Field(
         "clicks",
         description="clicks: (ts, user, page, amount); nexmark: the Nexmark benchmark's "
@@ -154,6 +167,7 @@ class FilesSource(_Model):
 
     kind: Literal["files"]
     table: str = Field("input", pattern=TABLE_RE, description=_TABLE_DOC)
+    event_time: EventTime | None = Field(None, description=_EVENT_TIME_DOC)
     path: FilePath
     format: Literal["json", "csv", "parquet"]
     schema_: dict[str, str] | None = Field(
@@ -188,6 +202,7 @@ class LogSource(_Model):
 
     kind: Literal["log"]
     table: str = Field("input", pattern=TABLE_RE, description=_TABLE_DOC)
+    event_time: EventTime | None = Field(None, description=_EVENT_TIME_DOC)
     stream: str = Field(pattern=NAME_RE)
     schema_: dict[str, str] = Field(
         alias="schema",
@@ -424,6 +439,11 @@ class PipelineSpec(_Model):
                 raise ValueError("transform: with sql, filter and project in the views")
             # The views, and the sinks' `from`, are checked by the SQL planner (sql package).
             return self
+        if self.source.event_time is not None:
+            raise ValueError(
+                "source.event_time: tables of sql pipelines have one; operators take "
+                "transform.event_time and a window_aggregate's lateness"
+            )
         ops = [op.name for op in self.state]
         dup = sorted({n for n in ops if ops.count(n) > 1})
         if dup:

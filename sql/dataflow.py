@@ -49,7 +49,11 @@ from . import plan as P
 from .evaluate import evaluate, evaluate_predicate
 from .expr import Literal
 from .planner import PlannedView
+from .watermarks import Bound, EventTime, Watermarks, column_bounds
 from .windows import assign
+
+METADATA_KEY = "sql"
+_TS = pa.timestamp("us", tz="UTC")  # every bounded column's type (watermarks.py)
 
 
 @dataclass
@@ -57,6 +61,11 @@ class _Stateful:
     op: Operator
     inputs: tuple[str, ...]  # the operator's input names, one per child node
     columns: tuple[list[str], ...]  # per input, the operator's (positional) column names
+    # The operator's output columns in the node's order, where the operator orders them
+    # otherwise (a bounded key moved to the front).
+    output: list[str] | None = None
+    # Per operator input, the bound of its leading key (see `watermarks.py`).
+    leads: dict[str, Bound] = dataclasses.field(default_factory=dict)
 
 
 def _positional(schema: pa.Schema, prefix: str) -> tuple[pa.Schema, dict[str, str]]:
@@ -69,11 +78,16 @@ class Dataflow:
     """The views' plans, runnable step by step over a storage location."""
 
     def __init__(
-        self, views: Mapping[str, PlannedView], inputs: Mapping[str, str] | None = None
+        self,
+        views: Mapping[str, PlannedView],
+        inputs: Mapping[str, str] | None = None,
+        event_time: Mapping[str, EventTime] | None = None,
     ) -> None:
         """`inputs`: names `step` takes deltas by, for tables named otherwise (input name
-        -> table)."""
+        -> table); `event_time`: per table, its event-time column and lateness."""
         self.views = dict(views)
+        self.watermarks = Watermarks(event_time or {})
+        self._bounds: dict[int, dict[str, Bound]] = {}
         self._aliases = {table: name for name, table in (inputs or {}).items()}
         self._stateful: dict[int, _Stateful] = {}
         self._order: list[P.Node] = []  # every node once, inputs before their readers
@@ -118,12 +132,17 @@ class Dataflow:
         if isinstance(node, P.ViewRef):
             self._seen.add(id(node))
             self._order.append(node)
+            et = self.watermarks.event_time
+            self._bounds[id(node)] = column_bounds(node, [], et, self._roots, self._bounds)
             return
         for child in P.children(node):
             self._walk(child, view, counter)
         self._seen.add(id(node))
         self._order.append(node)
         self._owner[id(node)] = view
+        below = [self._bounds[id(c)] for c in P.children(node)]
+        et = self.watermarks.event_time
+        self._bounds[id(node)] = column_bounds(node, below, et, self._roots, self._bounds)
         op = self._operator(node, view, counter)
         if op is not None:
             self._stateful[id(node)] = op
@@ -167,36 +186,37 @@ class Dataflow:
     def _operator(self, node: P.Node, view: str, counter: Iterator[int]) -> _Stateful | None:
         """The engine operator of a stateful node, its columns named by position (`c0`,
         `c1`, ...; a join's sides `l<i>`, `r<i>`): its state's layout does not depend on
-        the planner's numbering of internal names."""
+        the planner's numbering of internal names. A key column bounded by a watermark
+        leads the operator's keys, so that the state below the bound can be forgotten."""
         if isinstance(node, P.Join):
+            lb, rb = self._bounds[id(node.left)], self._bounds[id(node.right)]
+            pairs = sorted(
+                zip(node.left_keys, node.right_keys, strict=True),
+                key=lambda p: -((p[0] in lb) + (p[1] in rb)),
+            )  # stable: unchanged without bounds
             left, ln = _positional(node.left.schema, "l")
             right, rn = _positional(node.right.schema, "r")
             op: Operator = Join(
                 f"{view}.join{next(counter)}",
                 left,
                 right,
-                [ln[k] for k in node.left_keys],
-                [rn[k] for k in node.right_keys],
+                [ln[k] for k, _ in pairs],
+                [rn[k] for _, k in pairs],
                 left="left",
                 right="right",
             )
-            return _Stateful(op, ("left", "right"), (left.names, right.names))
+            lk, rk = pairs[0]
+            leads = {
+                **({"left": lb[lk]} if lk in lb else {}),
+                **({"right": rb[rk]} if rk in rb else {}),
+            }
+            return _Stateful(op, ("left", "right"), (left.names, right.names), leads=leads)
         if not isinstance(node, P.Aggregate | P.TopN | P.Sessions | P.Distinct):
             return None
         schema, c = _positional(node.input.schema, "c")
-        if isinstance(node, P.Aggregate):
-            aggs = [
-                EngineAggregate(f"a{j}", a.func, c[a.column] if a.column else None)
-                for j, a in enumerate(node.aggs)
-            ]
-            keys = [c[k] for k in node.keys]
-            op = GroupAggregate(f"{view}.agg{next(counter)}", schema, keys, aggs, input="in")
-        elif isinstance(node, P.TopN):
-            order = [(c[col], desc) for col, desc in node.order]
-            partition = [c[k] for k in node.partition]
-            op_id = f"{view}.top{next(counter)}"
-            op = TopN(op_id, schema, partition, order, node.limit, "rank", input="in")
-        elif isinstance(node, P.Sessions):
+        bounds = self._bounds[id(node.input)]
+        output = None
+        if isinstance(node, P.Sessions):
             op = SessionWindows(
                 f"{view}.session{next(counter)}",
                 schema,
@@ -207,9 +227,36 @@ class Dataflow:
                 "end",
                 input="in",
             )
+            leads = {"in": bounds[node.time]} if node.time in bounds else {}
+            return _Stateful(op, ("in",), (schema.names,), leads=leads)
+        keyed = (
+            node.keys
+            if isinstance(node, P.Aggregate)
+            else node.partition
+            if isinstance(node, P.TopN)
+            else tuple(node.input.schema.names)
+        )
+        keys = _bounded_first(keyed, bounds)
+        leads = {"in": bounds[keys[0]]} if keys and keys[0] in bounds else {}
+        if isinstance(node, P.Aggregate):
+            aggs = [
+                EngineAggregate(f"a{j}", a.func, c[a.column] if a.column else None)
+                for j, a in enumerate(node.aggs)
+            ]
+            op_id = f"{view}.agg{next(counter)}"
+            op = GroupAggregate(op_id, schema, [c[k] for k in keys], aggs, input="in")
+            if keys != node.keys:
+                output = [*(c[k] for k in node.keys), *(a.name for a in aggs)]
+        elif isinstance(node, P.TopN):
+            order = [(c[col], desc) for col, desc in node.order]
+            op_id = f"{view}.top{next(counter)}"
+            partition = [c[k] for k in keys]
+            op = TopN(op_id, schema, partition, order, node.limit, "rank", input="in")
         else:
-            op = Distinct(f"{view}.distinct{next(counter)}", schema, None, input="in")
-        return _Stateful(op, ("in",), (schema.names,))
+            columns = [c[k] for k in keys] if keys != keyed else None
+            op = Distinct(f"{view}.distinct{next(counter)}", schema, columns, input="in")
+            output = schema.names if columns else None
+        return _Stateful(op, ("in",), (schema.names,), output, leads)
 
     def open(self, location: StorageLocation, drop: Collection[str] = ()) -> None:
         """Bind the stateful operators to `location` (opened with `fingerprint`) and restore
@@ -217,6 +264,8 @@ class Dataflow:
         self.circuit.open(location, drop)
         # A new pipeline's first step brings the rows of aggregates without GROUP BY.
         self._first = location.restored is None
+        if location.restored is not None:
+            self.watermarks.restore(location.metadata.get(METADATA_KEY, {}))
 
     def _global(self, node: P.Aggregate, out: pa.Table) -> pa.Table:
         """An aggregate without GROUP BY has one row even over no input (count 0, other
@@ -249,16 +298,31 @@ class Dataflow:
         operator takes pre-aggregated input: `partials` must be empty.)"""
         if partials:
             raise ValueError("a SQL dataflow takes rows, not pre-aggregated input")
+        tables = {
+            name: self.watermarks.admit(self._aliases.get(name, name), weighted(t))
+            for name, t in deltas.items()
+        }
         values: dict[int, pa.Table] = {}
         for node in self._order:
-            values[id(node)] = self._value(node, deltas, values)
+            values[id(node)] = self._value(node, tables, values)
         self._first = False
+        self.watermarks.advance()
+        self._forget()
         out = {}
         for name, view in self.views.items():
             t = values[id(view.root)]
             t = consolidate(t, view.root.schema)
             out[name] = t.rename_columns([*view.names, WEIGHT])
         return out
+
+    def _forget(self) -> None:
+        """Let each operator whose leading key is bounded drop the state below the bound."""
+        for st in self._stateful.values():
+            for name, bound in st.leads.items():
+                at = self.watermarks.value(bound)
+                if at is None:
+                    continue
+                st.op.forget_below(name, pa.scalar(at, pa.int64()).cast(_TS).as_py())
 
     def _value(
         self,
@@ -288,6 +352,8 @@ class Dataflow:
                 out = stateful.op.apply(dict(zip(stateful.inputs, named, strict=True)))
             if isinstance(node, P.Join):
                 return _with_right_keys(node, out)
+            if stateful.output is not None:
+                out = out.select([*stateful.output, WEIGHT])
             out = out.rename_columns([*node.schema.names, WEIGHT])
             if isinstance(node, P.Aggregate) and not node.keys:
                 return self._global(node, out)
@@ -321,14 +387,21 @@ class Dataflow:
         identifier: str | None = None,
         keep_last: int | None = None,
     ) -> CommitHandle:
-        """`Circuit.commit_async` of the stateful operators."""
-        return self.circuit.commit_async(step, metadata, identifier, keep_last)
+        """`Circuit.commit_async` of the stateful operators, with the watermarks."""
+        meta = {**(metadata or {}), METADATA_KEY: self.watermarks.state()}
+        return self.circuit.commit_async(step, meta, identifier, keep_last)
 
     def metrics(self) -> dict[str, dict[str, Any]]:
         return self.circuit.metrics()
 
     def operator_metrics(self) -> dict[str, OperatorMetrics]:
         return self.circuit.operator_metrics()
+
+
+def _bounded_first(keys: tuple[str, ...], bounds: Mapping[str, Bound]) -> tuple[str, ...]:
+    """`keys` with the first bounded one moved to the front (unchanged without one)."""
+    lead = next((k for k in keys if k in bounds), None)
+    return keys if lead is None else (lead, *(k for k in keys if k != lead))
 
 
 def _with_right_keys(node: P.Join, out: pa.Table) -> pa.Table:

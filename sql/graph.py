@@ -37,7 +37,7 @@ def pipeline_graph(spec: S.PipelineSpec) -> Graph:
     if spec.sql is None:
         return _operators_graph(spec)
     sql = plan_spec(spec)
-    flow = Dataflow(sql.views)
+    flow = Dataflow(sql.views, event_time=sql.event_time)
     nodes: dict[str, GraphNode] = {}
     edges: list[tuple[str, str]] = []
     ids: dict[int, str] = {}

@@ -16,6 +16,7 @@ from .errors import SqlError
 from .parse import parse
 from .planner import PlannedView, plan
 from .types import TYPE_NAMES
+from .watermarks import EventTime
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,7 @@ class SqlPlan:
     table: str
     schema: pa.Schema
     views: dict[str, PlannedView]
+    event_time: dict[str, EventTime]  # per table that declares one
 
 
 def table_schema(source: S.DatagenSource | S.FilesSource | S.LogSource) -> pa.Schema:
@@ -67,7 +69,23 @@ def plan_spec(spec: S.PipelineSpec) -> SqlPlan:
     ]
     if errors:
         raise S.SpecError(errors)
-    return SqlPlan(table, schema, views)
+    return SqlPlan(table, schema, views, _event_time(spec.source, schema))
+
+
+def _event_time(
+    source: S.DatagenSource | S.FilesSource | S.LogSource, schema: pa.Schema
+) -> dict[str, EventTime]:
+    et = source.event_time
+    if et is None:
+        return {}
+    if et.column not in schema.names:
+        where = "source.event_time.column"
+        raise S.SpecError([(where, f"{et.column!r} is not a column of {schema.names}")])
+    if not pa.types.is_timestamp(schema.field(et.column).type):
+        kind = schema.field(et.column).type
+        where = "source.event_time.column"
+        raise S.SpecError([(where, f"{et.column!r} is {kind}: the event time is a timestamp")])
+    return {source.table: EventTime(et.column, round(et.lateness * 1_000_000))}
 
 
 __all__ = ["SqlPlan", "plan_spec", "table_schema"]

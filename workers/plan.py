@@ -141,7 +141,7 @@ def plan(spark: SparkSession, spec: S.PipelineSpec) -> Plan:
         if sql.schema.names != stream_arrow.names:
             raise S.SpecError([("source.schema", f"Spark reads {stream_arrow.names}")])
         # The table's rows are the stream's, typed as the views were planned for.
-        flow = Dataflow(sql.views, inputs={SOURCE: sql.table})
+        flow = Dataflow(sql.views, inputs={SOURCE: sql.table}, event_time=sql.event_time)
         inputs[SOURCE] = (None, ["*"])
         schemas[SOURCE] = sql.schema
         stream_arrow = sql.schema
@@ -189,6 +189,9 @@ def _event_time(spec: S.PipelineSpec, stream: pa.Schema) -> str | None:
     datagen, whose `ts` is synthetic (2024-01-01 + i / rows_per_second, so that row i is a
     pure function of seed and i), not wall clock: no latency unless the spec names a column."""
     col = spec.transform.event_time
+    table_time = spec.source.event_time
+    if col is None and table_time is not None and not isinstance(spec.source, S.DatagenSource):
+        col = table_time.column  # a SQL table's (sql.spec checked it)
     if col is None:
         if isinstance(spec.source, S.DatagenSource):
             return None

@@ -425,6 +425,12 @@ class GroupAggregate(Operator):
         assert self._acc is not None
         return [self._acc, *self._vals.values()]
 
+    def forget_below(self, input: str, bound: Any) -> None:
+        """Groups below `bound` in the first group column get no more rows: their
+        accumulators and multisets go (every spine is keyed by the groups first)."""
+        for sp in self.spines():
+            sp.truncate_below((bound,))
+
     def metrics(self) -> dict[str, Any]:
         assert self._acc is not None
         return {"groups": self._acc.stats().rows}

@@ -104,6 +104,10 @@ class Distinct(Operator):
         out = out.filter(pc.not_equal(out.column(WEIGHT), 0))
         return to_table(Batch.from_arrow(self._zs, out))
 
+    def forget_below(self, input: str, bound: Any) -> None:
+        assert self._counts is not None
+        self._counts.truncate_below((bound,))
+
     def metrics(self) -> dict[str, Any]:
         assert self._counts is not None
         return {"rows": self._counts.stats().rows}

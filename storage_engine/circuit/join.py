@@ -104,6 +104,13 @@ class Join(Operator):
             return self._out_w.empty_table()
         return consolidate(pa.concat_tables(parts), self._out)
 
+    def forget_below(self, input: str, bound: Any) -> None:
+        """Later rows of one side have their first join column at or above `bound`: the
+        other side's rows below it can match nothing more."""
+        assert self._l is not None and self._r is not None
+        other = self._r if input == self.inputs[0] else self._l
+        other.truncate_below((bound,))
+
     def _join(self, left: pa.Table, right: pa.Table) -> pa.Table:
         if left.num_rows == 0 or right.num_rows == 0:
             return self._out_w.empty_table()

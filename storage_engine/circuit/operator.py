@@ -129,6 +129,14 @@ class Operator(ABC):
         as `step`'s would for any later insert-only input."""
         raise CircuitError(f"operator {self.id!r} cannot take a pre-aggregated input")
 
+    def forget_below(self, input: str, bound: Any) -> None:
+        """Every later delta of `input` has its leading key at or above `bound` (a value of
+        that column's type; a watermark's consequence): drop the state that only rows below
+        it could reach, without output (what was emitted stays). The leading key is the
+        first group, join or partition column, a distinct's first column, a session's time.
+        Default: keep everything."""
+        return
+
     def checkpoint_state(self) -> dict[str, Any]:
         """Small JSON-able operator state to store in each checkpoint (e.g. a watermark)."""
         return {}

@@ -69,6 +69,28 @@ class PartitionedOperator(Operator):
         before = before.set_column(before.num_columns - 1, WEIGHT, pc.negate(before.column(WEIGHT)))
         return consolidate(pa.concat_tables([after, before]), self._out)
 
+    def forget_below(self, input: str, bound: Any) -> None:
+        """Partitions below `bound` in the first partition column are final: their rows go."""
+        assert self._rows is not None
+        if self.partition_by:
+            self._rows.truncate_below((bound,))
+
+    def _all_rows(self) -> pa.Table:
+        """Every live row (with the partition columns first, as `_result` takes them)."""
+        assert self._rows is not None
+        return to_table(self._rows.to_batch())
+
+    def _forget(self, rows: pa.Table) -> None:
+        """Drop these rows (the input's columns and `__weight`) from the state, silently."""
+        assert self._rows is not None
+        if rows.num_rows == 0:
+            return
+        if not self.partition_by:
+            rows = rows.append_column(_ALL, pa.array(np.ones(rows.num_rows, np.bool_)))
+        names = [f.name for f in (*self._zs.keys, *self._zs.values)]
+        gone = rows.select(names).append_column(WEIGHT, pc.negate(rows.column(WEIGHT)))
+        self._rows.insert(Batch.from_arrow(self._zs, gone))
+
     @abstractmethod
     def _result(self, rows: pa.Table) -> pa.Table:
         """The output (with `__weight`) for these partitions' rows (`__weight`: each row's

@@ -50,6 +50,7 @@ class SessionWindows(PartitionedOperator):
         out = input_schema.append(pa.field(start, _TS)).append(pa.field(end, _TS))
         super().__init__(op_id, input_schema, partition_by, out, input)
         self.time, self.gap_us = time, gap_us
+        self._swept: int | None = None  # the bound of the last sweep (microseconds)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -66,6 +67,20 @@ class SessionWindows(PartitionedOperator):
         d = deltas[self.inputs[0]]
         valid = pc.is_valid(d.column(self.time))
         return super().step({self.inputs[0]: d.filter(valid)})
+
+    def forget_below(self, input: str, bound: Any) -> None:
+        """Later rows have a time at or above `bound`: a session ending at or before it is
+        closed (no later row can join it, and it cannot merge with an open one), so its rows
+        go. Finding them reads all the state, so a sweep waits until the bound has moved on
+        by a gap since the last one."""
+        assert self._rows is not None
+        b = pa.scalar(bound, _TS).cast(pa.int64()).as_py()
+        if self._swept is not None and b - self._swept < self.gap_us:
+            return
+        self._swept = b
+        sessions = self._result(self._all_rows())
+        ends = pc.cast(sessions.column(self._out.field(-1).name), pa.int64())
+        self._forget(sessions.filter(pc.less_equal(ends, b)))
 
     def _result(self, rows: pa.Table) -> pa.Table:
         """Each row with a positive multiplicity, with its session's bounds."""
