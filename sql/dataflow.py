@@ -89,6 +89,7 @@ class Dataflow:
         self.watermarks = Watermarks(event_time or {})
         self._bounds: dict[int, dict[str, Bound]] = {}
         self._aliases = {table: name for name, table in (inputs or {}).items()}
+        self._tables = dict(inputs or {})  # input name -> table
         self._stateful: dict[int, _Stateful] = {}
         self._order: list[P.Node] = []  # every node once, inputs before their readers
         self._owner: dict[int, str] = {}  # node -> the view whose plan reached it first
@@ -299,7 +300,7 @@ class Dataflow:
         if partials:
             raise ValueError("a SQL dataflow takes rows, not pre-aggregated input")
         tables = {
-            name: self.watermarks.admit(self._aliases.get(name, name), weighted(t))
+            name: self.watermarks.admit(self._tables.get(name, name), weighted(t))
             for name, t in deltas.items()
         }
         values: dict[int, pa.Table] = {}
@@ -393,6 +394,10 @@ class Dataflow:
 
     def metrics(self) -> dict[str, dict[str, Any]]:
         return self.circuit.metrics()
+
+    def late_rows(self) -> int:
+        """Rows the tables' watermarks dropped since the state began (restored with it)."""
+        return sum(self.watermarks.late_rows.values())
 
     def operator_metrics(self) -> dict[str, OperatorMetrics]:
         return self.circuit.operator_metrics()

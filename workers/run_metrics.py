@@ -43,15 +43,15 @@ class RunMetrics:
         self,
         step: int,
         source_offset: int,
-        rows: tuple[int, int, int],
+        rows: tuple[int, int, int, int],
         times: StepTimes,
         spines: list[Spine],
         operators: Mapping[str, OperatorMetrics],
     ) -> None:
-        """One step's record; `rows`: (in, out, dead letters); `operators`: the circuit's
-        `operator_metrics()` after the step."""
+        """One step's record; `rows`: (in, out, dead letters, dropped as late);
+        `operators`: the circuit's `operator_metrics()` after the step."""
         stats = [sp.stats() for sp in spines]
-        rows_in, rows_out, bad = rows
+        rows_in, rows_out, bad, late = rows
         rec = {
             "ts": time.time(),
             "step": step,
@@ -59,6 +59,7 @@ class RunMetrics:
             "rows_in": rows_in,
             "rows_out": rows_out,
             "dead_letters": bad,
+            "late_rows": late,
             "spark_ms": round(times.spark_ms, 3),
             "engine_ms": round(times.engine_ms, 3),
             "commit_ms": round(times.commit_ms, 3),

@@ -285,7 +285,9 @@ class Runner:
         # the run here, before the sinks are written again.
         self.durability.check()
         t1 = time.perf_counter()
+        late_before = self.plan.circuit.late_rows()
         out = self.plan.circuit.step(batch.tables, batch.partials)
+        late_rows = self.plan.circuit.late_rows() - late_before
         for s in self.spec.sinks:
             self.sinks[s.name].write(step, out[s.from_])
         # End-to-end latency: the step's output is in every sink now; its oldest input
@@ -302,7 +304,7 @@ class Runner:
         self.metrics.step(
             step,
             self.offset,
-            (batch.rows_in, sum(o.num_rows for o in out.values()), bad_rows),
+            (batch.rows_in, sum(o.num_rows for o in out.values()), bad_rows, late_rows),
             StepTimes(spark_ms, engine_ms, commit_ms, step_ms, latency_ms),
             self.loc.spines(),
             self.plan.circuit.operator_metrics(),

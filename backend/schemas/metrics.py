@@ -26,6 +26,7 @@ class MetricOut(Out):
     rows_in: int
     rows_out: int
     dead_letters: int
+    late_rows: int  # input rows dropped as late by a watermark
     step_ms: float
     spark_ms: float
     engine_ms: float

@@ -16,7 +16,7 @@ from ..models import MetricSample, PipelineTotals
 from ..settings import Settings
 
 BUCKET_S = 60
-_SUMS = ("steps", "rows_in", "rows_out", "dead_letters")
+_SUMS = ("steps", "rows_in", "rows_out", "dead_letters", "late_rows")
 _MAXES = ("step_ms", "spark_ms", "engine_ms", "commit_ms", "latency_ms")
 _LAST = ("step", "state_rows", "state_bytes", "spine_batches", "merge_backlog", "run_id")
 

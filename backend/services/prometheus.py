@@ -132,6 +132,11 @@ class PipelineCollector(Collector):
             "input records sent to dead letters",
             labels=["pipeline"],
         )
+        late = CounterMetricFamily(
+            "spindle_pipeline_late_rows",
+            "input rows dropped as late by a watermark",
+            labels=["pipeline"],
+        )
         commit_failures = CounterMetricFamily(
             "spindle_pipeline_commit_failures", "checkpoints that failed", labels=["pipeline"]
         )
@@ -160,12 +165,13 @@ class PipelineCollector(Collector):
                     state.add_metric([p.name, st.value], 1.0 if p.state == st else 0.0)
                 # Counters from the monotonic totals: the history is downsampled and deleted.
                 t = s.get(PipelineTotals, p.id) or PipelineTotals(
-                    rows_in=0, rows_out=0, dead_letters=0, commit_failures=0,
+                    rows_in=0, rows_out=0, dead_letters=0, late_rows=0, commit_failures=0,
                     upload_failures=0, fencings=0,
                 )  # fmt: skip
                 rows_in.add_metric(lab, float(t.rows_in))
                 rows_out.add_metric(lab, float(t.rows_out))
                 dead.add_metric(lab, float(t.dead_letters))
+                late.add_metric(lab, float(t.late_rows))
                 commit_failures.add_metric(lab, float(t.commit_failures))
                 upload_failures.add_metric(lab, float(t.upload_failures))
                 fencings.add_metric(lab, float(t.fencings))
@@ -246,6 +252,7 @@ class PipelineCollector(Collector):
             cp_age,
             restarts,
             dead,
+            late,
             commit_failures,
             upload_failures,
             fencings,

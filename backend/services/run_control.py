@@ -242,6 +242,7 @@ class DatabaseControlPlane:
                 rows_in=sum(r.rows_in or 0 for r in rows),
                 rows_out=sum(r.rows_out or 0 for r in rows),
                 dead_letters=sum(r.dead_letters or 0 for r in rows),
+                late_rows=sum(r.late_rows or 0 for r in rows),
             )
         if not events:
             return

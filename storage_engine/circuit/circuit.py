@@ -150,6 +150,10 @@ class Circuit:
     def metrics(self) -> dict[str, dict[str, Any]]:
         return {op.id: op.metrics() for op in self.operators}
 
+    def late_rows(self) -> int:
+        """Input rows dropped as late since the state began (restored with it)."""
+        return sum(op.late_rows for op in self.operators)
+
     def operator_metrics(self) -> dict[str, OperatorMetrics]:
         """Each operator's counters (since the circuit was built) and its state now."""
         if self._loc is None:
@@ -214,5 +218,7 @@ class Stepper(Protocol):
     ) -> CommitHandle: ...
 
     def metrics(self) -> dict[str, dict[str, Any]]: ...
+
+    def late_rows(self) -> int: ...
 
     def operator_metrics(self) -> dict[str, OperatorMetrics]: ...

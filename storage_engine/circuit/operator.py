@@ -79,6 +79,9 @@ class Operator(ABC):
         self.id = op_id
         self.inputs = tuple(inputs)
         self.counters = OperatorCounters()
+        # Input rows dropped as late since the state began (a window aggregate's; kept in
+        # its checkpoint state).
+        self.late_rows = 0
 
     def apply(self, deltas: Mapping[str, pa.Table]) -> pa.Table:
         """`step`, counted in `counters`: what a circuit calls."""

@@ -80,7 +80,6 @@ class WindowAggregate(Operator):
         )
         self.group_by = list(group_by)
         self.watermark: int | None = None  # microseconds since the epoch
-        self.late_rows = 0
 
     @property
     def output_schema(self) -> pa.Schema:

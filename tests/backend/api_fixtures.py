@@ -383,6 +383,7 @@ def add_samples(db: Database, pipeline_id: int, samples: Sequence[dict[str, Any]
             rows_in=sum(r.rows_in or 0 for r in rows),
             rows_out=sum(r.rows_out or 0 for r in rows),
             dead_letters=sum(r.dead_letters or 0 for r in rows),
+            late_rows=sum(r.late_rows or 0 for r in rows),
         )
         return [r.id for r in rows]
 

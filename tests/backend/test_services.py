@@ -770,7 +770,14 @@ def test_counters_only_grow_and_durability_problems_show(
     run = add_run(sqlite_db, pid, started_at=utcnow())
     plane = DatabaseControlPlane(sqlite_db, run)
     samples = [
-        {"ts": MINUTE + i, "step": i + 1, "rows_in": 10, "rows_out": 2, "dead_letters": 1}
+        {
+            "ts": MINUTE + i,
+            "step": i + 1,
+            "rows_in": 10,
+            "rows_out": 2,
+            "dead_letters": 1,
+            "late_rows": 2,
+        }
         for i in range(3)
     ]
     events = [
@@ -781,6 +788,7 @@ def test_counters_only_grow_and_durability_problems_show(
     got = _prometheus(sqlite_db)
     assert got[("spindle_pipeline_rows_in_total", "p")] == 30
     assert got[("spindle_pipeline_dead_letters_total", "p")] == 3
+    assert got[("spindle_pipeline_late_rows_total", "p")] == 6
     assert got[("spindle_pipeline_commit_failures_total", "p")] == 1
     assert got[("spindle_pipeline_upload_failures_total", "p")] == 1
     assert got[("spindle_pipeline_durability_ok", "p")] == 0

@@ -702,6 +702,8 @@ export interface components {
             engine_ms: number;
             /** Id */
             id: number;
+            /** Late Rows */
+            late_rows: number;
             /** Latency Ms */
             latency_ms: number | null;
             /** Merge Backlog */

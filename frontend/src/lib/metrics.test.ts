@@ -18,6 +18,7 @@ function sample(id: number, ts: number, rowsIn: number, stepMs = 10, rowsOut = r
     spine_batches: 0,
     merge_backlog: 0,
     dead_letters: 0,
+    late_rows: 0,
     latency_ms: null,
   };
 }

@@ -18,6 +18,7 @@ export type Sample = Pick<
   | "spine_batches"
   | "merge_backlog"
   | "dead_letters"
+  | "late_rows"
   | "latency_ms"
 >;
 

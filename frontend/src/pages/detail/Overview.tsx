@@ -100,6 +100,10 @@ export function Overview() {
           <dt>Dead letters</dt>
           <dd>{formatCount(last?.dead_letters)}</dd>
         </div>
+        <div>
+          <dt title="input rows dropped in the last step for coming later than the watermark">Late rows</dt>
+          <dd>{formatCount(last?.late_rows)}</dd>
+        </div>
       </dl>
 
       {samples.length === 0 && (
