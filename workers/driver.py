@@ -212,6 +212,11 @@ def run_cmd(
         typer.echo(json.dumps(res.__dict__ | {"last_step": runner.step}))
     finally:
         if control is not None:
+            # The final mirror must see the last checkpoint's upload: a stopped pipeline's
+            # rows are re-read from the manifest only, which does not say what is remote.
+            runner.loc.wait_commits()
+            if runner.loc.remote is not None:
+                runner.loc.remote.wait_idle(runner.loc.settings.remote_close_timeout_s)
             control.close()
         runner.close()
         # Stop Spark while this process can still answer it: a JVM left to notice the

@@ -1,7 +1,9 @@
 """Seeks in one sorted batch: the rows whose key equals one of sorted, unique probes.
 
 Binary search on the first encoded key column finds each probe's
-candidate rows; the other encoded key columns confirm exact equality (`seek_matches`). Keys
+candidate rows; the other encoded key columns confirm exact equality (`seek_matches`), or,
+where the first column's runs are long (a key led by a window's start), narrow each probe's
+run column by column with a bisection of their own. Keys
 without an encoding (nulls, long strings) are matched by an Arrow semi-join instead.
 """
 
@@ -163,6 +165,14 @@ def seek_matches(
     found = k[np.minimum(lo, n - 1)] == p
     lo, pidx = lo[found], np.flatnonzero(found)
     hi = run_ends(k, lo + 1, p[pidx])
+    if len(bcols) > 1 and int((hi - lo).sum()) > _WIDE * len(p):
+        # Expanding every candidate row would cost rows x probes: narrow the runs instead.
+        for bc, pcol in zip(bcols[1:], pcols[1:], strict=True):
+            v = pcol[pidx]
+            lo, hi = _narrow(bc, lo, hi, v, right=False), _narrow(bc, lo, hi, v, right=True)
+            keep = np.flatnonzero(lo < hi)
+            lo, hi, pidx = lo[keep], hi[keep], pidx[keep]
+        return ranges_to_indices(lo, hi), np.repeat(pidx, hi - lo) + a
     if len(hi) and int((hi - lo).max()) > 1:
         rows = ranges_to_indices(lo, hi)
         owner = np.repeat(pidx, hi - lo)
@@ -174,6 +184,45 @@ def seek_matches(
             match &= bc[rows] == pcol[owner]
         rows, owner = rows[match], owner[match]
     return rows, owner + a
+
+
+# Candidate rows per probe (on average) above which runs are narrowed rather than expanded.
+_WIDE = 8
+
+
+# Distinct ranges up to which `_narrow` searches each range at once rather than bisecting.
+_RANGES = 64
+
+
+def _narrow(col: Array, lo: IntArray, hi: IntArray, v: Array, right: bool) -> IntArray:
+    """`_bisect`, but where the probes share few ranges (the first column's runs: a
+    window's start), one `searchsorted` per range. Probes are in key order, so those of a
+    range are contiguous."""
+    cuts = np.flatnonzero(lo[1:] != lo[:-1]) + 1
+    if len(cuts) >= _RANGES or not len(lo):
+        return _bisect(col, lo, hi, v, right)
+    side = "right" if right else "left"
+    out = np.empty_like(lo)
+    for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(lo)], strict=True):
+        start, end = int(lo[a]), int(hi[a])
+        out[a:b] = start + np.searchsorted(col[start:end], v[a:b], side=side)
+    return out
+
+
+def _bisect(col: Array, lo: IntArray, hi: IntArray, v: Array, right: bool) -> IntArray:
+    """Per probe i, where `v[i]` goes in `col[lo[i]:hi[i]]` (sorted within each range): the
+    first position whose value is not below it (`right`: not at or below it). Every probe's
+    search runs in step, a halving of all ranges per round."""
+    lo, hi = lo.copy(), hi.copy()
+    active = np.flatnonzero(lo < hi)
+    while len(active):
+        mid = (lo[active] + hi[active]) // 2
+        val = col[mid]
+        go_right = val <= v[active] if right else val < v[active]
+        lo[active[go_right]] = mid[go_right] + 1
+        hi[active[~go_right]] = mid[~go_right]
+        active = active[lo[active] < hi[active]]
+    return lo
 
 
 def single_value(col: npt.NDArray[Any]) -> int | None:

@@ -269,3 +269,26 @@ def test_seek_matches_with_fixed_columns_finds_every_equal_row(
     for args in (None, fixed):
         rows, owners = seek_matches([k0, k1], [p0, p1], args)
         assert list(zip(rows.tolist(), owners.tolist(), strict=True)) == want
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 1), st.integers(0, 40), st.integers(0, 3)),
+        min_size=100,
+        max_size=400,
+    ),
+    st.lists(st.tuples(st.integers(0, 2), st.integers(0, 42), st.integers(0, 4)), max_size=120),
+)
+def test_seek_matches_narrows_long_runs_of_the_first_column(
+    keys: list[tuple[int, int, int]], probes: list[tuple[int, int, int]]
+) -> None:
+    """A key led by a column of few values (a window's start before the group): each
+    probe's run of that value is narrowed by the next columns, not expanded, and every
+    equal row is still found with its probe."""
+    rows_in, probes_in = sorted(keys), sorted(set(probes))
+    cols = [np.array([r[j] for r in rows_in], dtype=np.uint64) for j in range(3)]
+    pcols = [np.array([p[j] for p in probes_in], dtype=np.uint64) for j in range(3)]
+    want = [(i, probes_in.index(r)) for i, r in enumerate(rows_in) if r in probes_in]
+    rows, owners = seek_matches(cols, pcols)
+    assert list(zip(rows.tolist(), owners.tolist(), strict=True)) == want
