@@ -10,7 +10,7 @@ without an encoding (nulls, long strings) are matched by an Arrow semi-join inst
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -201,7 +201,7 @@ def _narrow(col: Array, lo: IntArray, hi: IntArray, v: Array, right: bool) -> In
     cuts = np.flatnonzero(lo[1:] != lo[:-1]) + 1
     if len(cuts) >= _RANGES or not len(lo):
         return _bisect(col, lo, hi, v, right)
-    side = "right" if right else "left"
+    side: Literal["left", "right"] = "right" if right else "left"
     out = np.empty_like(lo)
     for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(lo)], strict=True):
         start, end = int(lo[a]), int(hi[a])
