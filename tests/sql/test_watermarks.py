@@ -23,7 +23,7 @@ from sql.watermarks import EventTime
 from storage_engine import StorageLocation
 from storage_engine.schema import WEIGHT
 
-from .test_dataflow_oracle import _HOP, SETTINGS, T0, TABLES, _norm, _table
+from .test_dataflow_oracle import SETTINGS, T0, TABLES, WINDOWED, _norm, _table
 
 LATENESS_S = 3
 EVENT_TIME = {"b": EventTime("ts", LATENESS_S * 1_000_000)}
@@ -39,18 +39,7 @@ CASES: dict[str, tuple[str, str]] = {
         """SELECT auction, (epoch_us(ts) // 4000000) * 4000000 AS ws, count(*), max(price)
         FROM b WHERE ts IS NOT NULL GROUP BY auction, ws""",
     ),
-    "hop_hot_items": (
-        """CREATE VIEW counts AS SELECT auction, window_start, window_end, count(*) AS num
-        FROM TABLE(HOP(TABLE b, DESCRIPTOR(ts), INTERVAL '2' SECOND, INTERVAL '10' SECOND))
-        GROUP BY auction, window_start, window_end;
-        CREATE VIEW out AS SELECT c.auction, c.num, c.window_start FROM counts c
-        JOIN (SELECT window_start, max(num) AS maxn FROM counts GROUP BY window_start) m
-        ON c.window_start = m.window_start AND c.num >= m.maxn""",
-        f"""WITH counts AS (SELECT auction, ws, count(*) AS num FROM {_HOP}
-        GROUP BY auction, ws), m AS (SELECT ws, max(num) AS maxn FROM counts GROUP BY ws)
-        SELECT c.auction, c.num, c.ws FROM counts c JOIN m ON c.ws = m.ws
-        AND c.num >= m.maxn""",
-    ),
+    "hop_hot_items": WINDOWED["hop_hot_items"],
     "sessions": (
         """CREATE VIEW out AS SELECT auction, count(*) AS n, window_start, window_end
         FROM TABLE(SESSION(TABLE b PARTITION BY auction, DESCRIPTOR(ts), INTERVAL '2' SECOND))
