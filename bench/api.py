@@ -555,7 +555,8 @@ class LogFeeder:
     thread: threading.Thread | None = None
 
     def __post_init__(self) -> None:
-        src = parse_spec(self.spec).source
+        self.parsed = parse_spec(self.spec)
+        src = self.parsed.source
         assert isinstance(src, LogSource)
         self.src = src
         self.table = ingest_service.parse(self.body, "ndjson", src.arrow_schema())
@@ -572,7 +573,7 @@ class LogFeeder:
 
     def _run(self) -> None:
         while self.running.is_set():
-            ingest_service.append(self.storage, self.src, self.table)
+            ingest_service.append(self.storage, self.parsed, self.src, self.table)
             self.appends += 1
             time.sleep(1 / self.rate)
 

@@ -421,8 +421,14 @@ class PipelineSpec(_Model):
         None,
         min_length=1,
         max_length=200_000,
-        description="CREATE VIEW name AS SELECT ... statements (Spark SQL) over the source's "
-        "rows, read as the table `source.table` (docs/sql.md); sinks write views",
+        description="CREATE VIEW name AS SELECT ... statements (Spark SQL) over the input "
+        "tables (`source.table` and `tables`, docs/sql.md); sinks write views",
+    )
+    tables: list[Source] = Field(
+        default_factory=list,
+        max_length=64,
+        description="pipelines with `sql`: further input tables besides `source`, each a "
+        "source of its own with its `table` name (docs/sql.md, Input tables)",
     )
     sinks: list[Sink] = Field(default_factory=list)
     checkpoint: CheckpointPolicy = Field(default_factory=CheckpointPolicy)
@@ -437,8 +443,14 @@ class PipelineSpec(_Model):
             t = self.transform
             if t.where is not None or t.select != ["*"]:
                 raise ValueError("transform: with sql, filter and project in the views")
+            names = [src.table for src in self.input_sources()]
+            dup = sorted({n for n in names if names.count(n) > 1})
+            if dup:
+                raise ValueError(f"tables: table names must be unique, repeated: {dup}")
             # The views, and the sinks' `from`, are checked by the SQL planner (sql package).
             return self
+        if self.tables:
+            raise ValueError("tables: several input tables need sql (views over them)")
         if self.source.event_time is not None:
             raise ValueError(
                 "source.event_time: tables of sql pipelines have one; operators take "
@@ -456,6 +468,32 @@ class PipelineSpec(_Model):
             if s.from_ not in ops:
                 raise ValueError(f"sinks.{i}.from: {s.from_!r} is not an operator in state {ops}")
         return self
+
+    def input_sources(self) -> list[DatagenSource | FilesSource | LogSource]:
+        """Every input table's source: `source`, then `tables`."""
+        return [self.source, *self.tables]
+
+    def input_fields(self) -> list[tuple[str, DatagenSource | FilesSource | LogSource]]:
+        """Every input table's source with its field path (`source`, `tables.0`, ...)."""
+        return [("source", self.source), *((f"tables.{i}", t) for i, t in enumerate(self.tables))]
+
+    def table_spec(self, table: str) -> PipelineSpec:
+        """The spec as one input table's reader sees it: that table's source as `source`
+        (the runtime reads each table as it reads a one-source pipeline's)."""
+        src = next(s for s in self.input_sources() if s.table == table)
+        return self.model_copy(update={"source": src, "tables": []})
+
+    def offsets(self, metadata: dict[str, Any]) -> dict[str, int]:
+        """Each input table's offset in a checkpoint's metadata (`source_offsets`; a
+        checkpoint of a one-source release has only `source_offset`, the source's)."""
+        per_table = metadata.get("source_offsets")
+        if not isinstance(per_table, dict):
+            per_table = {self.source.table: metadata.get("source_offset", 0)}
+        return {s.table: _offset(per_table.get(s.table)) for s in self.input_sources()}
+
+
+def _offset(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 class SpecError(ValueError):
@@ -530,8 +568,9 @@ def outside_roots(spec: PipelineSpec, roots: Sequence[Path]) -> list[tuple[str, 
     the paths (a path may have become a symlink since)."""
     where = ", ".join(str(r) for r in roots)
     errors = []
-    if isinstance(spec.source, FilesSource) and resolve_path(spec.source.path, roots) is None:
-        errors.append(("source.path", f"must lie inside the configured file roots ({where})"))
+    for field, src in spec.input_fields():
+        if isinstance(src, FilesSource) and resolve_path(src.path, roots) is None:
+            errors.append((f"{field}.path", f"must lie inside the configured file roots ({where})"))
     for i, sink in enumerate(spec.sinks):
         if isinstance(sink, FilesSink) and resolve_path(sink.path, roots) is None:
             errors.append(

@@ -1,6 +1,6 @@
-"""A pipeline spec's SQL planned, without Spark: the source's rows as the table
-`source.table` (schema from the spec: a datagen generator's columns, or the `schema` the
-spec gives), the views over it, and the sinks' `from` checked against the views. Errors are
+"""A pipeline spec's SQL planned, without Spark: each input table's rows (`source`, then
+`tables`; schema from the spec: a datagen generator's columns, or the `schema` the spec
+gives), the views over them, and the sinks' `from` checked against the views. Errors are
 the spec's (`SpecError`), at field `sql` with the line and column in the message."""
 
 from __future__ import annotations
@@ -21,14 +21,24 @@ from .watermarks import EventTime
 
 @dataclass(frozen=True)
 class SqlPlan:
-    table: str
-    schema: pa.Schema
+    tables: dict[str, pa.Schema]  # every input table, `source`'s first
     views: dict[str, PlannedView]
     event_time: dict[str, EventTime]  # per table that declares one
 
+    @property
+    def table(self) -> str:
+        """The table `source` is read as."""
+        return next(iter(self.tables))
 
-def table_schema(source: S.DatagenSource | S.FilesSource | S.LogSource) -> pa.Schema:
-    """The Arrow schema of the source's rows; SpecError at `source.schema` for a type SQL
+    @property
+    def schema(self) -> pa.Schema:
+        return self.tables[self.table]
+
+
+def table_schema(
+    source: S.DatagenSource | S.FilesSource | S.LogSource, where: str = "source"
+) -> pa.Schema:
+    """The Arrow schema of the source's rows; SpecError at `<where>.schema` for a type SQL
     tables do not take."""
     if isinstance(source, S.DatagenSource):
         columns = [c.strip().split(" ", 1) for c in DATAGEN_SCHEMAS[source.generator].split(",")]
@@ -36,7 +46,7 @@ def table_schema(source: S.DatagenSource | S.FilesSource | S.LogSource) -> pa.Sc
     elif source.schema_:
         pairs = list(source.schema_.items())
     else:
-        raise S.SpecError([("source.schema", "give the columns and types of the input")])
+        raise S.SpecError([(f"{where}.schema", "give the columns and types of the input")])
     fields = []
     for name, kind in pairs:
         t = TYPE_NAMES.get(kind.strip().lower())
@@ -44,7 +54,7 @@ def table_schema(source: S.DatagenSource | S.FilesSource | S.LogSource) -> pa.Sc
             raise S.SpecError(
                 [
                     (
-                        f"source.schema.{name}",
+                        f"{where}.schema.{name}",
                         f"type {kind!r}: SQL tables take {', '.join(sorted(TYPE_NAMES))}",
                     )
                 ]
@@ -54,12 +64,11 @@ def table_schema(source: S.DatagenSource | S.FilesSource | S.LogSource) -> pa.Sc
 
 
 def plan_spec(spec: S.PipelineSpec) -> SqlPlan:
-    """The spec's views planned over its source; SpecError naming every problem."""
+    """The spec's views planned over its input tables; SpecError naming every problem."""
     assert spec.sql is not None
-    schema = table_schema(spec.source)
-    table = spec.source.table
+    tables = {src.table: table_schema(src, where) for where, src in spec.input_fields()}
     try:
-        views = plan(parse(spec.sql), {table: schema})
+        views = plan(parse(spec.sql), tables)
     except SqlError as e:
         raise S.SpecError([("sql", str(p)) for p in e.problems]) from None
     errors = [
@@ -69,23 +78,21 @@ def plan_spec(spec: S.PipelineSpec) -> SqlPlan:
     ]
     if errors:
         raise S.SpecError(errors)
-    return SqlPlan(table, schema, views, _event_time(spec.source, schema))
+    event_time: dict[str, EventTime] = {}
+    for where, src in spec.input_fields():
+        if src.event_time is not None:
+            event_time[src.table] = _event_time(src.event_time, tables[src.table], where)
+    return SqlPlan(tables, views, event_time)
 
 
-def _event_time(
-    source: S.DatagenSource | S.FilesSource | S.LogSource, schema: pa.Schema
-) -> dict[str, EventTime]:
-    et = source.event_time
-    if et is None:
-        return {}
+def _event_time(et: S.EventTime, schema: pa.Schema, where: str) -> EventTime:
+    where = f"{where}.event_time.column"
     if et.column not in schema.names:
-        where = "source.event_time.column"
         raise S.SpecError([(where, f"{et.column!r} is not a column of {schema.names}")])
     if not pa.types.is_timestamp(schema.field(et.column).type):
         kind = schema.field(et.column).type
-        where = "source.event_time.column"
         raise S.SpecError([(where, f"{et.column!r} is {kind}: the event time is a timestamp")])
-    return {source.table: EventTime(et.column, round(et.lateness * 1_000_000))}
+    return EventTime(et.column, round(et.lateness * 1_000_000))
 
 
 __all__ = ["SqlPlan", "plan_spec", "table_schema"]

@@ -1,7 +1,7 @@
 """A run's checkpoints: the commit policy (every N steps and/or T seconds, asynchronous by
 default), checkpoints requested from outside (the control plane's `commit` and `stop`), and
 what retention frees: a log source's input log below the oldest checkpoint a run may
-restore."""
+restore (each log source's, for its table's offset)."""
 
 from __future__ import annotations
 
@@ -20,10 +20,11 @@ from .sinks import Sink
 
 
 class Checkpointing:
-    """`position()`: the run's (step, source offset) now; `step_lock`: held while a step
-    runs, so a checkpoint is always taken between steps. With `own_retention` (standalone
-    runs) the spec's `keep_last` is applied after each commit; under the control plane its
-    retention policy decides (it knows pins). `input_log`: a log source's log, else None."""
+    """`position()`: the run's step and each input table's offset now; `step_lock`: held
+    while a step runs, so a checkpoint is always taken between steps. With `own_retention`
+    (standalone runs) the spec's `keep_last` is applied after each commit; under the
+    control plane its retention policy decides (it knows pins). `input_logs`: the input
+    log of each table whose source is a log."""
 
     def __init__(
         self,
@@ -33,15 +34,15 @@ class Checkpointing:
         sinks: Mapping[str, Sink],
         durability: DurabilityWatch,
         step_lock: threading.RLock,
-        position: Callable[[], tuple[int, int]],
+        position: Callable[[], tuple[int, dict[str, int]]],
         own_retention: bool,
-        input_log: Callable[[], InputLog] | None,
+        input_logs: Mapping[str, Callable[[], InputLog]],
     ) -> None:
         self._spec, self._circuit, self._loc = spec, circuit, loc
         self._sinks, self._durability = sinks, durability
         self._step_lock, self._position = step_lock, position
         self.own_retention = own_retention
-        self._input_log = input_log
+        self._input_logs = dict(input_logs)
         # Seconds between automatic commits; the control plane edits it (None: off).
         self.auto_commit_s: float | None = spec.checkpoint.every
         self.steps_since = 0
@@ -70,7 +71,7 @@ class Checkpointing:
     def request(self, identifier: str | None = None) -> tuple[CommitHandle, int]:
         """Request a checkpoint of the state between steps; its handle and step."""
         with self._step_lock:
-            step, offset = self._position()
+            step, offsets = self._position()
             # The checkpoint will say these steps' output is written: make it durable first.
             for sink in self._sinks.values():
                 sink.sync()
@@ -79,7 +80,11 @@ class Checkpointing:
             keep = self._spec.retention.keep_last if self.own_retention else None
             h = self._circuit.commit_async(
                 step,
-                {"source_offset": offset, "pipeline": self._spec.name},
+                {
+                    "source_offset": offsets[self._spec.source.table],
+                    "source_offsets": offsets,
+                    "pipeline": self._spec.name,
+                },
                 identifier=identifier,
                 keep_last=keep,
             )
@@ -100,7 +105,7 @@ class Checkpointing:
     def _retention_ran(self) -> None:
         """Standalone retention runs on the commit thread (`request`): once it has deleted
         the oldest checkpoint, the input log below the new oldest can go."""
-        if self._input_log is None:
+        if not self._input_logs:
             return
         cps = self._loc.list_checkpoints()
         if not cps or cps[0].uuid == self._oldest:
@@ -111,15 +116,16 @@ class Checkpointing:
     def deleted(self) -> None:
         """After a gc: the input log is needed only from the oldest checkpoint a run may
         restore (or, with none left, from the live state's offset)."""
-        if self._input_log is None:
+        if not self._input_logs:
             return
         cps = self._loc.list_checkpoints()
-        offset = (
-            int(self._loc.checkpoint_metadata(cps[0].uuid).get("source_offset", 0))
+        offsets = (
+            self._spec.offsets(self._loc.checkpoint_metadata(cps[0].uuid))
             if cps
             else self._position()[1]
         )
-        self._input_log().truncate_below(offset)
+        for table, input_log in self._input_logs.items():
+            input_log().truncate_below(offsets[table])
 
 
 __all__ = ["Checkpointing"]

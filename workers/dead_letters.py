@@ -1,7 +1,7 @@
 """A run's dead letters: the records of a step that did not parse or convert, one JSON-lines
-file per step (`<storage>/dead-letters/step-N.jsonl`: file, line, record, reason). A bad
-record never fails a step; like the sinks, the files are idempotent by step and rolled back
-to the restored step."""
+file per step (`<storage>/dead-letters/step-N.jsonl`: table, file, line, record, reason). A
+bad record never fails a step; like the sinks, the files are idempotent by step and rolled
+back to the restored step."""
 
 from __future__ import annotations
 
@@ -18,10 +18,17 @@ DIRECTORY = "dead-letters"
 
 
 class DeadLetters:
-    def __init__(self, storage: str, source: S.Source, files: FileBatches | None) -> None:
+    """`tables`: each input table's source and, for files, its reader (which finds a bad
+    JSON record's line)."""
+
+    def __init__(
+        self, storage: str, tables: dict[str, tuple[S.Source, FileBatches | None]]
+    ) -> None:
         self.directory = os.path.join(storage, DIRECTORY)
-        self._kind = source.format if isinstance(source, S.FilesSource) else source.kind
-        self._files = files
+        self._tables = {
+            t: (src.format if isinstance(src, S.FilesSource) else src.kind, files)
+            for t, (src, files) in tables.items()
+        }
 
     def rollback(self, step: int) -> None:
         """Forget the dead letters of steps after `step` (they will be redone)."""
@@ -31,13 +38,22 @@ class DeadLetters:
             if not n.startswith("step-") or int(n[5:17]) > step:
                 os.remove(os.path.join(self.directory, n))
 
-    def write(self, step: int, bad: pa.Table | None) -> int:
-        """Write step `step`'s bad records (the micro-batch's `bad` table, with `__file`,
-        `__lineno` and `__line`); how many there were."""
-        if bad is None or bad.num_rows == 0:
+    def write(self, step: int, bad: dict[str, pa.Table | None]) -> int:
+        """Write step `step`'s bad records (per table, the micro-batch's `bad` table, with
+        `__file`, `__lineno` and `__line`); how many there were."""
+        records = [r for t, b in bad.items() if b is not None for r in self._records(t, b)]
+        if not records:
             return 0
+        os.makedirs(self.directory, exist_ok=True)
+        path = os.path.join(self.directory, f"step-{step:012d}.jsonl")
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(r) + "\n" for r in records)
+        os.replace(path + ".tmp", path)
+        return len(records)
+
+    def _records(self, table: str, bad: pa.Table) -> list[dict[str, object]]:
+        kind, files = self._tables[table]
         rows = bad.select(["__file", "__lineno", "__line"]).to_pylist()
-        files = self._files
         if files is not None:
             # Spark's JSON reader does not give a bad record's line: find it in the file.
             unnumbered = [r for r in rows if r["__lineno"] is None]
@@ -45,20 +61,17 @@ class DeadLetters:
             for r, n in zip(unnumbered, found, strict=True):
                 r["__lineno"] = n
             rows.sort(key=lambda r: (files.path_of(r["__file"]), r["__lineno"] or 0))
-        os.makedirs(self.directory, exist_ok=True)
-        path = os.path.join(self.directory, f"step-{step:012d}.jsonl")
-        reason = f"not parseable as {self._kind} with the source schema"
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
-            for r in rows:
-                record = {
-                    "file": files.path_of(r["__file"]) if files else None,
-                    "line": r["__lineno"],
-                    "record": r["__line"],
-                    "reason": reason,
-                }
-                f.write(json.dumps(record) + "\n")
-        os.replace(path + ".tmp", path)
-        return len(rows)
+        reason = f"not parseable as {kind} with the source schema"
+        return [
+            {
+                "table": table,
+                "file": files.path_of(r["__file"]) if files else None,
+                "line": r["__lineno"],
+                "record": r["__line"],
+                "reason": reason,
+            }
+            for r in rows
+        ]
 
 
 __all__ = ["DIRECTORY", "DeadLetters"]

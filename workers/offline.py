@@ -97,12 +97,13 @@ def _do(
     try:
         res = loc.delete_checkpoints(victims)
         remaining = loc.list_checkpoints()
-        source = parse_spec(spec).source
-        if isinstance(source, LogSource) and remaining:
-            offset = int(loc.checkpoint_metadata(remaining[0].uuid).get("source_offset", 0))
-            log_dir = source.log_dir(storage)
-            if os.path.exists(log_dir):
-                InputLog(log_dir, source.arrow_schema()).truncate_below(offset)
+        parsed = parse_spec(spec)
+        offsets = parsed.offsets(loc.checkpoint_metadata(remaining[0].uuid)) if remaining else {}
+        for source in parsed.input_sources():
+            if isinstance(source, LogSource) and remaining:
+                log_dir = source.log_dir(storage)
+                if os.path.exists(log_dir):
+                    InputLog(log_dir, source.arrow_schema()).truncate_below(offsets[source.table])
     finally:
         loc.close()
     return cps.gc_result(res)

@@ -33,6 +33,7 @@ from .sources import (
     END,
     SOURCE,
     arrow_schema_option,
+    table_input,
 )
 
 
@@ -52,6 +53,9 @@ class Plan:
     # How Spark pre-aggregates each micro-batch for the operators reading `source`; None:
     # they get its rows.
     pre_aggregation: PreAggregation | None = None
+    # The further input tables (spec `tables`), each read as a one-source pipeline's
+    # source is, into the circuit input `table_input(name)`.
+    tables: dict[str, Plan] = field(default_factory=dict)
 
 
 def source_schema(
@@ -136,12 +140,15 @@ def plan(spark: SparkSession, spec: S.PipelineSpec) -> Plan:
     schemas: dict[str, pa.Schema] = {}
     ops: list[Operator] = []
     flow: Dataflow | None = None
+    more: dict[str, pa.Schema] = {}
     if spec.sql is not None:
         sql = plan_spec(spec)
         if sql.schema.names != stream_arrow.names:
             raise S.SpecError([("source.schema", f"Spark reads {stream_arrow.names}")])
+        more = {name: schema for name, schema in sql.tables.items() if name != sql.table}
         # The table's rows are the stream's, typed as the views were planned for.
-        flow = Dataflow(sql.views, inputs={SOURCE: sql.table}, event_time=sql.event_time)
+        names = {SOURCE: sql.table, **{table_input(name): name for name in more}}
+        flow = Dataflow(sql.views, inputs=names, event_time=sql.event_time)
         inputs[SOURCE] = (None, ["*"])
         schemas[SOURCE] = sql.schema
         stream_arrow = sql.schema
@@ -157,10 +164,46 @@ def plan(spark: SparkSession, spec: S.PipelineSpec) -> Plan:
         inputs[SOURCE] = (None, ["*"])
         schemas[SOURCE] = stream_arrow
     event_time = _event_time(spec, stream_arrow)
-    opts: dict[str, str] = {}
-    s = spec.source
+    circuit: Stepper = flow if flow is not None else Circuit(ops)
+    lines = isinstance(spec.source, S.FilesSource) and spec.source.format != "parquet"
+    pre = pre_aggregation(circuit, stream_arrow, event_time, lines)
+    opts = _options(spec.source, src)
+    tables = {
+        source.table: _table_plan(spark, spec, where, more[source.table], circuit)
+        for where, source in spec.input_fields()
+        if source.table in more
+    }
+    return Plan(spec, src, stream_arrow, inputs, schemas, circuit, opts, event_time, pre, tables)
+
+
+def _table_plan(
+    spark: SparkSession, spec: S.PipelineSpec, where: str, schema: pa.Schema, circuit: Stepper
+) -> Plan:
+    """A further input table's plan (`where`: its field, `tables.<i>`): read as a
+    one-source SQL pipeline's source is, its rows the circuit input `table_input(table)`."""
+    lane = spec.table_spec(next(s.table for f, s in spec.input_fields() if f == where))
+    try:
+        src = source_schema(spark, lane.source)
+    except S.SpecError as e:
+        raise S.SpecError([(where + p.removeprefix("source"), m) for p, m in e.errors]) from None
+    if arrow_schema(src).names != schema.names:
+        raise S.SpecError([(f"{where}.schema", f"Spark reads {arrow_schema(src).names}")])
+    return Plan(
+        lane,
+        src,
+        schema,
+        {SOURCE: (None, ["*"])},
+        {SOURCE: schema},
+        circuit,
+        _options(lane.source, src),
+        _event_time(lane, schema),
+    )
+
+
+def _options(s: S.DatagenSource | S.FilesSource | S.LogSource, src: StructType) -> dict[str, str]:
+    """The source's options for its Spark data source (`sources.py`)."""
     if isinstance(s, S.DatagenSource):
-        opts = {
+        return {
             "generator": s.generator,
             "seed": str(s.seed),
             "rows_per_second": str(s.rows_per_second),
@@ -168,19 +211,14 @@ def plan(spark: SparkSession, spec: S.PipelineSpec) -> Plan:
             "users": str(s.users),
             **({"limit": str(s.limit)} if s.limit else {}),
         }
-    elif isinstance(s, S.FilesSource):
-        opts = {"path": s.path, "max_files_per_step": str(s.max_files_per_step)}
-    else:
-        opts = {
-            "stream": s.stream,
-            "schema": ddl(src),
-            "arrow_schema": arrow_schema_option(arrow_schema(src)),
-            "max_records_per_step": str(s.max_records_per_step),
-        }
-    circuit: Stepper = flow if flow is not None else Circuit(ops)
-    lines = isinstance(s, S.FilesSource) and s.format != "parquet"
-    pre = pre_aggregation(circuit, stream_arrow, event_time, lines)
-    return Plan(spec, src, stream_arrow, inputs, schemas, circuit, opts, event_time, pre)
+    if isinstance(s, S.FilesSource):
+        return {"path": s.path, "max_files_per_step": str(s.max_files_per_step)}
+    return {
+        "stream": s.stream,
+        "schema": ddl(src),
+        "arrow_schema": arrow_schema_option(arrow_schema(src)),
+        "max_records_per_step": str(s.max_records_per_step),
+    }
 
 
 def _event_time(spec: S.PipelineSpec, stream: pa.Schema) -> str | None:

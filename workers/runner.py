@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from pipeline_spec import model as S
@@ -53,7 +54,7 @@ from .restore import open_circuit_state
 from .run_metrics import MetricsSink, RunMetrics, StepTimes
 from .session import Timeline, spark_session
 from .sinks import open_sinks
-from .sources import DatagenSource, FilesSource, LogSource
+from .sources import SOURCE, DatagenSource, FilesSource, LogSource, TablesSource, table_input
 from .step_input import StepInput
 from .watchdog import HangWatchdog
 
@@ -72,8 +73,18 @@ log = logging.getLogger("spindle.runner")
 class RunResult:
     first_step: int
     last_step: int
-    source_offset: int
+    source_offset: int  # `source`'s
     checkpoints: int
+    source_offsets: dict[str, int]  # every input table's
+
+
+@dataclass
+class _Table:
+    """How a run reads one input table: into circuit input `name`, by `input` and `jobs`."""
+
+    name: str
+    input: StepInput
+    jobs: BatchJobs
 
 
 class Runner:
@@ -107,8 +118,9 @@ class Runner:
         self.spark = spark or spark_session(f"spindle:{spec.name}")
         tl.mark("spark_session")
         self.plan = plan(self.spark, spec)
-        if roots and isinstance(spec.source, S.FilesSource):
-            self.plan.spark_options["roots"] = roots
+        for p in (self.plan, *self.plan.tables.values()):
+            if roots and isinstance(p.spec.source, S.FilesSource):
+                p.spark_options["roots"] = roots
         tl.mark("plan")
 
         self.loc, self.skipped = open_circuit_state(
@@ -121,7 +133,9 @@ class Runner:
         )
         try:
             self.step = self.loc.step if self.loc.restored is not None else 0
-            self.offset = int(self.loc.metadata.get("source_offset", 0)) if self.loc.restored else 0
+            restored = self.loc.metadata if self.loc.restored is not None else {}
+            # Each input table's offset (`source`'s first): where its next step starts.
+            self.offsets = spec.offsets(restored)
             tl.mark("storage_restore")
             self.sinks = open_sinks(spec, self.plan.circuit, self.loc, base_dir)
             for s in self.sinks.values():
@@ -151,6 +165,12 @@ class Runner:
         # Held while a step runs; commands from outside (commit, gc) take it between steps.
         self.step_lock = threading.RLock()
         self.input = StepInput(self.spark, spec, self.plan, storage, roots)
+        self.jobs = BatchJobs(spec, self.plan, self.input.files, pre_aggregate)
+        self._readers = {spec.source.table: _Table(SOURCE, self.input, self.jobs)}
+        for t, p in self.plan.tables.items():
+            step_input = StepInput(self.spark, p.spec, p, storage, roots)
+            jobs = BatchJobs(p.spec, p, step_input.files, pre_aggregate)
+            self._readers[t] = _Table(table_input(t), step_input, jobs)
         self.checkpoints = Checkpointing(
             spec,
             self.plan.circuit,
@@ -158,18 +178,23 @@ class Runner:
             self.sinks,
             self.durability,
             self.step_lock,
-            lambda: (self.step, self.offset),
+            lambda: (self.step, dict(self.offsets)),
             own_retention,
-            self.input.input_log if isinstance(spec.source, S.LogSource) else None,
+            {
+                t: r.input.input_log
+                for t, r in self._readers.items()
+                if isinstance(r.input.source, S.LogSource)
+            },
         )
         self.paused = False
         self.exit_code: int | None = None
         self._draining = False
         self._gate = threading.Lock()  # makes "not draining, so busy" one step
         self._last_allowed_step: int | None = None  # `run(max_steps)`: no step beyond it
-        self.dead_letters = DeadLetters(storage, spec.source, self.input.files)
+        self.dead_letters = DeadLetters(
+            storage, {t: (r.input.source, r.input.files) for t, r in self._readers.items()}
+        )
         self.dead_letters.rollback(self.step)
-        self.jobs = BatchJobs(spec, self.plan, self.input.files, pre_aggregate)
         tl.mark("sinks_rollback")
         self._reported = False
         self._last_step_at = time.monotonic()
@@ -179,13 +204,24 @@ class Runner:
         # is redone with its logged end offset before the query takes new input.
         self.offset_log = OffsetLog(storage)
         self._table = spec.source.table
-        pending = self.offset_log.pending(self.step, {self._table: self.offset})
-        self._replay = [entry[self._table][1] for entry in pending]
+        pending = self.offset_log.pending(self.step, self.offsets)
+        self._replay = [{t: end for t, (_, end) in entry.items()} for entry in pending]
         # The first batch, read while the query starts: the run's first step
-        # (`_first_step_ahead`).
-        self._ahead = self.input.read_ahead(
-            self.offset, self._tables_ahead, self._replay[0] if self._replay else None
+        # (`_first_step_ahead`); with several input tables, the query reads the first.
+        self._ahead = (
+            None
+            if self.plan.tables
+            else self.input.read_ahead(
+                self.offset,
+                self._tables_ahead,
+                self._replay[0][self._table] if self._replay else None,
+            )
         )
+
+    @property
+    def offset(self) -> int:
+        """`source`'s offset (see `offsets` for every input table's)."""
+        return self.offsets[self._table]
 
     # -- one micro-batch = one step --
 
@@ -214,12 +250,18 @@ class Runner:
         t0 = time.perf_counter()
         if not self._reported:
             self.timeline.mark("first_batch")
-        # The batch's rows: from this run's offset to the batch's end offset, read from the
-        # query's offset log (Spark writes it before the batch runs).
-        rows = self.input.rows(self.offset, self._batch_end(batch_id))
-        if rows is None:
-            return
-        self._step(self.jobs.micro_batch(rows), t0)
+        # The batch's rows: from this run's offsets to the batch's end offsets, read from
+        # the query's offset log (Spark writes it before the batch runs).
+        self._read_step(self._batch_ends(batch_id), t0)
+
+    def _read_step(self, ends: dict[str, int], t0: float) -> None:
+        """A step over every input table's rows from the run's offsets to `ends`."""
+        batches: dict[str, MicroBatch] = {}
+        for t, r in self._readers.items():
+            rows = r.input.rows(self.offsets[t], ends.get(t, self.offsets[t]))
+            if rows is not None:
+                batches[t] = r.jobs.micro_batch(rows)
+        self._step(batches, t0, ends)
 
     def _tables_ahead(self, rows: DataFrame) -> tuple[bool, JobTables]:
         pre = self.jobs.pre_aggregation()
@@ -241,7 +283,9 @@ class Runner:
                     return  # the query reads the batch, and reports what fails
                 self.input.files.read(ahead.paths, ahead.end)  # read again, and fail if it does
             self.jobs.ready = table
-            self._step(self.jobs.micro_batch(ahead.rows()), t0)
+            self._step(
+                {self._table: self.jobs.micro_batch(ahead.rows())}, t0, {self._table: ahead.end}
+            )
         self._last_step_at = time.monotonic()
 
     def _replay_step(self) -> None:
@@ -251,33 +295,41 @@ class Runner:
         with self.step_lock:
             t0 = time.perf_counter()
             step = self.step
-            rows = self.input.rows(self.offset, self._replay[0])
-            if rows is not None:
-                self._step(self.jobs.micro_batch(rows), t0)
+            self._read_step(self._replay[0], t0)
             if self.step == step:
                 self._replay = []  # nothing to redo there: new input from here on
         self._last_step_at = time.monotonic()
 
-    def _log_offsets(self, step: int, end: int) -> None:
-        """Make step `step`'s input durable before its output reaches a sink, unless it is
-        the replay of a logged step with that input."""
-        if self._replay and self._replay[0] == end:
+    def _log_offsets(self, step: int, ends: dict[str, int]) -> None:
+        """Make step `step`'s input (every table's offsets to `ends`) durable before its
+        output reaches a sink, unless it is the replay of a logged step with that input."""
+        if self._replay and self._replay[0] == ends:
             self._replay.pop(0)
         else:
             self._replay = []
-            self.offset_log.record(step, {self._table: (self.offset, end)})
+            self.offset_log.record(step, {t: (self.offsets[t], e) for t, e in ends.items()})
         if step % OFFSET_LOG_TRIM_STEPS == 0 and (cps := self.loc.list_checkpoints()):
             self.offset_log.truncate_through(cps[0].step)
 
-    def _step(self, batch: MicroBatch, t0: float) -> None:
-        """One engine step over a micro-batch Spark computed (`t0`: when the batch began)."""
-        if batch.end is None:
+    def _step(self, batches: dict[str, MicroBatch], t0: float, ends: dict[str, int]) -> None:
+        """One engine step over the micro-batches Spark computed, per input table (`t0`:
+        when the batch began), which take every table read to its end in `ends`. No step
+        if no table had a row."""
+        if all(b.end is None for b in batches.values()):
             return
         first = not self._reported
-        end, oldest = batch.end, batch.oldest
+        times = [b.oldest for b in batches.values() if b.oldest is not None]
+        oldest = min(times) if times else None
+        ends = {**self.offsets, **{t: ends[t] for t in batches}}
         step = self.step + 1
-        self._log_offsets(step, int(end))
-        bad_rows = self.dead_letters.write(step, batch.bad)
+        self._log_offsets(step, ends)
+        bad_rows = self.dead_letters.write(step, {t: b.bad for t, b in batches.items()})
+        tables: dict[str, pa.Table] = {}
+        partials: dict[str, pa.Table] = {}
+        for t, b in batches.items():
+            name = self._readers[t].name
+            partials.update(b.partials)
+            tables.update({name if k == SOURCE else k: v for k, v in b.tables.items()})
         spark_ms = (time.perf_counter() - t0) * 1000
         if first:
             self.timeline.mark("spark_part")
@@ -286,7 +338,7 @@ class Runner:
         self.durability.check()
         t1 = time.perf_counter()
         late_before = self.plan.circuit.late_rows()
-        out = self.plan.circuit.step(batch.tables, batch.partials)
+        out = self.plan.circuit.step(tables, partials)
         late_rows = self.plan.circuit.late_rows() - late_before
         for s in self.spec.sinks:
             self.sinks[s.name].write(step, out[s.from_])
@@ -295,8 +347,11 @@ class Runner:
         written_us = time.time_ns() // 1000
         latency_ms = None if oldest is None else (written_us - oldest) / 1000
         engine_ms = (time.perf_counter() - t1) * 1000
-        self.step, self.offset = step, int(end)
-        self.jobs.last_rows_in = batch.rows_in
+        self.step, self.offsets = step, ends
+        rows_in = 0
+        for t, b in batches.items():
+            self._readers[t].jobs.last_rows_in = b.rows_in
+            rows_in += b.rows_in
         commit_ms = self.checkpoints.after_step()
         if first:
             self.timeline.mark("engine_step")
@@ -304,7 +359,7 @@ class Runner:
         self.metrics.step(
             step,
             self.offset,
-            (batch.rows_in, sum(o.num_rows for o in out.values()), bad_rows, late_rows),
+            (rows_in, sum(o.num_rows for o in out.values()), bad_rows, late_rows),
             StepTimes(spark_ms, engine_ms, commit_ms, step_ms, latency_ms),
             self.loc.spines(),
             self.plan.circuit.operator_metrics(),
@@ -331,16 +386,20 @@ class Runner:
         log.debug("run started: %s", rec)
         self.metrics.to_file(rec)
 
-    def _batch_end(self, batch_id: int) -> int:
-        """A batch's end offset, from the last line of Spark's offset log entry of the
-        batch (`v1`, the batch's metadata, then one line per source: its offset's JSON)."""
+    def _batch_ends(self, batch_id: int) -> dict[str, int]:
+        """A batch's end offset per input table, from the last line of Spark's offset log
+        entry of the batch (`v1`, the batch's metadata, then one line per source: its
+        offset's JSON, `{"offset": n}`, or `{table: n, ...}` for several tables)."""
         path = os.path.join(self._spark_ck, "offsets", str(batch_id))
         with open(path, encoding="utf-8") as f:
             lines = f.read().splitlines()
         try:
-            return int(json.loads(lines[-1])["offset"])
+            doc = json.loads(lines[-1])
+            if not self.plan.tables:
+                return {self._table: int(doc["offset"])}
+            return {t: int(doc[t]) for t in self.offsets}
         except (IndexError, KeyError, TypeError, ValueError) as e:
-            raise RuntimeError(f"{path}: not a Spark offset log entry of one source") from e
+            raise RuntimeError(f"{path}: not a Spark offset log entry of this query") from e
 
     # -- the query --
 
@@ -362,17 +421,31 @@ class Runner:
         while self._busy and time.monotonic() < deadline:
             time.sleep(0.02)
 
+    def _options(self, table: str) -> dict[str, str]:
+        """An input table's options for its Spark data source, from the run's offset."""
+        src = self._readers[table].input.source
+        opts = {**self._readers[table].input.plan.spark_options, "start": str(self.offsets[table])}
+        if isinstance(src, S.LogSource):
+            opts["path"] = src.log_dir(self.storage)
+        return opts
+
     def _query(self) -> Any:
-        src = self.spec.source
-        source = {"datagen": DatagenSource, "files": FilesSource, "log": LogSource}[src.kind]
+        kind = self.spec.source.kind
+        source = {"datagen": DatagenSource, "files": FilesSource, "log": LogSource}[kind]
+        options = self._options(self._table)
+        if self.plan.tables:
+            source = TablesSource
+            per_table = {
+                t: {"kind": r.input.source.kind, **self._options(t)}
+                for t, r in self._readers.items()
+            }
+            options = {"tables": json.dumps(per_table)}
         # Registered here, not with the session: a session's first registration is slow
         # (Spark starts a Python worker to look for installed data sources), which a
         # files source's first step (`_first_step_ahead`) need not wait for.
         self.spark.dataSource.register(source)
-        reader = self.spark.readStream.format(source.name()).option("start", str(self.offset))
-        if isinstance(src, S.LogSource):
-            reader = reader.option("path", src.log_dir(self.storage))
-        for k, v in self.plan.spark_options.items():
+        reader = self.spark.readStream.format(source.name())
+        for k, v in options.items():
             reader = reader.option(k, v)
         self._spark_ck = tempfile.mkdtemp(prefix="spindle-spark-ck-")
         return (
@@ -404,7 +477,7 @@ class Runner:
                 hang_timeout,
                 lambda: self._last_step_at,
                 lambda: self.step > self.first_step,
-                lambda: self.input.waiting(self.offset),
+                lambda: any(r.input.waiting(self.offsets[t]) for t, r in self._readers.items()),
                 lambda: self.paused or self.exit_code is not None,
                 self._hung,
                 startup_s=STARTUP_LIMIT_S,
@@ -505,14 +578,17 @@ class Runner:
             failed = 0
             if not pausing:
                 break
-        return RunResult(self.first_step, self.step, self.offset, self.checkpoints.count)
+        return RunResult(
+            self.first_step, self.step, self.offset, self.checkpoints.count, dict(self.offsets)
+        )
 
     def close(self) -> None:
         for s in self.sinks.values():
             s.close()
         if self._ahead is not None:
             self._ahead.wait()  # it uses the scratch directory removed below
-        self.input.close()
+        for r in self._readers.values():
+            r.input.close()
         self.checkpoints.close()
         self.loc.close()
 

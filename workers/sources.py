@@ -13,6 +13,9 @@ restored run starts the source there: `option("start", n)`).
 - `spindle_files`: a directory of immutable files read in name order; offset = files
   consumed. A micro-batch is its files' paths, one row each (`__file`, `__end`): Spark's own
   readers read them (`file_batches.py`), not a Python worker.
+- `spindle_tables`: a pipeline's several input tables at once, each read by one of the
+  sources above; offset = `{table: offset}`. A micro-batch is, per table that advanced, its
+  offset range (`table`, `start`, `__end`): the runner reads each table's rows itself.
 
 Readers run in Spark's Python worker processes: options are strings, state is per process.
 The runner itself reads what datagen and log batches hold (`datagen_batches`,
@@ -23,6 +26,7 @@ queries of these sources.
 from __future__ import annotations
 
 import base64
+import json
 import os
 import time
 from collections.abc import Iterator, Mapping
@@ -40,9 +44,16 @@ EPOCH_US = 1_704_067_200_000_000  # 2024-01-01T00:00:00Z: event time of datagen 
 END = "__end"  # every row's column: its micro-batch's end offset
 SOURCE = "source"  # the circuit input that is the transformed stream
 
+
+def table_input(table: str) -> str:
+    """The circuit input of a further input table (spec `tables`): its rows."""
+    return f"table:{table}"
+
+
 CLICKS_SCHEMA = f"{DATAGEN_SCHEMAS['clicks']}, __end bigint"
 NEXMARK_SCHEMA = f"{DATAGEN_SCHEMAS['nexmark']}, __end bigint"
 FILES_SCHEMA = "__file string, __end bigint"
+TABLES_SCHEMA = "table string, start bigint, __end bigint"
 
 
 def mix(seed: int, i: np.ndarray) -> np.ndarray:
@@ -283,3 +294,63 @@ class FilesSource(DataSource):
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         return _FilesReader(dict(self.options))
+
+
+class _TableRange(InputPartition):
+    def __init__(self, table: str, start: int, end: int) -> None:
+        self.table, self.start, self.end = table, start, end
+
+
+_READERS: dict[str, type[_DatagenReader | _FilesReader | _LogReader]] = {
+    "datagen": _DatagenReader,
+    "files": _FilesReader,
+    "log": _LogReader,
+}
+
+
+class _TablesReader(DataSourceStreamReader):
+    def __init__(self, options: dict[str, str]) -> None:
+        tables: dict[str, dict[str, str]] = json.loads(options["tables"])
+        self.readers = {
+            t: _READERS[o["kind"]]({k: str(v) for k, v in o.items()}) for t, o in tables.items()
+        }
+
+    def initialOffset(self) -> dict[str, int]:
+        return {t: r.initialOffset()["offset"] for t, r in self.readers.items()}
+
+    def latestOffset(self) -> dict[str, int]:
+        return {t: r.latestOffset()["offset"] for t, r in self.readers.items()}
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+        return [
+            _TableRange(t, int(start[t]), int(end[t]))
+            for t in self.readers
+            if int(end[t]) > int(start[t])
+        ]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, _TableRange)
+        yield pa.record_batch(
+            {
+                "table": pa.array([partition.table], pa.string()),
+                "start": pa.array([partition.start], pa.int64()),
+                END: pa.array([partition.end], pa.int64()),
+            }
+        )
+
+    def commit(self, end: dict[str, int]) -> None:
+        pass
+
+
+class TablesSource(DataSource):
+    """Several input tables (`tables`: JSON, table -> its source's options and `kind`)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "spindle_tables"
+
+    def schema(self) -> str:
+        return TABLES_SCHEMA
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return _TablesReader(dict(self.options))

@@ -23,14 +23,16 @@ from ..errors import InvalidInput, NotFound
 
 
 def log_source(spec: PipelineSpec, stream: str) -> LogSource:
-    src = spec.source
-    if not isinstance(src, LogSource) or src.stream != stream:
-        have = src.stream if isinstance(src, LogSource) else None
-        raise NotFound(
-            f"pipeline {spec.name!r} has no input stream {stream!r}"
-            + (f" (its stream is {have!r})" if have else " (its source is not a log)")
-        )
-    return src
+    """The input table's log source that takes records pushed to `stream`."""
+    logs = [src for src in spec.input_sources() if isinstance(src, LogSource)]
+    for src in logs:
+        if src.stream == stream:
+            return src
+    have = ", ".join(repr(src.stream) for src in logs)
+    raise NotFound(
+        f"pipeline {spec.name!r} has no input stream {stream!r}"
+        + (f" (its streams: {have})" if have else " (no input table's source is a log)")
+    )
 
 
 def parse(body: bytes, fmt: str, schema: pa.Schema) -> pa.Table:
@@ -101,17 +103,18 @@ def _check_records(text: str, schema: pa.Schema) -> None:
             )
 
 
-def append(storage: Path, src: LogSource, table: pa.Table) -> tuple[int, int]:
+def append(storage: Path, spec: PipelineSpec, src: LogSource, table: pa.Table) -> tuple[int, int]:
+    """Append `table` to the input log of `src`, one of `spec`'s input tables."""
     log = InputLog(src.log_dir(storage), src.arrow_schema())
     # An empty log beside checkpoints that consumed records: the log was lost or moved
     # with its storage. New records go after what the state has consumed; at offset 0 the
     # pipeline would skip them as already read.
-    consumed = _consumed(storage) if not log.segments() else 0
+    consumed = _consumed(storage, spec, src.table) if not log.segments() else 0
     return log.append(table, at_least=consumed)
 
 
-def _consumed(storage: Path) -> int:
-    """The largest source offset any checkpoint of the location has consumed."""
+def _consumed(storage: Path, spec: PipelineSpec, input_table: str) -> int:
+    """The largest offset of `input_table` any checkpoint of the location has consumed."""
     if not (storage / MANIFEST).exists():
         return 0
     fs = PosixFileLayer()
@@ -121,9 +124,7 @@ def _consumed(storage: Path) -> int:
             meta = read_doc(fs, str(storage / c.uuid / CHECKPOINT_META)).get("metadata") or {}
         except StorageError:
             continue
-        offset = meta.get("source_offset")
-        if isinstance(offset, int):
-            out = max(out, offset)
+        out = max(out, spec.offsets(meta)[input_table])
     return out
 
 

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from pipeline_spec.model import PipelineSpec, SpecError, json_schema, load_spec
+from pipeline_spec.model import (
+    PipelineSpec,
+    SpecError,
+    json_schema,
+    load_spec,
+    outside_roots,
+    parse_spec,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "docs" / "examples").glob("*.yaml"))
@@ -103,3 +110,26 @@ def test_not_a_mapping_or_not_yaml() -> None:
         load_spec("- just\n- a list\n")
     with pytest.raises(SpecError, match="not valid YAML"):
         load_spec("name: [unclosed\n")
+
+
+def test_input_tables_offsets_and_roots(tmp_path: Path) -> None:
+    doc = {
+        "name": "two",
+        "source": {"kind": "datagen", "table": "a"},
+        "tables": [{"kind": "files", "table": "b", "path": "../b", "format": "parquet"}],
+        "sql": "CREATE VIEW v AS SELECT * FROM a",
+    }
+    spec = parse_spec(doc)
+    assert [s.table for s in spec.input_sources()] == ["a", "b"]
+    # A checkpoint of a one-source release holds `source_offset` only: it is `source`'s.
+    assert spec.offsets({"source_offset": 7}) == {"a": 7, "b": 0}
+    assert spec.offsets({"source_offset": 7, "source_offsets": {"a": 7, "b": 3}}) == {
+        "a": 7,
+        "b": 3,
+    }
+    assert spec.table_spec("b").source == spec.tables[0]
+    root = tmp_path / "root"
+    root.mkdir()
+    assert outside_roots(spec, [root]) == [
+        ("tables.0.path", f"must lie inside the configured file roots ({root})")
+    ]

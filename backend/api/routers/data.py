@@ -57,7 +57,7 @@ def _ingest(ctx: Context, name: str, stream: str, fmt: str, body: bytes) -> Inge
         spec, storage = parse_spec(p.spec), ctx.settings.storage_dir(p.name)
     src = ingest.log_source(spec, stream)
     table = ingest.parse(body, fmt, src.arrow_schema())
-    first, end = ingest.append(storage, src, table)
+    first, end = ingest.append(storage, spec, src, table)
     return IngestOut(stream=stream, records=end - first, first_offset=first, end_offset=end)
 
 

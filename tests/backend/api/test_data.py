@@ -282,3 +282,28 @@ def test_view_reads(api: Api) -> None:
     batch.unlink()
     body = error(api.get(url), 503, "state_unavailable")
     assert batch.name in body["message"]
+
+
+def test_ingest_into_each_log_table_of_a_sql_pipeline(api: Api) -> None:
+    spec = with_changes(
+        log_spec("two-logs"),
+        state=[],
+        tables=[
+            {"kind": "log", "table": "sellers", "stream": "sellers", "schema": {"id": "bigint"}}
+        ],
+        sql="CREATE VIEW v AS SELECT b.* FROM input b JOIN sellers s ON b.bidder = s.id",
+        sinks=[{"name": "v", "kind": "view", "from": "v"}],
+    )
+    api.create_pipeline(spec)
+    # The storage lost its logs after a checkpoint that consumed 5 sellers and 2 bids.
+    with StorageLocation.open(str(api.storage("two-logs")), checkpoint="none") as loc:
+        loc.commit(
+            step=1, metadata={"source_offset": 2, "source_offsets": {"input": 2, "sellers": 5}}
+        )
+    r = api.post("pipelines/two-logs/ingest/sellers", content=b'{"id": 1}\n', headers=NDJSON)
+    assert r.status_code == 200, r.text
+    assert (r.json()["first_offset"], r.json()["end_offset"]) == (5, 6)
+    r = api.post("pipelines/two-logs/ingest/bids", content=ndjson([bid(1)]), headers=NDJSON)
+    assert (r.json()["first_offset"], r.json()["end_offset"]) == (2, 3)
+    r = api.post("pipelines/two-logs/ingest/nope", content=b'{"id": 1}\n', headers=NDJSON)
+    assert "its streams: 'bids', 'sellers'" in error(r, 404, "not_found")["message"]
