@@ -55,6 +55,31 @@ class BatchJobs:
             return pre
         return pre if self.last_rows_in >= PRE_AGGREGATE_MIN_ROWS else None
 
+    def skips_spark(self) -> bool:
+        """Whether this step's rows, made in the driver (a log or datagen source), go to the
+        circuit as they are (`arrow_batch`): the transform is the identity, only the stream
+        is read (no join side) and it is not pre-aggregated, as in every SQL pipeline,
+        whose views filter and project in the engine. Spark would only copy them."""
+        t = self.spec.transform
+        return (
+            not isinstance(self.spec.source, S.FilesSource)
+            and t.where is None
+            and [e.strip() for e in t.select] == ["*"]
+            and list(self.plan.inputs) == [SOURCE]
+            and self.pre_aggregation() is None
+        )
+
+    def arrow_batch(self, rows: pa.Table) -> MicroBatch:
+        """A micro-batch of rows made in the driver (see `skips_spark`), with `__end`."""
+        if rows.num_rows == 0:
+            return MicroBatch(None, 0, None, {}, None)
+        schema = self.plan.input_schemas[SOURCE]
+        table = rows.drop_columns([END]).rename_columns(schema.names).cast(schema)
+        et = self.plan.event_time
+        oldest = None if et is None else min_event_us(table.column(et))
+        end = pc.max(rows.column(END)).as_py()
+        return MicroBatch(int(end), table.num_rows, oldest, {}, None, {SOURCE: table})
+
     def micro_batch(self, df: DataFrame) -> MicroBatch:
         """A step's Spark work, in as few jobs as the plan allows: one computes every
         row-level circuit input of every row (the transformed stream and each join side,

@@ -207,10 +207,13 @@ class Runner:
         pending = self.offset_log.pending(self.step, self.offsets)
         self._replay = [{t: end for t, (_, end) in entry.items()} for entry in pending]
         # The first batch, read while the query starts: the run's first step
-        # (`_first_step_ahead`); with several input tables, the query reads the first.
+        # (`_first_step_ahead`); with several input tables, the query reads the first. A log
+        # source's rows that skip Spark need no read-ahead: the driver reads them as its
+        # first step (`_first_in_driver`).
+        self._first_in_driver = not self.plan.tables and self.jobs.skips_spark()
         self._ahead = (
             None
-            if self.plan.tables
+            if self.plan.tables or self._first_in_driver
             else self.input.read_ahead(
                 self.offset,
                 self._tables_ahead,
@@ -258,8 +261,12 @@ class Runner:
         """A step over every input table's rows from the run's offsets to `ends`."""
         batches: dict[str, MicroBatch] = {}
         for t, r in self._readers.items():
-            rows = r.input.rows(self.offsets[t], ends.get(t, self.offsets[t]))
-            if rows is not None:
+            start, end = self.offsets[t], ends.get(t, self.offsets[t])
+            if end <= start:
+                continue
+            if r.jobs.skips_spark():
+                batches[t] = r.jobs.arrow_batch(r.input.arrow(start, end))
+            elif (rows := r.input.rows(start, end)) is not None:
                 batches[t] = r.jobs.micro_batch(rows)
         self._step(batches, t0, ends)
 
@@ -292,13 +299,20 @@ class Runner:
         """Redo the next logged step (`_replay`) with its logged end offset, from the
         driver, before the query starts: a step redone after a crash reads exactly the input
         it read the first time."""
+        if not self._driver_step(self._replay[0]):
+            self._replay = []  # nothing to redo there: new input from here on
+
+    def _driver_step(self, ends: dict[str, int]) -> bool:
+        """A step to `ends`, read by the driver before the query starts; whether it was
+        taken (no row, no step)."""
         with self.step_lock:
             t0 = time.perf_counter()
+            if not self._reported:
+                self.timeline.mark("first_batch")
             step = self.step
-            self._read_step(self._replay[0], t0)
-            if self.step == step:
-                self._replay = []  # nothing to redo there: new input from here on
+            self._read_step(ends, t0)
         self._last_step_at = time.monotonic()
+        return self.step > step
 
     def _log_offsets(self, step: int, ends: dict[str, int]) -> None:
         """Make step `step`'s input (every table's offsets to `ends`) durable before its
@@ -516,6 +530,14 @@ class Runner:
                 if self._max_steps_reached():
                     break
                 continue
+            if self._first_in_driver:
+                self._first_in_driver = False
+                end = self.input.log_step_end(self.offset)
+                if end is not None:
+                    self._driver_step({self._table: end})
+                    if self._max_steps_reached():
+                        break
+                    continue
             self._draining = False
             q = self._query()
             if not self._reported:

@@ -68,9 +68,8 @@ class StepInput:
         yet."""
         src = self.source
         if isinstance(src, S.LogSource):
-            if end is None:
-                end = min(self.input_log().end(), start + src.max_records_per_step)
-            if end <= start:
+            end = self.log_step_end(start) if end is None else end
+            if end is None or end <= start:
                 return None  # the query waits for records
             frame: list[DataFrame] = []
 
@@ -96,15 +95,28 @@ class StepInput:
         return ReadAhead(last, files_job, files.rows, paths)
 
     def driver_frame(self, start: int, end: int) -> DataFrame:
+        """A log or datagen source's rows [start, end) (`arrow`) as a Spark DataFrame."""
+        schema = StructType([*self.plan.source_schema.fields, StructField(END, LongType())])
+        return self.spark.createDataFrame(self.arrow(start, end), schema=schema)
+
+    def arrow(self, start: int, end: int) -> pa.Table:
         """A log or datagen source's rows [start, end), as its reader gives them (the log's
-        records, `log_batches`; generated rows, `datagen_batches`), made in the driver."""
+        records, `log_batches`; generated rows, `datagen_batches`), made in the driver, with
+        `__end`."""
         if isinstance(self.source, S.LogSource):
             batches = list(log_batches(self.input_log(), start, end))
         else:
             batches = list(datagen_batches(self.plan.spark_options, start, end, end))
-        table = pa.Table.from_batches(batches, schema=batches[0].schema)
-        schema = StructType([*self.plan.source_schema.fields, StructField(END, LongType())])
-        return self.spark.createDataFrame(table, schema=schema)
+        return pa.Table.from_batches(batches, schema=batches[0].schema)
+
+    def log_step_end(self, start: int) -> int | None:
+        """A log source's first step from `start`: the end of the records in the log now, as
+        many as a step takes (None: no record yet, or not a log)."""
+        src = self.source
+        if not isinstance(src, S.LogSource):
+            return None
+        end = min(self.input_log().end(), start + src.max_records_per_step)
+        return end if end > start else None
 
     def waiting(self, offset: int) -> bool:
         """Whether the source has input beyond `offset`."""

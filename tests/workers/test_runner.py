@@ -15,10 +15,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, cast
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
 from pipeline_spec import model as S
 from pipeline_spec.model import SpecError, load_spec, parse_spec
@@ -35,16 +36,16 @@ EXAMPLES = ROOT / "docs" / "examples"
 
 @pytest.fixture
 def read(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
-    """The row ranges a runner reads in the driver (`StepInput.driver_frame`), as it reads
+    """The row ranges a runner reads in the driver (`StepInput.arrow`), as it reads
     them."""
     ranges: list[tuple[int, int]] = []
-    driver_read = StepInput.driver_frame
+    driver_read = StepInput.arrow
 
-    def spy(self: StepInput, start: int, end: int) -> DataFrame:
+    def spy(self: StepInput, start: int, end: int) -> pa.Table:
         ranges.append((start, end))
         return driver_read(self, start, end)
 
-    monkeypatch.setattr(StepInput, "driver_frame", spy)
+    monkeypatch.setattr(StepInput, "arrow", spy)
     return ranges
 
 
