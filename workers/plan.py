@@ -169,7 +169,9 @@ def plan(spark: SparkSession, spec: S.PipelineSpec) -> Plan:
     pre = pre_aggregation(circuit, stream_arrow, event_time, lines)
     opts = _options(spec.source, src)
     tables = {
-        source.table: _table_plan(spark, spec, where, more[source.table], circuit)
+        source.table: _table_plan(
+            spark, spec.table_spec(source.table), where, more[source.table], circuit
+        )
         for where, source in spec.input_fields()
         if source.table in more
     }
@@ -177,11 +179,11 @@ def plan(spark: SparkSession, spec: S.PipelineSpec) -> Plan:
 
 
 def _table_plan(
-    spark: SparkSession, spec: S.PipelineSpec, where: str, schema: pa.Schema, circuit: Stepper
+    spark: SparkSession, lane: S.PipelineSpec, where: str, schema: pa.Schema, circuit: Stepper
 ) -> Plan:
-    """A further input table's plan (`where`: its field, `tables.<i>`): read as a
-    one-source SQL pipeline's source is, its rows the circuit input `table_input(table)`."""
-    lane = spec.table_spec(next(s.table for f, s in spec.input_fields() if f == where))
+    """A further input table's plan (`lane`: the spec as that table sees it, `where`: its
+    field, `tables.<i>`): read as a one-source SQL pipeline's source is, its rows the
+    circuit input `table_input(table)`."""
     try:
         src = source_schema(spark, lane.source)
     except S.SpecError as e:
