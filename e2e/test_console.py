@@ -95,6 +95,30 @@ def header_step(page: Page) -> int | None:
     return number(page.locator(".facts").get_by_test_id("current-step"))
 
 
+def restored_run(page: Page, plat: Platform, run_before: int, cp: dict[str, Any]) -> Any:
+    """The run after `run_before` that restored checkpoint `cp`, once the header shows it and
+    a step of it. Its first step is the checkpoint's; the header's step need not go back
+    below the previous run's, as the steps that run logged after `cp` are redone from the
+    offset log in a burst."""
+    run = wait_until(
+        lambda: (
+            (r := plat.runs(NAME)[0])["number"] > run_before and r["first_step"] is not None and r
+        ),
+        SPARK_S,
+        f"a run after #{run_before} to restore {cp['uuid']}",
+    )
+    assert run["restored_checkpoint"] == cp["uuid"], run
+    assert run["first_step"] in (cp["step"], cp["step"] + 1), run
+    current = page.locator(".facts").get_by_test_id("current-run")
+    expect(current).to_contain_text(f"#{run['number']} ", timeout=10_000)
+    wait_until(
+        lambda: (s := header_step(page)) is not None and s >= run["first_step"],
+        10,
+        "the header to show a step of the restored run",
+    )
+    return run
+
+
 def checkpoints(plat: Platform) -> list[dict[str, Any]]:
     return list(plat.ok("GET", f"/api/v1/pipelines/{NAME}/checkpoints"))
 
@@ -197,7 +221,7 @@ def test_checkpoints_commit_gc_pin_restore(ui: UI, plat: Platform) -> None:
     assert left == [(second["uuid"], True), (fourth["uuid"], False)], left
     assert ops.locator("[data-status=failed]").count() == 0
 
-    # Restore the older checkpoint: the running pipeline restarts from its step.
+    # Restore the older checkpoint: the running pipeline restarts from it.
     ahead = wait_until(lambda: header_step(page), 10, "the header's current step")
     assert ahead > second["step"] + 2, (ahead, second)
     run_before = plat.pipeline(NAME)["current_run"]["number"]
@@ -207,17 +231,8 @@ def test_checkpoints_commit_gc_pin_restore(ui: UI, plat: Platform) -> None:
     page.get_by_test_id("confirm-ok").click()
     expect(dialog).to_have_count(0)
 
-    back = wait_until(
-        lambda: (s := header_step(page)) is not None and s < ahead and s,
-        SPARK_S,
-        f"the current step to go back below {ahead}",
-        every=0.1,
-    )
-    assert back >= second["step"], (back, second)
-    run = plat.runs(NAME)[0]
-    assert run["number"] > run_before
-    assert run["restored_checkpoint"] == second["uuid"]
-    assert run["first_step"] in (second["step"], second["step"] + 1), run
+    run = restored_run(page, plat, run_before, second)
+    back = header_step(page) or 0
     wait_until(lambda: (header_step(page) or 0) > back + 2, SPARK_S, "the step to advance again")
     expect(page.locator(".facts").get_by_test_id("current-run")).to_have_text(
         f"#{run['number']} (running)"
@@ -509,8 +524,7 @@ def test_pause_resume_stop_and_start_from_older_checkpoint(ui: UI, plat: Platfor
     page.keyboard.press("Escape")
     expect(dialog).to_have_count(0)
 
-    # Start from the older checkpoint, from its row: the current step goes back to it.
-    ahead = int(api_step(plat) or ahead)
+    # Start from the older checkpoint, from its row: a run restores it.
     run_before = plat.pipeline(NAME)["current_run"]
     page.get_by_test_id("tab-checkpoints").click()
     page.get_by_test_id(f"btn-start-from-{older['uuid']}").click()
@@ -522,19 +536,10 @@ def test_pause_resume_stop_and_start_from_older_checkpoint(ui: UI, plat: Platfor
     expect(badge).to_have_text(re.compile("starting|running"), timeout=10_000)
     expect(page.get_by_test_id(f"btn-start-from-{older['uuid']}")).to_have_count(0)
 
-    back = wait_until(
-        lambda: (s := header_step(page)) is not None and s < ahead and s,
-        SPARK_S,
-        f"the current step to go back below {ahead}",
-        every=0.1,
-    )
-    assert back >= older["step"], (back, older)
-    run = plat.runs(NAME)[0]
-    assert run_before is None or run["number"] > run_before["number"], (run, run_before)
+    run = restored_run(page, plat, run_before["number"] if run_before else 0, older)
     assert run["from_checkpoint"] == older["uuid"], run
-    assert run["restored_checkpoint"] == older["uuid"], run
-    assert run["first_step"] in (older["step"], older["step"] + 1), run
     expect(badge).to_have_text("running", timeout=SPARK_S * 1000)
+    back = header_step(page) or 0
     wait_until(lambda: (header_step(page) or 0) > back + 2, SPARK_S, "the step to advance again")
     ui.finish()
 

@@ -22,12 +22,10 @@ the steps after C, which produce the same outputs. The command line is `workers.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import shutil
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -54,8 +52,9 @@ from .restore import open_circuit_state
 from .run_metrics import MetricsSink, RunMetrics, StepTimes
 from .session import Timeline, spark_session
 from .sinks import open_sinks
-from .sources import SOURCE, DatagenSource, FilesSource, LogSource, TablesSource, table_input
+from .sources import SOURCE, table_input
 from .step_input import StepInput
+from .step_query import batch_ends, start_query
 from .watchdog import HangWatchdog
 
 STARTUP_LIMIT_S = 600.0  # --stop-when-idle: a query's start-up longer than this fails the run
@@ -255,7 +254,7 @@ class Runner:
             self.timeline.mark("first_batch")
         # The batch's rows: from this run's offsets to the batch's end offsets, read from
         # the query's offset log (Spark writes it before the batch runs).
-        self._read_step(self._batch_ends(batch_id), t0)
+        self._read_step(batch_ends(self._spark_ck, batch_id, list(self._readers)), t0)
 
     def _read_step(self, ends: dict[str, int], t0: float) -> None:
         """A step over every input table's rows from the run's offsets to `ends`."""
@@ -400,21 +399,6 @@ class Runner:
         log.debug("run started: %s", rec)
         self.metrics.to_file(rec)
 
-    def _batch_ends(self, batch_id: int) -> dict[str, int]:
-        """A batch's end offset per input table, from the last line of Spark's offset log
-        entry of the batch (`v1`, the batch's metadata, then one line per source: its
-        offset's JSON, `{"offset": n}`, or `{table: n, ...}` for several tables)."""
-        path = os.path.join(self._spark_ck, "offsets", str(batch_id))
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-        try:
-            doc = json.loads(lines[-1])
-            if not self.plan.tables:
-                return {self._table: int(doc["offset"])}
-            return {t: int(doc[t]) for t in self.offsets}
-        except (IndexError, KeyError, TypeError, ValueError) as e:
-            raise RuntimeError(f"{path}: not a Spark offset log entry of this query") from e
-
     # -- the query --
 
     def request_exit(self, code: int) -> None:
@@ -435,41 +419,18 @@ class Runner:
         while self._busy and time.monotonic() < deadline:
             time.sleep(0.02)
 
-    def _options(self, table: str) -> dict[str, str]:
-        """An input table's options for its Spark data source, from the run's offset."""
-        src = self._readers[table].input.source
-        opts = {**self._readers[table].input.plan.spark_options, "start": str(self.offsets[table])}
-        if isinstance(src, S.LogSource):
-            opts["path"] = src.log_dir(self.storage)
-        return opts
-
     def _query(self) -> Any:
-        kind = self.spec.source.kind
-        source = {"datagen": DatagenSource, "files": FilesSource, "log": LogSource}[kind]
-        options = self._options(self._table)
-        if self.plan.tables:
-            source = TablesSource
-            per_table = {
-                t: {"kind": r.input.source.kind, **self._options(t)}
-                for t, r in self._readers.items()
-            }
-            options = {"tables": json.dumps(per_table)}
-        # Registered here, not with the session: a session's first registration is slow
-        # (Spark starts a Python worker to look for installed data sources), which a
-        # files source's first step (`_first_step_ahead`) need not wait for.
-        self.spark.dataSource.register(source)
-        reader = self.spark.readStream.format(source.name())
-        for k, v in options.items():
-            reader = reader.option(k, v)
-        self._spark_ck = tempfile.mkdtemp(prefix="spindle-spark-ck-")
-        return (
-            reader.load()
-            .writeStream.queryName(self._query_name)
-            .foreachBatch(self.process)
-            .option("checkpointLocation", self._spark_ck)
-            .trigger(processingTime=f"{int(self.spec.trigger.interval * 1000)} milliseconds")
-            .start()
+        inputs = {t: r.input for t, r in self._readers.items()}
+        q, self._spark_ck = start_query(
+            self.spark,
+            inputs,
+            self.offsets,
+            self.storage,
+            self._query_name,
+            self.process,
+            self.spec.trigger.interval,
         )
+        return q
 
     def run(
         self,

@@ -1,0 +1,95 @@
+"""The Spark Structured Streaming query whose micro-batches trigger a run's steps.
+
+The query reads a run's input tables through Spindle's data sources (`sources`) from the
+run's offsets; each micro-batch calls the runner's `foreachBatch` function, which reads the
+batch's end offsets from the query's own offset log (`batch_ends`: Spark writes it before the
+batch runs) and takes the step from the run's offsets to them. The query's checkpoint
+location is scratch: the run's offsets are Spindle's (checkpoint metadata, `OffsetLog`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.datasource import DataSource
+
+from pipeline_spec import model as S
+
+from .sources import DatagenSource, FilesSource, LogSource, TablesSource
+from .step_input import StepInput
+
+_SOURCES = {"datagen": DatagenSource, "files": FilesSource, "log": LogSource}
+
+
+def _options(input: StepInput, start: int, storage: str) -> dict[str, str]:
+    """An input table's options for its Spark data source, from offset `start`."""
+    opts = {**input.plan.spark_options, "start": str(start)}
+    if isinstance(input.source, S.LogSource):
+        opts["path"] = input.source.log_dir(storage)
+    return opts
+
+
+def start_query(
+    spark: SparkSession,
+    inputs: Mapping[str, StepInput],
+    offsets: Mapping[str, int],
+    storage: str,
+    name: str,
+    process: Callable[[DataFrame, int], None],
+    interval_s: float,
+) -> tuple[Any, str]:
+    """Start the query over `inputs` (by table, `source`'s first) from `offsets`, calling
+    `process` per micro-batch every `interval_s`; the query and its scratch checkpoint
+    location (the caller removes it once the query stopped)."""
+    first = next(iter(inputs))
+    source: type[DataSource] = _SOURCES[inputs[first].source.kind]
+    options = _options(inputs[first], offsets[first], storage)
+    if len(inputs) > 1:
+        source = TablesSource
+        per_table = {
+            t: {"kind": i.source.kind, **_options(i, offsets[t], storage)}
+            for t, i in inputs.items()
+        }
+        options = {"tables": json.dumps(per_table)}
+    # Registered here, not with the session: a session's first registration is slow (Spark
+    # starts a Python worker to look for installed data sources), which a files source's
+    # first step, read ahead, need not wait for.
+    spark.dataSource.register(source)
+    reader = spark.readStream.format(source.name())
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    ck = tempfile.mkdtemp(prefix="spindle-spark-ck-")
+    query = (
+        reader.load()
+        .writeStream.queryName(name)
+        .foreachBatch(process)
+        .option("checkpointLocation", ck)
+        .trigger(processingTime=f"{int(interval_s * 1000)} milliseconds")
+        .start()
+    )
+    return query, ck
+
+
+def batch_ends(ck: str, batch_id: int, tables: list[str]) -> dict[str, int]:
+    """A batch's end offset per input table (`tables`, `source`'s first), from the last line
+    of the query's offset log entry of the batch in checkpoint location `ck` (`v1`, the
+    batch's metadata, then one line per source: its offset's JSON, `{"offset": n}`, or
+    `{table: n, ...}` for several tables)."""
+    path = os.path.join(ck, "offsets", str(batch_id))
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    try:
+        doc = json.loads(lines[-1])
+        if len(tables) == 1:
+            return {tables[0]: int(doc["offset"])}
+        return {t: int(doc[t]) for t in tables}
+    except (IndexError, KeyError, TypeError, ValueError) as e:
+        raise RuntimeError(f"{path}: not a Spark offset log entry of this query") from e
+
+
+__all__ = ["batch_ends", "start_query"]
