@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -29,96 +28,29 @@ import pyarrow as pa
 import yaml
 from pydantic import (
     AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
     Field,
     ValidationError,
-    WithJsonSchema,
     field_validator,
     model_validator,
 )
 
 from . import expressions
 from .exits import SPEC_ERROR_HEADING
+from .fields import (
+    DROP_STATE_RE,
+    MAX_COUNT,
+    MAX_ROWS,
+    NAME_RE,
+    OP_RE,
+    TABLE_RE,
+    FilePath,
+    PositiveSeconds,
+    Seconds,
+)
+from .fields import SpecModel as _Model
+from .sinks import DeltaSink, FilesSink, PostgresSink, Sink, ViewSink
 
-DSN_VARIABLE = re.compile(r"\$\{(\w+)\}")
-DSN_VARIABLE_PREFIX = "SPINDLE_SINK_"
-NAME_RE = r"^[a-z0-9][a-z0-9_-]{0,62}$"
-OP_RE = r"^[A-Za-z0-9_.-]{1,128}$"
-# A run's `drop_state` entry: an operator's id, or `*` (every one whose state does not fit).
-DROP_STATE_RE = r"^(\*|[A-Za-z0-9_.-]{1,128})$"
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(us|ms|s|m|h|d)\s*$")
-_UNIT_S = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
-def _seconds(v: Any) -> Any:
-    """'250ms', '10s', '5m', '1h', '7d' or a number of seconds."""
-    if isinstance(v, str):
-        m = _DURATION.match(v)
-        if not m:
-            raise ValueError(f"{v!r} is not a duration like 500ms, 10s, 5m, 1h or 7d")
-        return float(m.group(1)) * _UNIT_S[m.group(2)]
-    return v
-
-
-def _duration_schema(bound: str) -> WithJsonSchema:
-    # Published as what a user may write: seconds, or a duration string.
-    return WithJsonSchema(
-        {
-            "anyOf": [
-                {"type": "number", bound: 0},
-                {"type": "string", "pattern": _DURATION.pattern},
-            ]
-        }
-    )
-
-
-# Every number a spec holds is bounded: what the control plane stores, and reads back for
-# a PUT, is what was validated (an unbounded integer overflowed the database, 1e999 was
-# stored as infinity and read back as null).
-MAX_SECONDS = 10 * 365 * 86400.0  # ten years
-MAX_COUNT = 2**53  # exact in JSON's numbers and in a float
-MAX_ROWS = 100_000_000  # per step
-Seconds = Annotated[
-    float,
-    BeforeValidator(_seconds),
-    Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False),
-    _duration_schema("minimum"),
-]
-PositiveSeconds = Annotated[
-    float,
-    BeforeValidator(_seconds),
-    Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False),
-    _duration_schema("exclusiveMinimum"),
-]
-
-
-def _no_nul(path: str) -> str:
-    if "\x00" in path:
-        raise ValueError("a path cannot hold a NUL byte")
-    return path
-
-
-FilePath = Annotated[
-    str,
-    AfterValidator(_no_nul),
-    Field(
-        min_length=1,
-        max_length=4096,
-        description="a path inside the configured file roots (relative ones start at the "
-        "first root)",
-    ),
-]
-
-
-# A SQL table's name: a plain SQL identifier.
-TABLE_RE = r"^[a-z_][a-z0-9_]{0,62}$"
 _TABLE_DOC = "the name SQL views read this source's rows by (pipelines with `sql`)"
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
 class EventTime(_Model):
@@ -339,51 +271,6 @@ StateOp = Annotated[
 ]
 
 
-# -- sinks ---------------------------------------------------------------------------------
-
-
-class FilesSink(_Model):
-    name: str = Field(pattern=NAME_RE)
-    kind: Literal["files"]
-    from_: str = Field(
-        alias="from", description="the operator (or, with sql, the view) whose output is written"
-    )
-    path: FilePath
-    format: Literal["parquet", "jsonl"] = "parquet"
-
-
-class PostgresSink(_Model):
-    name: str = Field(pattern=NAME_RE)
-    kind: Literal["postgres"]
-    from_: str = Field(alias="from")
-    dsn: str = Field(
-        description="libpq connection string; may name an environment variable of the "
-        "driver as ${VAR}, only one whose name starts with SPINDLE_SINK_ (credentials the "
-        "operator set for sinks: no other variable, such as the server's own secrets, can "
-        "be sent to a server a spec names)"
-    )
-    table: str = Field(pattern=r"^[a-z_][a-z0-9_]{0,62}$")
-
-    @field_validator("dsn")
-    @classmethod
-    def _sink_variables_only(cls, v: str) -> str:
-        for name in DSN_VARIABLE.findall(v):
-            if not name.startswith(DSN_VARIABLE_PREFIX):
-                raise ValueError(
-                    f"${{{name}}}: only variables named {DSN_VARIABLE_PREFIX}* may be used"
-                )
-        return v
-
-
-class ViewSink(_Model):
-    name: str = Field(pattern=NAME_RE)
-    kind: Literal["view"]
-    from_: str = Field(alias="from")
-
-
-Sink = Annotated[FilesSink | PostgresSink | ViewSink, Field(discriminator="kind")]
-
-
 # -- policies ------------------------------------------------------------------------------
 
 
@@ -572,7 +459,7 @@ def outside_roots(spec: PipelineSpec, roots: Sequence[Path]) -> list[tuple[str, 
         if isinstance(src, FilesSource) and resolve_path(src.path, roots) is None:
             errors.append((f"{field}.path", f"must lie inside the configured file roots ({where})"))
     for i, sink in enumerate(spec.sinks):
-        if isinstance(sink, FilesSink) and resolve_path(sink.path, roots) is None:
+        if isinstance(sink, FilesSink | DeltaSink) and resolve_path(sink.path, roots) is None:
             errors.append(
                 (f"sinks.{i}.path", f"must lie inside the configured file roots ({where})")
             )
@@ -581,3 +468,22 @@ def outside_roots(spec: PipelineSpec, roots: Sequence[Path]) -> list[tuple[str, 
 
 def json_schema() -> str:
     return json.dumps(PipelineSpec.model_json_schema(by_alias=True), indent=2, sort_keys=True)
+
+
+# The spec's parts defined in the modules it is made of, importable from here as the spec's
+# one entry point (`from pipeline_spec import model as S`).
+__all__ = [
+    "DROP_STATE_RE",
+    "DeltaSink",
+    "FilesSink",
+    "PipelineSpec",
+    "PostgresSink",
+    "Sink",
+    "SpecError",
+    "ViewSink",
+    "json_schema",
+    "load_spec",
+    "outside_roots",
+    "parse_spec",
+    "resolve_path",
+]

@@ -1,6 +1,6 @@
 """A pipeline spec's SQL planned, without Spark: each input table's rows (`source`, then
 `tables`; schema from the spec: a datagen generator's columns, or the `schema` the spec
-gives), the views over them, and the sinks' `from` checked against the views. Errors are
+gives), the views over them, and the sinks' `from` (and `key`) checked against the views. Errors are
 the spec's (`SpecError`), at field `sql` with the line and column in the message."""
 
 from __future__ import annotations
@@ -75,6 +75,14 @@ def plan_spec(spec: S.PipelineSpec) -> SqlPlan:
         (f"sinks.{i}.from", f"{s.from_!r} is not a view of sql ({', '.join(views)})")
         for i, s in enumerate(spec.sinks)
         if s.from_ not in views
+    ]
+    errors += [
+        (f"sinks.{i}.key", f"{k!r} is not a column of view {s.from_} ({', '.join(names)})")
+        for i, s in enumerate(spec.sinks)
+        if isinstance(s, S.PostgresSink | S.DeltaSink) and s.from_ in views
+        for names in [views[s.from_].names]
+        for k in s.key
+        if k not in names
     ]
     if errors:
         raise S.SpecError(errors)

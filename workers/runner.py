@@ -62,7 +62,7 @@ TAKEOVER_LOCK_WAIT_S = 30.0  # a spare taking over waits this long for the locat
 # A query that fails outside a step is started again (from the run's offset) this many times
 # in a row before the run fails: see Runner._run.
 QUERY_RESTARTS = 2
-# Every this many steps the offset log drops the entries no checkpoint can redo.
+# Every this many steps the offset log and the sinks drop what no restore can need.
 OFFSET_LOG_TRIM_STEPS = 64
 
 log = logging.getLogger("spindle.runner")
@@ -322,7 +322,10 @@ class Runner:
             self._replay = []
             self.offset_log.record(step, {t: (self.offsets[t], e) for t, e in ends.items()})
         if step % OFFSET_LOG_TRIM_STEPS == 0 and (cps := self.loc.list_checkpoints()):
+            # No restore goes back beyond the oldest checkpoint: nor do the sinks' rollbacks.
             self.offset_log.truncate_through(cps[0].step)
+            for sink in self.sinks.values():
+                sink.forget_through(cps[0].step)
 
     def _step(self, batches: dict[str, MicroBatch], t0: float, ends: dict[str, int]) -> None:
         """One engine step over the micro-batches Spark computed, per input table (`t0`:

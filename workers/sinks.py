@@ -7,8 +7,10 @@ crash between a sink write and the next checkpoint never duplicates output.
 
 - `files`: one file per step, `step-<step:012d>.parquet|jsonl`, written to a temporary name
   and renamed (rewriting a step replaces it).
-- `postgres`: change rows (the output columns, `step`, `weight`) and a progress row, in one
-  transaction per step.
+- `postgres` (`postgres_sinks`): change rows (the output columns, `step`, `weight`), or the
+  view's current contents by key, and a progress row, in one transaction per step.
+- `delta` (`delta_sink`): the change log, or the view's current contents merged on a key, in
+  a Delta Lake table, one commit per step carrying the step as Delta's transaction id.
 - `view`: the integrated output kept in a spine of the pipeline's storage location, so it is
   checkpointed with the state and rolled back by the restore itself; readable by key prefix
   or by page.
@@ -27,13 +29,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline_spec import model as S
-from pipeline_spec.model import DSN_VARIABLE, DSN_VARIABLE_PREFIX
 from pipeline_spec.model import FilesSink as FilesSinkSpec
-from pipeline_spec.model import PostgresSink as PostgresSinkSpec
 from pipeline_spec.model import ViewSink as ViewSinkSpec
 from storage_engine import Batch, Spine, StorageLocation, ZSetSchema
 from storage_engine.circuit import Stepper
 from storage_engine.schema import WEIGHT
+
+from .delta_sink import DeltaSink
+from .postgres_sinks import PostgresSink, PostgresTableSink
 
 STEP = "__step"
 _STEP_FILE = re.compile(r"^step-(\d{12})\.(parquet|jsonl)$")
@@ -49,6 +52,10 @@ class Sink(Protocol):
 
     def sync(self) -> None:
         """Make what was written durable: called before each checkpoint."""
+
+    def forget_through(self, step: int) -> None:
+        """No rollback goes back to `step` or before (the oldest checkpoint's): what only
+        such a rollback needs may go."""
 
     def close(self) -> None: ...
 
@@ -111,6 +118,9 @@ class FilesSink:
                 rows += [json.loads(line) for line in fh]
         return pa.Table.from_pylist(rows)
 
+    def forget_through(self, step: int) -> None:
+        pass  # a step's file is the whole of its output
+
     def close(self) -> None:
         pass
 
@@ -121,110 +131,6 @@ def _fsync(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-_PG_TYPES = {
-    pa.types.is_boolean: "boolean",
-    pa.types.is_integer: "bigint",
-    pa.types.is_floating: "double precision",
-    pa.types.is_string: "text",
-    pa.types.is_large_string: "text",
-    pa.types.is_timestamp: "timestamptz",
-    pa.types.is_date: "date",
-}
-
-
-def _pg_type(t: pa.DataType) -> str:
-    for test, name in _PG_TYPES.items():
-        if test(t):
-            return name
-    if pa.types.is_decimal(t):
-        return "numeric"
-    raise ValueError(f"no Postgres column type for Arrow type {t}")
-
-
-def _expand_env(dsn: str) -> str:
-    """${VAR} replaced with the variable's value, only for sink credentials (the spec
-    refuses any other name; this is the second check)."""
-
-    def value(m: re.Match[str]) -> str:
-        name = m.group(1)
-        return os.environ.get(name, "") if name.startswith(DSN_VARIABLE_PREFIX) else ""
-
-    return DSN_VARIABLE.sub(value, dsn)
-
-
-class SinkConflictError(ValueError):
-    """Another pipeline's sink already writes this table."""
-
-
-class PostgresSink:
-    def __init__(self, spec: PostgresSinkSpec, schema: pa.Schema, pipeline: str) -> None:
-        import psycopg
-
-        self.name = spec.name
-        self.table = spec.table
-        self.columns = [f.name for f in schema]
-        # Progress is the pipeline's sink's, not the table's: two pipelines writing one table
-        # would delete each other's steps on rollback, so a table has one writer.
-        self._key = f"{pipeline}/{spec.name}"
-        self._conn = psycopg.connect(_expand_env(spec.dsn), autocommit=False)
-        cols = ", ".join(f'"{f.name}" {_pg_type(f.type)}' for f in schema)
-        with self._conn.transaction(), self._conn.cursor() as cur:
-            cur.execute(
-                f'CREATE TABLE IF NOT EXISTS "{self.table}" '
-                f"({cols}, step bigint NOT NULL, weight bigint NOT NULL)"
-            )
-            cur.execute(f'CREATE INDEX IF NOT EXISTS "{self.table}_step" ON "{self.table}" (step)')
-            cur.execute(
-                "CREATE TABLE IF NOT EXISTS spindle_sink_progress "
-                '(sink text PRIMARY KEY, step bigint NOT NULL, "table" text)'
-            )
-            cur.execute('ALTER TABLE spindle_sink_progress ADD COLUMN IF NOT EXISTS "table" text')
-            # Rows of releases that keyed progress by table name alone.
-            cur.execute(
-                'DELETE FROM spindle_sink_progress WHERE sink = %s AND "table" IS NULL',
-                (self.table,),
-            )
-            cur.execute(
-                'SELECT sink FROM spindle_sink_progress WHERE "table" = %s AND sink <> %s',
-                (self.table, self._key),
-            )
-            other = cur.fetchone()
-            if other is not None:
-                raise SinkConflictError(
-                    f"table {self.table!r} is written by {other[0]} (pipeline/sink); a table "
-                    "takes one sink's change rows: pick another table, or delete that "
-                    "sink's row from spindle_sink_progress once it no longer writes there"
-                )
-
-    def rollback(self, step: int) -> None:
-        with self._conn.transaction(), self._conn.cursor() as cur:
-            cur.execute(f'DELETE FROM "{self.table}" WHERE step > %s', (step,))
-            self._progress(cur, step)
-
-    def _progress(self, cur: Any, step: int) -> None:
-        cur.execute(
-            'INSERT INTO spindle_sink_progress (sink, step, "table") VALUES (%s, %s, %s) '
-            'ON CONFLICT (sink) DO UPDATE SET step = excluded.step, "table" = excluded."table"',
-            (self._key, step, self.table),
-        )
-
-    def sync(self) -> None:
-        pass  # each step is one committed transaction
-
-    def write(self, step: int, delta: pa.Table) -> None:
-        cols = ", ".join(f'"{c}"' for c in self.columns)
-        with self._conn.transaction(), self._conn.cursor() as cur:
-            cur.execute(f'DELETE FROM "{self.table}" WHERE step = %s', (step,))  # idempotent
-            if delta.num_rows:
-                with cur.copy(f'COPY "{self.table}" ({cols}, step, weight) FROM STDIN') as cp:
-                    for row in delta.to_pylist():
-                        cp.write_row([*(row[c] for c in self.columns), step, row[WEIGHT]])
-            self._progress(cur, step)
-
-    def close(self) -> None:
-        self._conn.close()
 
 
 class ViewSink:
@@ -268,6 +174,9 @@ class ViewSink:
                 seen += 1
         return out
 
+    def forget_through(self, step: int) -> None:
+        pass  # checkpointed with the state
+
     def close(self) -> None:
         pass
 
@@ -283,8 +192,12 @@ def open_sinks(
         schema = schemas[s.from_]
         if isinstance(s, S.FilesSink):
             out[s.name] = FilesSink(s, base_dir)
+        elif isinstance(s, S.PostgresSink) and s.mode == "table":
+            out[s.name] = PostgresTableSink(s, schema, spec.name)
         elif isinstance(s, S.PostgresSink):
             out[s.name] = PostgresSink(s, schema, spec.name)
+        elif isinstance(s, S.DeltaSink):
+            out[s.name] = DeltaSink(s, schema, spec.name, base_dir)
         else:
             out[s.name] = ViewSink(s, schema, loc)
     return out

@@ -12,7 +12,7 @@ import yaml
 
 from pipeline_spec.expressions import ALLOWED, DENIED, ExpressionError, check
 from pipeline_spec.model import SpecError, parse_spec
-from workers.sinks import _expand_env
+from workers.postgres_sinks import _expand_env
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 

@@ -42,7 +42,7 @@ def test_examples_cover_every_source_operator_and_sink_kind() -> None:
         "distinct",
         "join",
     }
-    assert {k.kind for s in specs for k in s.sinks} >= {"files", "postgres", "view"}
+    assert {k.kind for s in specs for k in s.sinks} >= {"files", "postgres", "delta", "view"}
 
 
 def test_durations_and_defaults() -> None:
@@ -133,3 +133,37 @@ def test_input_tables_offsets_and_roots(tmp_path: Path) -> None:
     assert outside_roots(spec, [root]) == [
         ("tables.0.path", f"must lie inside the configured file roots ({root})")
     ]
+
+
+def test_a_postgres_table_sink_needs_key_columns_of_its_view() -> None:
+    from sql.spec import plan_spec
+
+    base = """
+name: p
+source: {kind: datagen, generator: clicks, table: clicks}
+sql: CREATE VIEW per_user AS SELECT user, count(*) AS n FROM clicks GROUP BY user
+sinks: [{name: pg, kind: postgres, from: per_user, dsn: "host=x", table: t%s}]
+"""
+    with pytest.raises(SpecError, match=r"sinks.0.*key: a table-mode sink needs"):
+        load_spec(base % ", mode: table")
+    with pytest.raises(SpecError, match=r"sinks.0.*key: only a table-mode sink"):
+        load_spec(base % ", key: [user]")
+    with pytest.raises(SpecError, match=r"sinks.0.key: 'usr' is not a column of view per_user"):
+        plan_spec(load_spec(base % ", mode: table, key: [usr]"))
+    spec = load_spec(base % ", mode: table, key: [user]")
+    assert plan_spec(spec).views["per_user"].names == ("user", "n")
+
+
+def test_a_delta_sink_path_must_lie_inside_the_file_roots(tmp_path: Path) -> None:
+    spec = load_spec(
+        f"""
+name: p
+source: {{kind: datagen, generator: clicks}}
+sql: CREATE VIEW v AS SELECT user FROM input
+sinks:
+  - {{name: a, kind: delta, from: v, path: {tmp_path / "lake" / "a"}}}
+  - {{name: b, kind: delta, from: v, path: /etc/lake, mode: table, key: [user]}}
+"""
+    )
+    errors = outside_roots(spec, [tmp_path])
+    assert [field for field, _ in errors] == ["sinks.1.path"]

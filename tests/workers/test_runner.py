@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from pipeline_spec import model as S
@@ -60,7 +61,14 @@ def _fast(doc: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize(
     "name",
-    ["clicks-per-user", "clicks-per-minute", "nexmark-q3", "nexmark-q3-sql", "nexmark/q5"],
+    [
+        "clicks-per-user",
+        "clicks-per-minute",
+        "nexmark-q3",
+        "nexmark-q3-sql",
+        "nexmark/q5",
+        "clicks-to-delta",
+    ],
 )
 def test_datagen_examples_run(
     tmp_path: Path, spark: SparkSession, name: str, read: list[tuple[int, int]]
@@ -95,6 +103,10 @@ def test_datagen_examples_run(
     for sink in spec.sinks:
         if sink.kind == "files":
             assert any((tmp_path / sink.path).iterdir())  # type: ignore[union-attr]
+        if sink.kind == "delta":
+            table = DeltaTable(str(tmp_path / sink.path))  # type: ignore[union-attr]
+            assert table.transaction_version(f"spindle:{spec.name}/{sink.name}") == res.last_step
+            assert table.to_pyarrow_table().num_rows > 0
 
 
 def test_files_and_postgres_example_plans(spark: SparkSession) -> None:

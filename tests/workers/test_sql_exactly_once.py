@@ -1,9 +1,10 @@
 """Exactly-once, proven for SQL pipelines: a pipeline of views (an aggregate joined back to
-its input, an aggregate over that join, a hopping-window aggregate; files and Postgres
-sinks) over a fixed input of JSON files is killed with SIGKILL at random moments among its
-steps and restarted from its latest checkpoint each time, restored once to an older
-checkpoint part-way through (and killed again after it); the sinks' final contents, each
-row's weights summed, must equal DuckDB running the same SQL as a batch over the whole input.
+its input, an aggregate over that join, a hopping-window aggregate; files, Postgres change
+rows and tables, Delta Lake change logs and tables as sinks) over a fixed input of JSON
+files is killed with SIGKILL at random moments among its steps and restarted from its
+latest checkpoint each time, restored once to an older checkpoint part-way through (and
+killed again after it); the sinks' final contents, each row's weights summed (a table's
+rows as they are), must equal DuckDB running the same SQL as a batch over the whole input.
 Every view's state, the Spark source's offsets, the sinks and the dead letters thus roll
 back and forward together."""
 
@@ -19,8 +20,11 @@ from typing import Any
 import duckdb
 import psycopg
 import pyarrow as pa
+from deltalake import DeltaTable
 
 from storage_engine.location_view import list_checkpoints
+from storage_engine.schema import WEIGHT
+from workers.delta_sink import STEP_COLUMN
 
 from ..conftest import trials
 from ..sql.test_dataflow_oracle import _norm
@@ -76,6 +80,12 @@ sinks:
   - {{name: win, kind: files, from: per_window, path: {tmp / "out-win"}, format: jsonl}}
   - {{name: pg, kind: postgres, from: above_average_per_customer, dsn: "{dsn}",
      table: above_average_per_customer}}
+  - {{name: pg_win, kind: postgres, from: per_window, dsn: "{dsn}", table: per_window,
+     mode: table, key: [window_start, window_end]}}
+  - {{name: delta_win, kind: delta, from: per_window, path: {tmp / "delta-win"}, mode: table,
+     key: [window_start, window_end]}}
+  - {{name: delta_agg, kind: delta, from: above_average_per_customer,
+     path: {tmp / "delta-agg"}}}
 checkpoint: {{every_steps: 2}}
 trigger: {{interval: 100ms}}
 """
@@ -132,6 +142,18 @@ def test_sigkills_and_a_restore_give_exactly_the_batch_result(tmp_path: Path, pg
         assert w > 0, f"negative weight {w} for {r}"
         got_pg[tuple(_norm(v) for v in r)] += int(w)
     assert got_pg == want_agg
+    with psycopg.connect(pg_dsn) as c:
+        current = c.execute("SELECT window_start, window_end, n, total FROM per_window").fetchall()
+    assert Counter(tuple(_norm(v) for v in r) for r in current) == want_win
+    delta_win = DeltaTable(str(tmp_path / "delta-win")).to_pyarrow_table()
+    assert Counter(tuple(_norm(v) for v in r.values()) for r in delta_win.to_pylist()) == want_win
+    log = DeltaTable(str(tmp_path / "delta-agg")).to_pyarrow_table()
+    got_delta: Counter[tuple[Any, ...]] = Counter()
+    for r in log.to_pylist():
+        w, step = r.pop(WEIGHT), r.pop(STEP_COLUMN)
+        assert 0 < step <= FILES, step
+        got_delta[tuple(_norm(v) for v in r.values())] += w
+    assert +got_delta == want_agg
     assert_dead_letters(tmp_path, bad)
 
 
