@@ -11,9 +11,12 @@ from __future__ import annotations
 import os
 from functools import cached_property
 from pathlib import Path
+from typing import Annotated
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ObjectRoot = Annotated[str, Field(pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,62}(/[^\s]*)?$")]
 
 
 class Settings(BaseSettings):
@@ -71,6 +74,11 @@ class Settings(BaseSettings):
         default_factory=list,
         description="directories files sources and sinks may use; default <data_dir>/files. "
         "Relative spec paths resolve against the first",
+    )
+    object_roots: list[ObjectRoot] = Field(
+        default_factory=list,
+        description="object-store locations (s3://bucket/prefix) that delta sinks may write, "
+        "with the endpoint and credentials of SPINDLE_S3_*; none by default",
     )
     object_store_url: str | None = Field(
         None,

@@ -449,20 +449,52 @@ def resolve_path(path: str, roots: Sequence[Path]) -> Path | None:
     return None
 
 
-def outside_roots(spec: PipelineSpec, roots: Sequence[Path]) -> list[tuple[str, str]]:
-    """Errors (field, message) for every files path of `spec` that resolves, symlinks
-    followed, outside `roots`: checked when a spec is validated and again when a run opens
-    the paths (a path may have become a symlink since)."""
+OBJECT_SCHEME = "s3://"
+
+
+def is_object_path(path: str) -> bool:
+    """Whether a spec's path names an object-store location (`s3://bucket/prefix`)."""
+    return path.startswith(OBJECT_SCHEME)
+
+
+def inside_object_roots(path: str, object_roots: Sequence[str]) -> bool:
+    """Whether object-store path `path` lies under one of `object_roots` (`s3://bucket/p`),
+    compared segment by segment; a `.` or `..` segment, an empty one or a backslash never
+    does."""
+    segments = path[len(OBJECT_SCHEME) :].split("/")
+    if any(s in ("", ".", "..") or "\\" in s for s in segments):
+        return False
+    for root in object_roots:
+        want = root[len(OBJECT_SCHEME) :].strip("/").split("/")
+        if is_object_path(root) and segments[: len(want)] == want:
+            return True
+    return False
+
+
+def outside_roots(
+    spec: PipelineSpec, roots: Sequence[Path], object_roots: Sequence[str] = ()
+) -> list[tuple[str, str]]:
+    """Errors (field, message) for every path of `spec` outside where it may go: a local
+    path that resolves, symlinks followed, outside `roots`, or an object-store path (a
+    `delta` sink's) outside `object_roots`. Checked when a spec is validated and again when
+    a run opens the paths (a path may have become a symlink since)."""
     where = ", ".join(str(r) for r in roots)
+    objects = ", ".join(object_roots) or "none are configured"
     errors = []
-    for field, src in spec.input_fields():
-        if isinstance(src, FilesSource) and resolve_path(src.path, roots) is None:
-            errors.append((f"{field}.path", f"must lie inside the configured file roots ({where})"))
+    paths: list[tuple[str, FilesSource | FilesSink | DeltaSink]] = [
+        (f"{f}.path", s) for f, s in spec.input_fields() if isinstance(s, FilesSource)
+    ]
     for i, sink in enumerate(spec.sinks):
-        if isinstance(sink, FilesSink | DeltaSink) and resolve_path(sink.path, roots) is None:
-            errors.append(
-                (f"sinks.{i}.path", f"must lie inside the configured file roots ({where})")
-            )
+        if isinstance(sink, FilesSink | DeltaSink):
+            paths.append((f"sinks.{i}.path", sink))
+    for field, part in paths:
+        path = part.path
+        if is_object_path(path) and not isinstance(part, DeltaSink):
+            errors.append((field, "an s3:// path is taken by delta sinks only"))
+        elif is_object_path(path) and not inside_object_roots(path, object_roots):
+            errors.append((field, f"must lie inside the configured object roots ({objects})"))
+        elif not is_object_path(path) and resolve_path(path, roots) is None:
+            errors.append((field, f"must lie inside the configured file roots ({where})"))
     return errors
 
 
@@ -481,6 +513,8 @@ __all__ = [
     "Sink",
     "SpecError",
     "ViewSink",
+    "inside_object_roots",
+    "is_object_path",
     "json_schema",
     "load_spec",
     "outside_roots",

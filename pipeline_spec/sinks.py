@@ -75,7 +75,10 @@ class DeltaSink(_Model):
     name: str = Field(pattern=NAME_RE)
     kind: Literal["delta"]
     from_: str = Field(alias="from")
-    path: FilePath = Field(description="the Delta table's directory (created if missing)")
+    path: FilePath = Field(
+        description="the Delta table's directory (created if missing): a path inside the "
+        "file roots, or s3://bucket/prefix inside the configured object roots"
+    )
     mode: Literal["append", "table"] = Field(
         "append",
         description="append: the change log, one row per change (the view's columns, "

@@ -1,5 +1,6 @@
 """The `delta` sink: a view's changes, or its current contents, in a Delta Lake table
-(delta-rs), one Delta commit per step.
+(delta-rs), one Delta commit per step, in a local directory or under `s3://bucket/prefix`
+(the object store's endpoint and credentials: `SPINDLE_S3_*`).
 
 - `append`: the change log, the view's columns plus `__weight` and `__step`, appended.
 - `table`: the view's current contents, merged on `key`: a key whose row was retracted and
@@ -23,6 +24,8 @@ from typing import Any
 import pyarrow as pa
 
 from pipeline_spec.model import DeltaSink as DeltaSinkSpec
+from pipeline_spec.model import is_object_path
+from storage_engine.objstore import ObjectStoreSettings
 from storage_engine.schema import WEIGHT
 
 from .keyed_changes import KeyBroken, keyed_changes
@@ -30,6 +33,21 @@ from .postgres_sinks import SinkConflictError, SinkError
 
 STEP_COLUMN = "__step"
 _OP = "__op"  # the merge source's: upsert or delete
+
+
+def storage_options(path: str) -> dict[str, str]:
+    """delta-rs's options for an `s3://bucket/...` table: the object store's endpoint and
+    credentials (`SPINDLE_S3_*`, as the checkpoint tier's)."""
+    bucket = path[len("s3://") :].split("/", 1)[0]
+    s3 = ObjectStoreSettings(bucket=bucket)
+    scheme = "https" if s3.secure else "http"
+    return {
+        "AWS_ENDPOINT_URL": f"{scheme}://{s3.endpoint}",
+        "AWS_ACCESS_KEY_ID": s3.access_key,
+        "AWS_SECRET_ACCESS_KEY": s3.secret_key.get_secret_value(),
+        "AWS_REGION": s3.region or "us-east-1",
+        "AWS_ALLOW_HTTP": "false" if s3.secure else "true",
+    }
 
 
 class DeltaSink:
@@ -48,18 +66,28 @@ class DeltaSink:
                 f"columns ({', '.join(schema.names)})"
             )
         self.app = f"spindle:{pipeline}/{spec.name}"
-        os.makedirs(os.path.join(base_dir, spec.path), exist_ok=True)
-        # Resolved once, as opened (and checked against the file roots), as `files` does.
-        self.path = os.path.realpath(os.path.join(base_dir, spec.path))
+        self.storage: dict[str, str] | None = None
+        if is_object_path(spec.path):
+            self.path = spec.path
+            self.storage = storage_options(spec.path)
+        else:
+            os.makedirs(os.path.join(base_dir, spec.path), exist_ok=True)
+            # Resolved once, as opened (and checked against the file roots), as `files` does.
+            self.path = os.path.realpath(os.path.join(base_dir, spec.path))
         self.columns = list(schema.names)
         fields = list(schema)
         if self.mode == "append":
             fields += [pa.field(WEIGHT, pa.int64()), pa.field(STEP_COLUMN, pa.int64())]
         self.schema = pa.schema(fields)
-        if not DeltaTable.is_deltatable(self.path):
-            DeltaTable.create(self.path, schema=self.schema, commit_properties=self._commit(0))
+        if not DeltaTable.is_deltatable(self.path, storage_options=self.storage):
+            DeltaTable.create(
+                self.path,
+                schema=self.schema,
+                storage_options=self.storage,
+                commit_properties=self._commit(0),
+            )
             return
-        table = DeltaTable(self.path)
+        table = self._table()
         have = [f.name for f in table.schema().fields]
         if have != self.schema.names:
             raise ValueError(
@@ -73,6 +101,11 @@ class DeltaSink:
                 "sink's rows: pick another path"
             )
 
+    def _table(self) -> Any:
+        from deltalake import DeltaTable
+
+        return DeltaTable(self.path, storage_options=self.storage)
+
     def _commit(self, step: int) -> Any:
         from deltalake import CommitProperties, Transaction
 
@@ -83,9 +116,7 @@ class DeltaSink:
 
     def rollback(self, step: int) -> None:
         """Restore the table to its version after step `step` (no commit if it is there)."""
-        from deltalake import DeltaTable
-
-        table = DeltaTable(self.path)
+        table = self._table()
         last = table.transaction_version(self.app)
         if last is None or last <= step:
             return
@@ -105,11 +136,11 @@ class DeltaSink:
         )
 
     def write(self, step: int, delta: pa.Table) -> None:
-        from deltalake import DeltaTable, write_deltalake
+        from deltalake import write_deltalake
 
         if delta.num_rows == 0:
             return
-        table = DeltaTable(self.path)
+        table = self._table()
         last = table.transaction_version(self.app)
         if last is not None and last >= step:
             return  # committed before a crash; replay gives the step the same output

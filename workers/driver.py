@@ -113,6 +113,13 @@ def run_cmd(
             "option for several); checked as the run opens them."
         ),
     ] = None,
+    object_root: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Object-store paths (s3://...) of delta sinks must lie under these "
+            "(repeat the option for several); checked as the run opens them."
+        ),
+    ] = None,
     final_checkpoint: Annotated[bool, typer.Option(help="Checkpoint when stopping.")] = True,
     run_id: Annotated[
         int | None,
@@ -176,6 +183,7 @@ def run_cmd(
             drop_state=drop_state or (),
             base_dir=base_dir,
             files_roots=files_root,
+            object_roots=object_root,
             spark=spark,
             own_retention=control is None,
             metrics_sinks=[control.metrics_sink] if control else None,

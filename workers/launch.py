@@ -22,7 +22,7 @@ from backend.models import Run, RunState
 from backend.services import checkpoints as cps
 from backend.services import lifecycle
 from backend.settings import Settings
-from pipeline_spec.model import resolve_path
+from pipeline_spec.model import is_object_path, resolve_path
 
 DRIVER = [sys.executable, "-m", "workers.driver"]
 
@@ -71,6 +71,7 @@ def prepare(db: Database, settings: Settings, run_id: int) -> Launch | None:
             "--base-dir",
             str(settings.roots[0]),
             *(a for r in settings.roots for a in ("--files-root", str(r))),
+            *(a for r in settings.object_roots for a in ("--object-root", r)),
             "--hang-timeout",
             str(settings.hang_timeout_s),
             *(["--remote", remote] if remote else []),
@@ -86,7 +87,12 @@ def _absolute_paths(spec: dict[str, Any], roots: list[Path]) -> dict[str, Any]:
     out = copy.deepcopy(spec)
     things = [out.get("source", {}), *out.get("sinks", [])]
     for t in things:
-        if isinstance(t, dict) and t.get("kind") == "files" and isinstance(t.get("path"), str):
+        if (
+            isinstance(t, dict)
+            and t.get("kind") in ("files", "delta")
+            and isinstance(t.get("path"), str)
+            and not is_object_path(t["path"])
+        ):
             resolved = resolve_path(t["path"], roots)
             if resolved is not None:
                 t["path"] = str(resolved)

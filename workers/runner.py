@@ -103,11 +103,13 @@ class Runner:
         timeline: Timeline | None = None,
         pre_aggregate: PreAggregate = "auto",
         files_roots: Sequence[str] | None = None,
+        object_roots: Sequence[str] | None = None,
     ) -> None:
-        if files_roots:
+        if files_roots or object_roots:
             # Again as the run opens them: a path may have become a symlink leading out
             # since the spec was validated.
-            errors = S.outside_roots(spec, [Path(r) for r in files_roots])
+            local = [Path(r) for r in files_roots or [base_dir]]
+            errors = S.outside_roots(spec, local, object_roots or ())
             if errors:
                 raise S.SpecError(errors)
         self.spec = spec

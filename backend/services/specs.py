@@ -6,6 +6,7 @@ needs Spark)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,9 @@ from sql.spec import plan_spec
 from ..errors import InvalidSpec
 
 
-def validate(doc: dict[str, Any], roots: list[Path]) -> PipelineSpec:
+def validate(
+    doc: dict[str, Any], roots: list[Path], object_roots: Sequence[str] = ()
+) -> PipelineSpec:
     """The parsed spec, or InvalidSpec listing every offending field."""
     try:
         spec = parse_spec(doc)
@@ -26,7 +29,7 @@ def validate(doc: dict[str, Any], roots: list[Path]) -> PipelineSpec:
             plan_spec(spec)
         except SpecError as e:
             raise InvalidSpec("invalid pipeline spec", errors=e.errors) from None
-    errors = outside_roots(spec, roots)
+    errors = outside_roots(spec, roots, object_roots)
     if errors:
         raise InvalidSpec("invalid pipeline spec", errors=errors)
     return spec

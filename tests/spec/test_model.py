@@ -167,3 +167,33 @@ sinks:
     )
     errors = outside_roots(spec, [tmp_path])
     assert [field for field, _ in errors] == ["sinks.1.path"]
+
+
+def test_object_store_paths_must_lie_inside_the_object_roots(tmp_path: Path) -> None:
+    def errors(path: str, roots: list[str], kind: str = "delta") -> list[tuple[str, str]]:
+        spec = load_spec(
+            f"""
+name: p
+source: {{kind: datagen, generator: clicks}}
+sql: CREATE VIEW v AS SELECT user FROM input
+sinks: [{{name: a, kind: {kind}, from: v, path: "{path}"}}]
+"""
+        )
+        return outside_roots(spec, [tmp_path], roots)
+
+    assert errors("s3://lake/spindle/t", ["s3://lake/spindle"]) == []
+    assert errors("s3://lake/spindle/t", ["s3://lake/"]) == []
+    assert errors("s3://lake/spindle/t", []) == [
+        ("sinks.0.path", "must lie inside the configured object roots (none are configured)")
+    ]
+    for outside in (
+        "s3://lake/spindlex/t",  # a prefix of a segment is not the segment
+        "s3://lake/spindle/../checkpoints/t",
+        "s3://lake/spindle//t",
+        "s3://other/spindle/t",
+        "s3://lake",
+    ):
+        assert [f for f, _ in errors(outside, ["s3://lake/spindle"])] == ["sinks.0.path"], outside
+    assert errors("s3://lake/spindle/t", ["s3://lake/spindle"], kind="files") == [
+        ("sinks.0.path", "an s3:// path is taken by delta sinks only")
+    ]

@@ -135,6 +135,25 @@ def test_paths_are_checked_against_the_roots_when_a_run_opens_them(tmp_path: Pat
     assert (outside / "step-000000000009.parquet").read_text() == "not yours"
 
 
+def test_a_run_checks_object_store_paths_against_its_object_roots(tmp_path: Path) -> None:
+    """The driver's `--object-root`s, checked again as a run opens its sinks (before Spark):
+    a delta sink's s3:// path outside them is refused."""
+    from pipeline_spec.model import SpecError, parse_spec
+    from workers.runner import Runner
+
+    doc = yaml.safe_load((EXAMPLES / "clicks-to-delta.yaml").read_text())
+    doc["sinks"][1]["path"] = "s3://lake/checkpoints/t"
+    with pytest.raises(SpecError) as e:
+        Runner(
+            parse_spec(doc),
+            str(tmp_path / "state"),
+            base_dir=str(tmp_path),
+            files_roots=[str(tmp_path)],
+            object_roots=["s3://lake/tables"],
+        )
+    assert [f for f, _ in e.value.errors] == ["sinks.1.path"]
+
+
 def test_a_files_source_reads_only_inside_the_roots(tmp_path: Path) -> None:
     """A symlinked file inside a source directory pointing out of the file roots was read."""
     root, secret = tmp_path / "root", tmp_path / "secret.json"

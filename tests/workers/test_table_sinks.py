@@ -21,7 +21,7 @@ from deltalake import DeltaTable
 from pipeline_spec.model import DeltaSink as DeltaSpec
 from pipeline_spec.model import PostgresSink as PgSpec
 from storage_engine.schema import WEIGHT
-from workers.delta_sink import STEP_COLUMN, DeltaSink
+from workers.delta_sink import STEP_COLUMN, DeltaSink, storage_options
 from workers.postgres_sinks import PostgresSink, PostgresTableSink, SinkConflictError, SinkError
 from workers.sinks import Sink
 
@@ -84,6 +84,11 @@ class Target:
         )
         return DeltaSink(dspec, SCHEMA, pipeline, str(self.tmp))
 
+    def delta_table(self) -> DeltaTable:
+        if self.where.startswith("s3://"):
+            return DeltaTable(self.where, storage_options=storage_options(self.where))
+        return DeltaTable(str(self.tmp / self.where))
+
     def rows(self) -> Counter[Row]:
         """The view the target holds, integrated where it keeps changes."""
         names = ", ".join(f'"{c}"' for c in SCHEMA.names)
@@ -96,7 +101,7 @@ class Target:
                 for *r, w in c.execute(f"SELECT {names}, weight FROM current"):
                     out[_norm(tuple(r))] += w
         else:
-            table = DeltaTable(str(self.tmp / self.where)).to_pyarrow_table()
+            table = self.delta_table().to_pyarrow_table()
             weights = table[WEIGHT].to_pylist() if self.kind == "delta-append" else None
             for i, r in enumerate(table.select(SCHEMA.names).to_pylist()):
                 out[_norm(tuple(r.values()))] += 1 if weights is None else weights[i]
@@ -106,11 +111,21 @@ class Target:
 KINDS = ["postgres-table", "postgres-changes", "delta-table", "delta-append"]
 
 
-@pytest.fixture(params=KINDS)
-def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
+@pytest.fixture(params=[*KINDS, "delta-table-s3"])
+def target(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Target]:
     kind = request.param
     if kind.startswith("postgres"):
         yield Target(kind, request.getfixturevalue("pg_dsn"), tmp_path)
+    elif kind.endswith("-s3"):
+        # A Delta table on a real S3 server (SeaweedFS), with the object store's settings.
+        server = request.getfixturevalue("s3_server")
+        bucket = request.getfixturevalue("s3_bucket")
+        monkeypatch.setenv("SPINDLE_S3_ENDPOINT", server.endpoint)
+        monkeypatch.setenv("SPINDLE_S3_ACCESS_KEY", server.access_key)
+        monkeypatch.setenv("SPINDLE_S3_SECRET_KEY", server.secret_key)
+        yield Target(kind.removesuffix("-s3"), f"s3://{bucket}/lake/current", tmp_path)
     else:
         yield Target(kind, "table", tmp_path)
 

@@ -78,14 +78,15 @@ def pipeline_out(s: Session, p: Pipeline) -> PipelineOut:
 @router.post("/validate", response_model=SpecValidation)
 def validate(body: PipelineCreate, ctx: Ctx, _: Viewer) -> SpecValidation:
     """Validate a spec without registering it; errors name the offending fields."""
-    return SpecValidation(valid=True, name=specs.validate(body.spec, ctx.settings.roots).name)
+    spec = specs.validate(body.spec, ctx.settings.roots, ctx.settings.object_roots)
+    return SpecValidation(valid=True, name=spec.name)
 
 
 @router.post("", response_model=PipelineOut, status_code=201)
 def create(body: PipelineCreate, ctx: Ctx, s: DB, _: Operator) -> PipelineOut:
     """Register a pipeline from its spec (stopped; `start` runs it). The spec's errors name their
     fields."""
-    spec = specs.validate(body.spec, ctx.settings.roots)
+    spec = specs.validate(body.spec, ctx.settings.roots, ctx.settings.object_roots)
     name = spec.name
     if s.scalar(select(Pipeline.id).where(Pipeline.name == name)) is not None:
         raise Conflict(f"a pipeline named {name!r} exists", errors=[("spec.name", "already used")])
@@ -142,7 +143,7 @@ async def get(name: Name, request: Request, ctx: Ctx, _: Viewer) -> Response:
 def replace(name: Name, body: PipelineUpdate, ctx: Ctx, s: DB, _: Operator) -> PipelineOut:
     """Replace the spec of a stopped pipeline (the name stays)."""
     p = pipeline_by_name(s, name)
-    spec = specs.validate(body.spec, ctx.settings.roots)
+    spec = specs.validate(body.spec, ctx.settings.roots, ctx.settings.object_roots)
     if spec.name != name:
         raise InvalidSpec("the name cannot change", errors=[("spec.name", f"must stay {name!r}")])
     if p.state not in (PipelineState.stopped, PipelineState.failed):

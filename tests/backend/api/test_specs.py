@@ -121,6 +121,22 @@ def test_files_sink_path_outside_the_roots(api: Api) -> None:
     assert fields(body) == ["sinks.0.path"]
 
 
+def test_a_delta_sink_on_s3_needs_an_object_root(api: Api) -> None:
+    """`s3://` paths are the object roots' (`SPINDLE_OBJECT_ROOTS`): none by default, so a
+    spec cannot write to a bucket the object store's credentials reach (its checkpoints)."""
+    spec = clicks_spec()
+    spec["sinks"] = [{"name": "lake", "kind": "delta", "from": "per_user", "path": "s3://b/x/t"}]
+    body = error(api.post("pipelines/validate", json={"spec": spec}), 422, "invalid_spec")
+    assert fields(body) == ["sinks.0.path"]
+    assert "object roots (none are configured)" in body["errors"][0]["message"]
+    api.settings.object_roots = ["s3://b/x"]
+    assert api.post("pipelines/validate", json={"spec": spec}).status_code == 200
+    spec["sinks"][0]["path"] = "s3://b/x/../pipelines/t"
+    assert fields(
+        error(api.post("pipelines/validate", json={"spec": spec}), 422, "invalid_spec")
+    ) == ["sinks.0.path"]
+
+
 def test_log_source_unsupported_type_names_the_schema_field(api: Api) -> None:
     spec = log_spec()
     spec["source"]["schema"]["extra"] = "map<string,int>"
