@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 import pyarrow as pa
+import sqlglot
 from sqlglot import exp
 
 from . import functions as F
@@ -38,6 +39,7 @@ _BINARY: dict[type[exp.Expr], str] = {
 }
 
 # sqlglot's names for some Spark functions, and ours (Spark's).
+_SPARK = sqlglot.Dialect.get_or_raise("spark").generator()
 _ALIASES = {
     "dayofmonth": "day",
     "tsordstodate": "to_date",
@@ -149,7 +151,12 @@ class Compiler:
         if n < function.min_args or (function.max_args is not None and n > function.max_args):
             raise self.error(node, f"{fn}: wrong number of arguments ({n})")
         try:
-            t = function.result_type([a.type for a in args])
+            types = [a.type for a in args]
+            if function.literal_type is not None:
+                values = [a.value if isinstance(a, Literal) else None for a in args]
+                t = function.literal_type(types, values)
+            else:
+                t = function.result_type(types)
         except F.FunctionTypeError as e:
             raise self.error(node, str(e)) from None
         return Call(fn, tuple(args), t)
@@ -260,6 +267,18 @@ class Compiler:
         unit = str(node.args["unit"].name if node.args.get("unit") is not None else "").lower()
         return self.call(node, "date_trunc", [Literal(unit, pa.string()), self(node.this)])
 
+    def _date_format(self, node: exp.Expr) -> Expr:
+        # sqlglot reads date_format(t, f) as TimeToStr(TimeStrToTime(t), f), a literal f
+        # turned into its own time format: Spark's generator gives the user's pattern back.
+        this = node.this.this if isinstance(node.this, exp.TimeStrToTime) else node.this
+        fmt = node.args["format"]
+        if isinstance(fmt, exp.Literal) and fmt.is_string:
+            written = sqlglot.parse_one(_SPARK.format_time(node) or "''", read="spark")
+            pattern: Expr = Literal(written.name, pa.string())
+        else:
+            pattern = self(fmt)
+        return self.call(node, "date_format", [self(this), pattern])
+
     def _function(self, node: exp.Func) -> Expr:
         if isinstance(node, exp.Anonymous):
             name = str(node.this).lower()
@@ -308,6 +327,7 @@ _HANDLERS: dict[type[exp.Expr], Callable[[Compiler, exp.Expr], Expr]] = {
     exp.Cast: Compiler._cast,
     exp.TryCast: Compiler._cast,
     exp.TimestampTrunc: Compiler._trunc,
+    exp.TimeToStr: Compiler._date_format,
     **dict.fromkeys(_BINARY, Compiler._binary),
 }
 

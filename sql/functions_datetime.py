@@ -4,12 +4,15 @@ to_date, date_trunc, date_add/date_sub (int days, wrapping as Java's int arithme
 datediff and unix_timestamp. Dates stand for their midnight where a timestamp is needed,
 timestamps for their day where a date is. Strings are not implicitly cast (cast first).
 
-Left out: to_date/unix_timestamp with a format (Java's DateTimeFormatter patterns),
-current_date/current_timestamp (not deterministic).
+date_format with a constant pattern of yyyy, yy, MM, dd, HH, mm, ss, quoted text and
+punctuation. Left out: to_date/unix_timestamp with a format (Java's DateTimeFormatter
+patterns), date_format's other pattern letters, current_date/current_timestamp (not
+deterministic).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import numpy as np
@@ -20,6 +23,7 @@ from . import functions_decimal as dec
 from .functions_base import (
     TIMESTAMP,
     Function,
+    FunctionTypeError,
     Val,
     expect,
     is_integral,
@@ -195,6 +199,57 @@ def _unix_timestamp(args: list[Val], n: int) -> Val:
     return result[0] if is_scalar(args[0]) else result
 
 
+# --- date_format ----------------------------------------------------------------------------
+
+# Spark's (Java's DateTimeFormatter) pattern letters that date_format takes, as strftime's.
+_PATTERN = {"yyyy": "%Y", "yy": "%y", "MM": "%m", "dd": "%d", "HH": "%H", "mm": "%M", "ss": "%S"}
+_LETTERS = re.compile(r"([A-Za-z])\1*|'(?:[^']|'')*'|[^A-Za-z']+")
+
+
+def _strftime(fmt: str) -> str:
+    """A date_format pattern as a strftime format; FunctionTypeError naming what it lacks."""
+    if "".join(m.group(0) for m in _LETTERS.finditer(fmt)) != fmt:
+        raise FunctionTypeError(f"date_format: unclosed quote in {fmt!r}")
+    out = []
+    for m in _LETTERS.finditer(fmt):
+        part = m.group(0)
+        if part.startswith("'"):
+            out.append((part[1:-1].replace("''", "'") or "'").replace("%", "%%"))
+        elif part[0].isalpha():
+            if part not in _PATTERN:
+                raise FunctionTypeError(
+                    f"date_format: pattern {part!r} is not supported (supported: "
+                    f"{', '.join(_PATTERN)}, quoted text, punctuation)"
+                )
+            out.append(_PATTERN[part])
+        else:
+            out.append(part.replace("%", "%%"))
+    return "".join(out)
+
+
+def _date_format_type(ts: list[pa.DataType], literals: list[object]) -> pa.DataType:
+    _typed("date_format", pa.string(), "ds")(ts)
+    if not isinstance(literals[1], str):
+        raise FunctionTypeError("date_format: the format must be a constant string")
+    _strftime(literals[1])
+    return pa.string()
+
+
+def _date_format(args: list[Val], n: int) -> Val:
+    if (done := _nulls(args, n, pa.string())) is not None:
+        return done
+    fmt = _strftime(args[1].as_py())
+    # Whole seconds: strftime's %S shows a timestamp's fraction.
+    ts = pc.floor_temporal(to_array(_as_timestamp(args[0]), n), unit="second")
+    ts = ts.cast(pa.timestamp("s", tz="UTC"))
+    out = pc.strftime(ts, format=fmt, locale="C")
+    if "%Y" in fmt:  # Java signs a year of more than four digits
+        wide = pc.fill_null(pc.greater(pc.year(ts), 9999), False)
+        if pc.any(wide).as_py():
+            out = pc.if_else(wide, pc.strftime(ts, format=fmt.replace("%Y", "+%Y")), out)
+    return out[0] if is_scalar(args[0]) else out
+
+
 def functions() -> list[Function]:
     out = [
         _field("year", pc.year, False),
@@ -212,6 +267,15 @@ def functions() -> list[Function]:
         Function("datediff", 2, 2, _typed("datediff", I32, "dd"), _datediff, "nulls", True),
         Function(
             "unix_timestamp", 1, 1, _typed("unix_timestamp", pa.int64(), "d"), _unix_timestamp
+        ),
+        Function(
+            "date_format",
+            2,
+            2,
+            _typed("date_format", pa.string(), "ds"),
+            _date_format,
+            "nulls",
+            literal_type=_date_format_type,
         ),
     ]
     return out

@@ -209,7 +209,7 @@ def _auctions(
 def _bids(
     seed: int, i: np.ndarray, last_p: np.ndarray, last_a: np.ndarray, active_people: int
 ) -> dict[str, pa.Array]:
-    h = [_mix(seed, salt, i) for salt in (14, 15, 16, 17, 18, 19)]
+    h = [_mix(seed, salt, i) for salt in (14, 15, 16, 17, 18, 19, 20)]
     hot_auction = (last_a // HOT_AUCTION_RATIO) * HOT_AUCTION_RATIO
     auction = np.where(
         _below(h[0], HOT_AUCTION_RATIO) > 0, hot_auction, _next_auction(last_a, h[1])
@@ -230,7 +230,7 @@ def _bids(
     return {
         "bid_auction": pa.array(auction + FIRST_AUCTION_ID, pa.int64()),
         "bid_bidder": pa.array(bidder + FIRST_PERSON_ID, pa.int64()),
-        "bid_price": pa.array(_price(h[5] >> _U64(3)), pa.int64()),
+        "bid_price": pa.array(_price(h[6]), pa.int64()),
         "bid_channel": pa.array(channel, pa.string()),
         "bid_url": pa.array(url, pa.string()),
     }

@@ -120,6 +120,18 @@ def problem(text: str) -> tuple[str, int, int]:
             38,
         ),
         (
+            "CREATE VIEW v AS SELECT date_format(date_time, 'EEE HH') FROM bid",
+            "date_format: pattern 'EEE' is not supported",
+            1,
+            25,
+        ),
+        (
+            "CREATE VIEW v AS\nSELECT date_format(date_time, channel) FROM bid",
+            "date_format: the format must be a constant string",
+            2,
+            8,
+        ),
+        (
             "CREATE VIEW v AS SELECT * FROM TABLE(SESSION(TABLE bid, DESCRIPTOR(date_time)))",
             "SESSION takes a table, a time column and a gap",
             1,

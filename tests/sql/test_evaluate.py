@@ -660,6 +660,9 @@ def test_datetime_functions_match_spark(spark: SparkSession) -> None:
     exprs["datediff timestamps"] = call("datediff", d("ts"), d("dt"))
     exprs["unix_timestamp(ts)"] = call("unix_timestamp", d("ts"))
     exprs["unix_timestamp(dt)"] = call("unix_timestamp", d("dt"))
+    for pattern in ["yyyy-MM-dd", "HH:mm", "yy/MM/dd HH:mm:ss", "yyyy-MM-dd'T'HH 'o''clock'"]:
+        exprs[f"date_format(ts, {pattern})"] = call("date_format", d("ts"), lit(pattern, STR))
+    exprs["date_format(dt)"] = call("date_format", d("dt"), lit("dd.MM.yyyy", STR))
     for symbol in ["=", "<", ">=", "<=>"]:
         exprs[f"dt{symbol}ts"] = op(symbol, d("dt"), d("ts"))
         exprs[f"ts{symbol}ts2"] = op(symbol, d("ts"), d("ts2"))

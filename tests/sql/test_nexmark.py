@@ -101,7 +101,7 @@ def _side_tables(spec: S.PipelineSpec) -> dict[str, pa.Table]:
 
 
 def test_the_examples_cover_the_acceptance_set() -> None:
-    want = {f"q{n}" for n in (0, 1, 2, 3, 4, 5, 7, 8, 9, 11, 13, 15, 16, 17, 18, 19, 20, 21, 22)}
+    want = {f"q{n}" for n in range(23)} - {"q6", "q12"}  # docs/sql.md says why not those
     assert want <= set(QUERIES)
 
 
