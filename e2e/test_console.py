@@ -184,6 +184,7 @@ def test_checkpoints_commit_gc_pin_restore(ui: UI, plat: Platform) -> None:
             re.compile(r"^\d+(\.\d+)? (B|KiB|MiB|GiB)")
         )
         expect(row.locator("td[data-label=Step]")).to_have_text(str(cp["step"]))
+        expect(row.get_by_test_id("offsets")).to_have_text(str(cp["source_offset"]))
         return cp
 
     def gc(n_ops: int, keep: str = "") -> None:

@@ -16,7 +16,10 @@ class CheckpointOut(Out):
     size_bytes: int
     new_bytes: int
     duration_ms: float
-    source_offset: int | None
+    source_offset: int | None = Field(description="the `source` table's offset")
+    source_offsets: dict[str, int] | None = Field(
+        description="every input table's offset, by table name (`source`'s first)"
+    )
     local_durable: bool
     remote_durable: bool
     pinned: bool

@@ -51,8 +51,14 @@ def reconcile(
             row = Checkpoint(pipeline_id=pipeline_id, uuid=i.uuid, pinned=False)
             s.add(row)
             if metadata is not None:
-                offset = metadata(i.uuid).get("source_offset")
+                meta = metadata(i.uuid)
+                offset = meta.get("source_offset")
                 row.source_offset = int(offset) if isinstance(offset, int) else None
+                offsets = meta.get("source_offsets")
+                if isinstance(offsets, dict) and all(
+                    isinstance(k, str) and isinstance(v, int) for k, v in offsets.items()
+                ):
+                    row.source_offsets = offsets
         row.identifier = i.identifier
         row.step = i.step
         row.parent = i.parent

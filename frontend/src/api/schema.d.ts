@@ -574,8 +574,18 @@ export interface components {
             remote_durable: boolean;
             /** Size Bytes */
             size_bytes: number;
-            /** Source Offset */
+            /**
+             * Source Offset
+             * @description the `source` table's offset
+             */
             source_offset: number | null;
+            /**
+             * Source Offsets
+             * @description every input table's offset, by table name (`source`'s first)
+             */
+            source_offsets: {
+                [key: string]: number;
+            } | null;
             /** Step */
             step: number;
             /** Uuid */

@@ -43,6 +43,7 @@ def test_listing_checkpoints_mirrors_the_manifest(api: Api) -> None:
     assert [c["uuid"] for c in listed] == uids
     assert [c["step"] for c in listed] == [1, 2, 3]
     assert [c["source_offset"] for c in listed] == [10, 20, 30]
+    assert [c["source_offsets"] for c in listed] == [{"input": n} for n in (10, 20, 30)]
     assert all(c["size_bytes"] > 0 and c["local_durable"] and not c["pinned"] for c in listed)
     api.reads_expire()  # the manifest changed outside the API: its own answer is a read old
     assert api.get(f"pipelines/{CLICKS}").json()["checkpoints"] == 3

@@ -307,3 +307,5 @@ def test_ingest_into_each_log_table_of_a_sql_pipeline(api: Api) -> None:
     assert (r.json()["first_offset"], r.json()["end_offset"]) == (2, 3)
     r = api.post("pipelines/two-logs/ingest/nope", content=b'{"id": 1}\n', headers=NDJSON)
     assert "its streams: 'bids', 'sellers'" in error(r, 404, "not_found")["message"]
+    (listed,) = api.get("pipelines/two-logs/checkpoints").json()
+    assert (listed["source_offset"], listed["source_offsets"]) == (2, {"input": 2, "sellers": 5})

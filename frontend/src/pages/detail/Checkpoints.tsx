@@ -183,6 +183,7 @@ export function Checkpoints() {
               <tr>
                 <th scope="col">Checkpoint</th>
                 <th scope="col">Step</th>
+                <th scope="col" title="where each input table's next step starts">Input offsets</th>
                 <th scope="col">Created</th>
                 <th scope="col">Size</th>
                 <th scope="col">Duration</th>
@@ -213,6 +214,9 @@ export function Checkpoints() {
                     </td>
                     <td data-label="Step" className="num">
                       {c.step}
+                    </td>
+                    <td data-label="Input offsets" className="num" data-testid="offsets">
+                      {inputOffsets(c.source_offsets, c.source_offset)}
                     </td>
                     <td data-label="Created">{formatDateTime(c.created_at)}</td>
                     <td data-label="Size" className="num">
@@ -357,4 +361,14 @@ export function Checkpoints() {
       </ConfirmDialog>
     </div>
   );
+}
+
+/** Each input table's offset ("bids 120 · sellers 5"), or the one source's ("120"). */
+function inputOffsets(offsets: Record<string, number> | null, offset: number | null): string {
+  if (offsets && Object.keys(offsets).length > 1) {
+    return Object.entries(offsets)
+      .map(([table, n]) => `${table} ${n}`)
+      .join(" · ");
+  }
+  return offset === null ? "—" : String(offset);
 }
