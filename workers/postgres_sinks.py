@@ -22,6 +22,7 @@ import json
 import math
 import os
 import re
+from abc import ABC, abstractmethod
 from typing import Any, NoReturn
 
 import pyarrow as pa
@@ -71,7 +72,7 @@ class SinkError(RuntimeError):
     """A step's changes do not fit the sink's table (table mode's contract)."""
 
 
-class _PostgresTable:
+class _PostgresTable(ABC):
     """A connection to the sink's server, the sink's progress row, and the table's one
     writer."""
 
@@ -111,8 +112,9 @@ class _PostgresTable:
                     "from spindle_sink_progress once it no longer writes there"
                 )
 
+    @abstractmethod
     def _create(self, cur: Any, cols: str) -> None:
-        raise NotImplementedError
+        """Create the mode's tables if missing (`cols`: the view's columns as DDL)."""
 
     def _progress(self, cur: Any, step: int) -> None:
         cur.execute(
@@ -127,10 +129,10 @@ class _PostgresTable:
                 cp.write_row([row[c] for c in self.columns])
 
     def sync(self) -> None:
-        pass  # each step is one committed transaction
+        return  # each step is one committed transaction
 
     def forget_through(self, step: int) -> None:
-        pass
+        return  # change rows are the sink's output, not an undo log
 
     def close(self) -> None:
         self._conn.close()
