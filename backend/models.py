@@ -189,8 +189,9 @@ class Checkpoint(Base):
     new_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
     duration_ms: Mapped[float] = mapped_column(Float, default=0.0)
     source_offset: Mapped[int | None] = mapped_column(BigInteger, default=None)
-    # Every input table's (SQL pipelines may read several): {table: offset}.
-    source_offsets: Mapped[dict[str, int] | None] = mapped_column(
+    # Every input table's (SQL pipelines may read several): {table: offset}, where a Kafka
+    # table's offset is {"<topic>:<partition>": next offset}.
+    source_offsets: Mapped[dict[str, int | dict[str, int]] | None] = mapped_column(
         JSON(none_as_null=True), default=None
     )
     local_durable: Mapped[bool] = mapped_column(Boolean, default=True)

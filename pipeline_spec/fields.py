@@ -3,13 +3,28 @@ base model every part of a spec derives from (unknown fields are errors)."""
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Annotated, Any
 
+import pyarrow as pa
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 DSN_VARIABLE = re.compile(r"\$\{(\w+)\}")
 DSN_VARIABLE_PREFIX = "SPINDLE_SINK_"
+
+
+def expand_sink_variables(text: str) -> str:
+    """${VAR} replaced with the variable's value, only for `SPINDLE_SINK_*` credentials (the
+    spec refuses any other name; this is the second check)."""
+
+    def value(m: re.Match[str]) -> str:
+        name = m.group(1)
+        return os.environ.get(name, "") if name.startswith(DSN_VARIABLE_PREFIX) else ""
+
+    return DSN_VARIABLE.sub(value, text)
+
+
 NAME_RE = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 OP_RE = r"^[A-Za-z0-9_.-]{1,128}$"
 # A run's `drop_state` entry: an operator's id, or `*` (every one whose state does not fit).
@@ -84,3 +99,37 @@ TABLE_RE = r"^[a-z_][a-z0-9_]{0,62}$"
 
 class SpecModel(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+TABLE_DOC = "the name SQL views read this source's rows by (pipelines with `sql`)"
+
+
+class EventTime(SpecModel):
+    """A SQL table's event-time column and how late its rows may come (docs/sql.md,
+    Watermarks): the watermark is the newest event time so far minus `lateness`; rows
+    below it are dropped, and state no later row can reach is forgotten."""
+
+    column: str = Field(min_length=1, max_length=128, description="a timestamp column")
+    lateness: Seconds = Field(0.0, description="how far behind the newest event time a row may be")
+
+
+EVENT_TIME_DOC = "pipelines with `sql`: the table's event-time column and lateness"
+
+
+# Spark SQL type names a log stream's columns may have, and their Arrow types (as Spark maps
+# them: UTC microsecond timestamps, 32-bit dates). The ingest API parses records with these
+# without a Spark session.
+LOG_TYPES: dict[str, pa.DataType] = {
+    "string": pa.string(),
+    "boolean": pa.bool_(),
+    "tinyint": pa.int8(),
+    "smallint": pa.int16(),
+    "int": pa.int32(),
+    "integer": pa.int32(),
+    "bigint": pa.int64(),
+    "long": pa.int64(),
+    "float": pa.float32(),
+    "double": pa.float64(),
+    "date": pa.date32(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+}

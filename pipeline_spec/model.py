@@ -38,32 +38,23 @@ from . import expressions
 from .exits import SPEC_ERROR_HEADING
 from .fields import (
     DROP_STATE_RE,
+    EVENT_TIME_DOC,
+    LOG_TYPES,
     MAX_COUNT,
     MAX_ROWS,
     NAME_RE,
     OP_RE,
+    TABLE_DOC,
     TABLE_RE,
+    EventTime,
     FilePath,
     PositiveSeconds,
     Seconds,
 )
 from .fields import SpecModel as _Model
+from .kafka import KafkaSource
+from .offsets import Offset
 from .sinks import DeltaSink, FilesSink, PostgresSink, Sink, ViewSink
-
-_TABLE_DOC = "the name SQL views read this source's rows by (pipelines with `sql`)"
-
-
-class EventTime(_Model):
-    """A SQL table's event-time column and how late its rows may come (docs/sql.md,
-    Watermarks): the watermark is the newest event time so far minus `lateness`; rows
-    below it are dropped, and state no later row can reach is forgotten."""
-
-    column: str = Field(min_length=1, max_length=128, description="a timestamp column")
-    lateness: Seconds = Field(0.0, description="how far behind the newest event time a row may be")
-
-
-_EVENT_TIME_DOC = "pipelines with `sql`: the table's event-time column and lateness"
-
 
 # -- sources -----------------------------------------------------------------------------
 
@@ -72,8 +63,8 @@ class DatagenSource(_Model):
     """Deterministic generated rows: row i is a pure function of (seed, i)."""
 
     kind: Literal["datagen"]
-    table: str = Field("input", pattern=TABLE_RE, description=_TABLE_DOC)
-    event_time: EventTime | None = Field(None, description=_EVENT_TIME_DOC)
+    table: str = Field("input", pattern=TABLE_RE, description=TABLE_DOC)
+    event_time: EventTime | None = Field(None, description=EVENT_TIME_DOC)
     generator: Literal["clicks", "nexmark"] = Field(
         "clicks",
         description="clicks: (ts, user, page, amount); nexmark: the Nexmark benchmark's "
@@ -98,8 +89,8 @@ class FilesSource(_Model):
     """A directory of immutable files, read in name order; offset = files consumed."""
 
     kind: Literal["files"]
-    table: str = Field("input", pattern=TABLE_RE, description=_TABLE_DOC)
-    event_time: EventTime | None = Field(None, description=_EVENT_TIME_DOC)
+    table: str = Field("input", pattern=TABLE_RE, description=TABLE_DOC)
+    event_time: EventTime | None = Field(None, description=EVENT_TIME_DOC)
     path: FilePath
     format: Literal["json", "csv", "parquet"]
     schema_: dict[str, str] | None = Field(
@@ -110,31 +101,12 @@ class FilesSource(_Model):
     max_files_per_step: int = Field(10, gt=0, le=1_000_000)
 
 
-# Spark SQL type names a log stream's columns may have, and their Arrow types (as Spark maps
-# them: UTC microsecond timestamps, 32-bit dates). The ingest API parses records with these
-# without a Spark session.
-LOG_TYPES: dict[str, pa.DataType] = {
-    "string": pa.string(),
-    "boolean": pa.bool_(),
-    "tinyint": pa.int8(),
-    "smallint": pa.int16(),
-    "int": pa.int32(),
-    "integer": pa.int32(),
-    "bigint": pa.int64(),
-    "long": pa.int64(),
-    "float": pa.float32(),
-    "double": pa.float64(),
-    "date": pa.date32(),
-    "timestamp": pa.timestamp("us", tz="UTC"),
-}
-
-
 class LogSource(_Model):
     """The engine's input log of records pushed through the ingest API."""
 
     kind: Literal["log"]
-    table: str = Field("input", pattern=TABLE_RE, description=_TABLE_DOC)
-    event_time: EventTime | None = Field(None, description=_EVENT_TIME_DOC)
+    table: str = Field("input", pattern=TABLE_RE, description=TABLE_DOC)
+    event_time: EventTime | None = Field(None, description=EVENT_TIME_DOC)
     stream: str = Field(pattern=NAME_RE)
     schema_: dict[str, str] = Field(
         alias="schema",
@@ -160,7 +132,8 @@ class LogSource(_Model):
         return os.path.join(storage, "input-log", self.stream)
 
 
-Source = Annotated[DatagenSource | FilesSource | LogSource, Field(discriminator="kind")]
+InputSource = DatagenSource | FilesSource | LogSource | KafkaSource
+Source = Annotated[InputSource, Field(discriminator="kind")]
 
 
 def _expression(text: str) -> str:
@@ -338,6 +311,8 @@ class PipelineSpec(_Model):
             return self
         if self.tables:
             raise ValueError("tables: several input tables need sql (views over them)")
+        if isinstance(self.source, KafkaSource):
+            raise ValueError("source: a kafka source needs sql (views over its table)")
         if self.source.event_time is not None:
             raise ValueError(
                 "source.event_time: tables of sql pipelines have one; operators take "
@@ -356,11 +331,11 @@ class PipelineSpec(_Model):
                 raise ValueError(f"sinks.{i}.from: {s.from_!r} is not an operator in state {ops}")
         return self
 
-    def input_sources(self) -> list[DatagenSource | FilesSource | LogSource]:
+    def input_sources(self) -> list[InputSource]:
         """Every input table's source: `source`, then `tables`."""
         return [self.source, *self.tables]
 
-    def input_fields(self) -> list[tuple[str, DatagenSource | FilesSource | LogSource]]:
+    def input_fields(self) -> list[tuple[str, InputSource]]:
         """Every input table's source with its field path (`source`, `tables.0`, ...)."""
         return [("source", self.source), *((f"tables.{i}", t) for i, t in enumerate(self.tables))]
 
@@ -370,17 +345,28 @@ class PipelineSpec(_Model):
         src = next(s for s in self.input_sources() if s.table == table)
         return self.model_copy(update={"source": src, "tables": []})
 
-    def offsets(self, metadata: dict[str, Any]) -> dict[str, int]:
+    def offsets(self, metadata: dict[str, Any]) -> dict[str, Offset]:
         """Each input table's offset in a checkpoint's metadata (`source_offsets`; a
         checkpoint of a one-source release has only `source_offset`, the source's)."""
         per_table = metadata.get("source_offsets")
         if not isinstance(per_table, dict):
             per_table = {self.source.table: metadata.get("source_offset", 0)}
-        return {s.table: _offset(per_table.get(s.table)) for s in self.input_sources()}
+        return {
+            s.table: _offset(per_table.get(s.table), isinstance(s, KafkaSource))
+            for s in self.input_sources()
+        }
 
 
-def _offset(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+def _offset(value: Any, per_partition: bool) -> Offset:
+    if per_partition:
+        if not isinstance(value, dict):
+            return {}
+        return {str(k): v for k, v in value.items() if _is_int(v)}
+    return value if _is_int(value) else 0
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class SpecError(ValueError):
@@ -401,6 +387,7 @@ _TAGS = {
     "datagen",
     "files",
     "log",
+    "kafka",
     "aggregate",
     "window_aggregate",
     "distinct",
@@ -506,8 +493,13 @@ def json_schema() -> str:
 # one entry point (`from pipeline_spec import model as S`).
 __all__ = [
     "DROP_STATE_RE",
+    "LOG_TYPES",
     "DeltaSink",
+    "EventTime",
     "FilesSink",
+    "InputSource",
+    "KafkaSource",
+    "Offset",
     "PipelineSpec",
     "PostgresSink",
     "Sink",

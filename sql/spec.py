@@ -35,14 +35,14 @@ class SqlPlan:
         return self.tables[self.table]
 
 
-def table_schema(
-    source: S.DatagenSource | S.FilesSource | S.LogSource, where: str = "source"
-) -> pa.Schema:
+def table_schema(source: S.InputSource, where: str = "source") -> pa.Schema:
     """The Arrow schema of the source's rows; SpecError at `<where>.schema` for a type SQL
     tables do not take."""
     if isinstance(source, S.DatagenSource):
         columns = [c.strip().split(" ", 1) for c in DATAGEN_SCHEMAS[source.generator].split(",")]
         pairs = [(name, kind) for name, kind in columns]
+    elif isinstance(source, S.KafkaSource):
+        pairs = list(source.columns().items())
     elif source.schema_:
         pairs = list(source.schema_.items())
     else:

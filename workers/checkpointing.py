@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from pipeline_spec import model as S
+from pipeline_spec.offsets import Offset, count, total
 from storage_engine import StorageLocation
 from storage_engine.circuit import Stepper
 from storage_engine.commit import CommitHandle
@@ -34,7 +35,7 @@ class Checkpointing:
         sinks: Mapping[str, Sink],
         durability: DurabilityWatch,
         step_lock: threading.RLock,
-        position: Callable[[], tuple[int, dict[str, int]]],
+        position: Callable[[], tuple[int, dict[str, Offset]]],
         own_retention: bool,
         input_logs: Mapping[str, Callable[[], InputLog]],
     ) -> None:
@@ -81,7 +82,7 @@ class Checkpointing:
             h = self._circuit.commit_async(
                 step,
                 {
-                    "source_offset": offsets[self._spec.source.table],
+                    "source_offset": total(offsets[self._spec.source.table]),
                     "source_offsets": offsets,
                     "pipeline": self._spec.name,
                 },
@@ -125,7 +126,7 @@ class Checkpointing:
             else self._position()[1]
         )
         for table, input_log in self._input_logs.items():
-            input_log().truncate_below(offsets[table])
+            input_log().truncate_below(count(offsets[table]))
 
 
 __all__ = ["Checkpointing"]

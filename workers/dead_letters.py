@@ -1,5 +1,6 @@
 """A run's dead letters: the records of a step that did not parse or convert, one JSON-lines
-file per step (`<storage>/dead-letters/step-N.jsonl`: table, file, line, record, reason). A
+file per step (`<storage>/dead-letters/step-N.jsonl`: table, file, line, record, reason; a
+Kafka table's have topic, partition and offset instead of file and line). A
 bad record never fails a step; like the sinks, the files are idempotent by step and rolled
 back to the restored step."""
 
@@ -61,6 +62,18 @@ class DeadLetters:
             for r, n in zip(unnumbered, found, strict=True):
                 r["__lineno"] = n
             rows.sort(key=lambda r: (files.path_of(r["__file"]), r["__lineno"] or 0))
+        if kind == "kafka":
+            return [
+                {
+                    "table": table,
+                    "topic": r["__file"].rpartition(":")[0],
+                    "partition": int(r["__file"].rpartition(":")[2]),
+                    "offset": r["__lineno"],
+                    "record": r["__line"],
+                    "reason": "no value, or not parseable with the table's format and schema",
+                }
+                for r in rows
+            ]
         reason = f"not parseable as {kind} with the source schema"
         return [
             {

@@ -20,6 +20,7 @@ from backend.services import operations as ops
 from backend.services.queue import TaskQueue
 from backend.settings import Settings
 from pipeline_spec.model import LogSource, parse_spec
+from pipeline_spec.offsets import count
 from storage_engine import StorageLocation
 from storage_engine.errors import LockedError
 from storage_engine.input_log import InputLog
@@ -103,7 +104,9 @@ def _do(
             if isinstance(source, LogSource) and remaining:
                 log_dir = source.log_dir(storage)
                 if os.path.exists(log_dir):
-                    InputLog(log_dir, source.arrow_schema()).truncate_below(offsets[source.table])
+                    InputLog(log_dir, source.arrow_schema()).truncate_below(
+                        count(offsets[source.table])
+                    )
     finally:
         loc.close()
     return cps.gc_result(res)

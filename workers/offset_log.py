@@ -15,6 +15,7 @@ import json
 import os
 from collections.abc import Mapping
 
+from pipeline_spec.offsets import Offset
 from storage_engine import PosixFileLayer
 from storage_engine.fileio import FileLayer, write_durably
 
@@ -24,7 +25,8 @@ _PREFIX, _SUFFIX = "step-", ".json"
 
 class OffsetLog:
     """The offset log of the storage location `storage`. An entry is `{"step": S, "offsets":
-    {<table>: {"start": a, "end": b}}}`: the step read offsets [a, b) of each input table."""
+    {<table>: {"start": a, "end": b}}}`: the step read offsets [a, b) of each input table
+    (counts, or a Kafka table's offsets per partition: `pipeline_spec.offsets`)."""
 
     def __init__(self, storage: str, fs: FileLayer | None = None) -> None:
         self.directory = os.path.join(storage, DIRECTORY)
@@ -43,22 +45,24 @@ class OffsetLog:
     def _path(self, step: int) -> str:
         return os.path.join(self.directory, f"{_PREFIX}{step:012d}{_SUFFIX}")
 
-    def read(self, step: int) -> dict[str, tuple[int, int]] | None:
+    def read(self, step: int) -> dict[str, tuple[Offset, Offset]] | None:
         """Step `step`'s offsets per table, or None if it is not logged (or unreadable)."""
         if step not in self._steps:
             return None
         try:
             with open(self._path(step), encoding="utf-8") as f:
                 doc = json.load(f)
-            return {t: (int(o["start"]), int(o["end"])) for t, o in doc["offsets"].items()}
+            return {t: (_offset(o["start"]), _offset(o["end"])) for t, o in doc["offsets"].items()}
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
 
-    def pending(self, step: int, offsets: Mapping[str, int]) -> list[dict[str, tuple[int, int]]]:
+    def pending(
+        self, step: int, offsets: Mapping[str, Offset]
+    ) -> list[dict[str, tuple[Offset, Offset]]]:
         """The logged steps after `step`, in order, whose input continues from `offsets`
         (each table's offset after `step`): the steps a run restored at `step` must redo
         with exactly these offsets. Stops at the first gap or entry that does not follow."""
-        out: list[dict[str, tuple[int, int]]] = []
+        out: list[dict[str, tuple[Offset, Offset]]] = []
         at = dict(offsets)
         while (entry := self.read(step + len(out) + 1)) is not None:
             if entry.keys() != at.keys() or any(entry[t][0] != at[t] for t in at):
@@ -67,7 +71,7 @@ class OffsetLog:
             at = {t: end for t, (_, end) in entry.items()}
         return out
 
-    def record(self, step: int, offsets: Mapping[str, tuple[int, int]]) -> None:
+    def record(self, step: int, offsets: Mapping[str, tuple[Offset, Offset]]) -> None:
         """Log step `step`'s offsets durably. Entries after it belong to a timeline that no
         longer follows (a different input for this step): they are deleted first."""
         for later in sorted(s for s in self._steps if s > step):
@@ -92,6 +96,14 @@ class OffsetLog:
         with contextlib.suppress(FileNotFoundError):
             os.remove(self._path(step))
         self._steps.discard(step)
+
+
+def _offset(value: object) -> Offset:
+    if isinstance(value, dict):
+        return {str(p): int(v) for p, v in value.items()}
+    if isinstance(value, int | str | float):
+        return int(value)
+    raise TypeError(f"not an offset: {value!r}")
 
 
 __all__ = ["DIRECTORY", "OffsetLog"]

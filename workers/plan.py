@@ -58,13 +58,13 @@ class Plan:
     tables: dict[str, Plan] = field(default_factory=dict)
 
 
-def source_schema(
-    spark: SparkSession, source: S.DatagenSource | S.FilesSource | S.LogSource
-) -> StructType:
+def source_schema(spark: SparkSession, source: S.InputSource) -> StructType:
     from .sources import CLICKS_SCHEMA, NEXMARK_SCHEMA
 
     if isinstance(source, S.DatagenSource):
         ddl = NEXMARK_SCHEMA if source.generator == "nexmark" else CLICKS_SCHEMA
+    elif isinstance(source, S.KafkaSource):
+        ddl = ", ".join(f"`{k}` {v}" for k, v in source.columns().items())
     elif source.schema_:
         ddl = ", ".join(f"`{k}` {v}" for k, v in source.schema_.items())
     elif isinstance(source, S.FilesSource) and source.format == "parquet":
@@ -202,7 +202,7 @@ def _table_plan(
     )
 
 
-def _options(s: S.DatagenSource | S.FilesSource | S.LogSource, src: StructType) -> dict[str, str]:
+def _options(s: S.InputSource, src: StructType) -> dict[str, str]:
     """The source's options for its Spark data source (`sources.py`)."""
     if isinstance(s, S.DatagenSource):
         return {
@@ -215,6 +215,8 @@ def _options(s: S.DatagenSource | S.FilesSource | S.LogSource, src: StructType) 
         }
     if isinstance(s, S.FilesSource):
         return {"path": s.path, "max_files_per_step": str(s.max_files_per_step)}
+    if isinstance(s, S.KafkaSource):
+        return {"source": s.model_dump_json(by_alias=True)}
     return {
         "stream": s.stream,
         "schema": ddl(src),

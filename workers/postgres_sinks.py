@@ -20,14 +20,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import re
 from abc import ABC, abstractmethod
 from typing import Any, NoReturn
 
 import pyarrow as pa
 
-from pipeline_spec.fields import DSN_VARIABLE, DSN_VARIABLE_PREFIX
+from pipeline_spec.fields import expand_sink_variables
 from pipeline_spec.model import PostgresSink as PostgresSinkSpec
 from storage_engine.schema import WEIGHT
 
@@ -53,17 +51,6 @@ def _pg_type(t: pa.DataType) -> str:
     raise ValueError(f"no Postgres column type for Arrow type {t}")
 
 
-def _expand_env(dsn: str) -> str:
-    """${VAR} replaced with the variable's value, only for sink credentials (the spec
-    refuses any other name; this is the second check)."""
-
-    def value(m: re.Match[str]) -> str:
-        name = m.group(1)
-        return os.environ.get(name, "") if name.startswith(DSN_VARIABLE_PREFIX) else ""
-
-    return DSN_VARIABLE.sub(value, dsn)
-
-
 class SinkConflictError(ValueError):
     """Another pipeline's sink already writes this table."""
 
@@ -86,7 +73,7 @@ class _PostgresTable(ABC):
         # Progress is the pipeline's sink's, not the table's: two pipelines writing one table
         # would undo each other's steps on rollback, so a table has one writer.
         self._key = f"{pipeline}/{spec.name}"
-        self._conn = psycopg.connect(_expand_env(spec.dsn), autocommit=False)
+        self._conn = psycopg.connect(expand_sink_variables(spec.dsn), autocommit=False)
         self._cols = ", ".join(f'"{c}"' for c in self.columns)
         with self._conn.transaction(), self._conn.cursor() as cur:
             self._create(cur, ", ".join(f'"{f.name}" {_pg_type(f.type)}' for f in schema))

@@ -38,6 +38,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from pipeline_spec import model as S
 from pipeline_spec.exits import EXIT_HUNG, HUNG_HEADING
+from pipeline_spec.offsets import Offset, advanced, count, total
 from storage_engine.objstore import ObjectStoreLike
 
 from .batch_jobs import BatchJobs, PreAggregate
@@ -72,9 +73,9 @@ log = logging.getLogger("spindle.runner")
 class RunResult:
     first_step: int
     last_step: int
-    source_offset: int  # `source`'s
+    source_offset: int  # `source`'s (a Kafka table's: `offsets.total`)
     checkpoints: int
-    source_offsets: dict[str, int]  # every input table's
+    source_offsets: dict[str, Offset]  # every input table's
 
 
 @dataclass
@@ -205,6 +206,8 @@ class Runner:
         # is redone with its logged end offset before the query takes new input.
         self.offset_log = OffsetLog(storage)
         self._table = spec.source.table
+        for t, r in self._readers.items():
+            self.offsets[t] = r.input.first_offset(self.offsets[t])
         pending = self.offset_log.pending(self.step, self.offsets)
         self._replay = [{t: end for t, (_, end) in entry.items()} for entry in pending]
         # The first batch, read while the query starts: the run's first step
@@ -218,14 +221,14 @@ class Runner:
             else self.input.read_ahead(
                 self.offset,
                 self._tables_ahead,
-                self._replay[0][self._table] if self._replay else None,
+                count(self._replay[0][self._table]) if self._replay else None,
             )
         )
 
     @property
     def offset(self) -> int:
-        """`source`'s offset (see `offsets` for every input table's)."""
-        return self.offsets[self._table]
+        """`source`'s offset as one number (see `offsets` for every input table's)."""
+        return total(self.offsets[self._table])
 
     # -- one micro-batch = one step --
 
@@ -258,16 +261,16 @@ class Runner:
         # the query's offset log (Spark writes it before the batch runs).
         self._read_step(batch_ends(self._spark_ck, batch_id, list(self._readers)), t0)
 
-    def _read_step(self, ends: dict[str, int], t0: float) -> None:
+    def _read_step(self, ends: dict[str, Offset], t0: float) -> None:
         """A step over every input table's rows from the run's offsets to `ends`."""
         batches: dict[str, MicroBatch] = {}
         for t, r in self._readers.items():
             start, end = self.offsets[t], ends.get(t, self.offsets[t])
-            if end <= start:
+            if not advanced(start, end):
                 continue
             if r.jobs.skips_spark():
-                batches[t] = r.jobs.arrow_batch(r.input.arrow(start, end))
-            elif (rows := r.input.rows(start, end)) is not None:
+                batches[t] = r.jobs.arrow_batch(*r.input.arrow(start, end))
+            elif (rows := r.input.rows(count(start), count(end))) is not None:
                 batches[t] = r.jobs.micro_batch(rows)
         self._step(batches, t0, ends)
 
@@ -303,7 +306,7 @@ class Runner:
         if not self._driver_step(self._replay[0]):
             self._replay = []  # nothing to redo there: new input from here on
 
-    def _driver_step(self, ends: dict[str, int]) -> bool:
+    def _driver_step(self, ends: dict[str, Offset]) -> bool:
         """A step to `ends`, read by the driver before the query starts; whether it was
         taken (no row, no step)."""
         with self.step_lock:
@@ -315,7 +318,7 @@ class Runner:
         self._last_step_at = time.monotonic()
         return self.step > step
 
-    def _log_offsets(self, step: int, ends: dict[str, int]) -> None:
+    def _log_offsets(self, step: int, ends: dict[str, Offset]) -> None:
         """Make step `step`'s input (every table's offsets to `ends`) durable before its
         output reaches a sink, unless it is the replay of a logged step with that input."""
         if self._replay and self._replay[0] == ends:
@@ -329,7 +332,7 @@ class Runner:
             for sink in self.sinks.values():
                 sink.forget_through(cps[0].step)
 
-    def _step(self, batches: dict[str, MicroBatch], t0: float, ends: dict[str, int]) -> None:
+    def _step(self, batches: dict[str, MicroBatch], t0: float, ends: dict[str, Offset]) -> None:
         """One engine step over the micro-batches Spark computed, per input table (`t0`:
         when the batch began), which take every table read to its end in `ends`. No step
         if no table had a row."""

@@ -29,7 +29,7 @@ import base64
 import json
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -37,6 +37,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from pipeline_spec.datagen import DATAGEN_SCHEMAS
+from pipeline_spec.offsets import Offset, advanced, total
 
 from .nexmark import events
 
@@ -301,31 +302,38 @@ class _TableRange(InputPartition):
         self.table, self.start, self.end = table, start, end
 
 
-_READERS: dict[str, type[_DatagenReader | _FilesReader | _LogReader]] = {
-    "datagen": _DatagenReader,
-    "files": _FilesReader,
-    "log": _LogReader,
-}
+def _readers() -> dict[str, Callable[[dict[str, str]], DataSourceStreamReader]]:
+    from .kafka_source import KafkaTrigger
+
+    return {
+        "datagen": _DatagenReader,
+        "files": _FilesReader,
+        "log": _LogReader,
+        "kafka": KafkaTrigger,
+    }
 
 
 class _TablesReader(DataSourceStreamReader):
     def __init__(self, options: dict[str, str]) -> None:
         tables: dict[str, dict[str, str]] = json.loads(options["tables"])
+        kinds = _readers()
         self.readers = {
-            t: _READERS[o["kind"]]({k: str(v) for k, v in o.items()}) for t, o in tables.items()
+            t: kinds[o["kind"]]({k: str(v) for k, v in o.items()}) for t, o in tables.items()
         }
 
-    def initialOffset(self) -> dict[str, int]:
+    def initialOffset(self) -> dict[str, Offset]:
         return {t: r.initialOffset()["offset"] for t, r in self.readers.items()}
 
-    def latestOffset(self) -> dict[str, int]:
+    def latestOffset(self) -> dict[str, Offset]:
         return {t: r.latestOffset()["offset"] for t, r in self.readers.items()}
 
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        # The runner reads each table's rows from its own offsets: a batch's rows only
+        # say which tables advanced (a Kafka table's offsets summed to one number).
         return [
-            _TableRange(t, int(start[t]), int(end[t]))
+            _TableRange(t, total(start[t]), total(end[t]))
             for t in self.readers
-            if int(end[t]) > int(start[t])
+            if advanced(start[t], end[t])
         ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -1,7 +1,7 @@
 """Where a step's rows come from: a files source's files, read by Spark's own readers
-(`FileBatches`), or a log or datagen source's rows, read here in the driver and handed to
-Spark as Arrow (no Python worker); and the run's first batch, read ahead while its query
-starts (`read_ahead`)."""
+(`FileBatches`), or a log, datagen or Kafka source's rows, read here in the driver and handed
+to Spark or the circuit as Arrow (no Python worker); and the run's first batch, read ahead
+while its query starts (`read_ahead`)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import LongType, StructField, StructType
 
 from pipeline_spec import model as S
+from pipeline_spec.offsets import Offset, count
 from storage_engine.input_log import InputLog
 
 from .file_batches import FileBatches
+from .kafka_source import KafkaTable
 from .plan import Plan, arrow_schema, ddl
 from .pre_aggregation import JobTables
 from .progress import ReadAhead
@@ -38,6 +40,14 @@ class StepInput:
             if isinstance(src, S.FilesSource)
             else None
         )
+        self.kafka = KafkaTable(src) if isinstance(src, S.KafkaSource) else None
+
+    def first_offset(self, restored: Offset) -> Offset:
+        """Where the run starts: the restored offset, or a Kafka table's first run's (the
+        spec's `start`, resolved now)."""
+        if self.kafka is not None and not restored:
+            return self.kafka.first_offsets()
+        return restored
 
     def rows(self, start: int, end: int) -> DataFrame | None:
         """The rows of offsets [start, end) (None if there are none): a files source's
@@ -97,17 +107,21 @@ class StepInput:
     def driver_frame(self, start: int, end: int) -> DataFrame:
         """A log or datagen source's rows [start, end) (`arrow`) as a Spark DataFrame."""
         schema = StructType([*self.plan.source_schema.fields, StructField(END, LongType())])
-        return self.spark.createDataFrame(self.arrow(start, end), schema=schema)
+        return self.spark.createDataFrame(self.arrow(start, end)[0], schema=schema)
 
-    def arrow(self, start: int, end: int) -> pa.Table:
-        """A log or datagen source's rows [start, end), as its reader gives them (the log's
-        records, `log_batches`; generated rows, `datagen_batches`), made in the driver, with
-        `__end`."""
+    def arrow(self, start: Offset, end: Offset) -> tuple[pa.Table, pa.Table | None]:
+        """A log, datagen or Kafka source's rows [start, end), as its reader gives them (the
+        log's records, `log_batches`; generated rows, `datagen_batches`; `KafkaTable.read`),
+        made in the driver, with `__end`; and the records that did not parse (Kafka's)."""
+        if self.kafka is not None:
+            assert isinstance(start, dict) and isinstance(end, dict)
+            return self.kafka.read(start, end)
+        start, end = count(start), count(end)
         if isinstance(self.source, S.LogSource):
             batches = list(log_batches(self.input_log(), start, end))
         else:
             batches = list(datagen_batches(self.plan.spark_options, start, end, end))
-        return pa.Table.from_batches(batches, schema=batches[0].schema)
+        return pa.Table.from_batches(batches, schema=batches[0].schema), None
 
     def log_step_end(self, start: int) -> int | None:
         """A log source's first step from `start`: the end of the records in the log now, as
@@ -118,9 +132,14 @@ class StepInput:
         end = min(self.input_log().end(), start + src.max_records_per_step)
         return end if end > start else None
 
-    def waiting(self, offset: int) -> bool:
+    def waiting(self, offset: Offset) -> bool:
         """Whether the source has input beyond `offset`."""
+        if self.kafka is not None:
+            assert isinstance(offset, dict)
+            return self.kafka.waiting(offset)
+        offset = count(offset)
         src = self.source
+        assert not isinstance(src, S.KafkaSource)
         if isinstance(src, S.FilesSource):
             return len(list_input_files(src.path, self.roots)) > offset
         if isinstance(src, S.LogSource):
@@ -135,6 +154,8 @@ class StepInput:
     def close(self) -> None:
         if self.files is not None:
             self.files.close()
+        if self.kafka is not None:
+            self.kafka.close()
 
 
 __all__ = ["StepInput"]

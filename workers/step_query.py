@@ -19,16 +19,25 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource
 
 from pipeline_spec import model as S
+from pipeline_spec.offsets import Offset, count
 
+from .kafka_source import KafkaTriggerSource
 from .sources import DatagenSource, FilesSource, LogSource, TablesSource
 from .step_input import StepInput
 
-_SOURCES = {"datagen": DatagenSource, "files": FilesSource, "log": LogSource}
+_SOURCES: dict[str, type[DataSource]] = {
+    "datagen": DatagenSource,
+    "files": FilesSource,
+    "log": LogSource,
+    "kafka": KafkaTriggerSource,
+}
 
 
-def _options(input: StepInput, start: int, storage: str) -> dict[str, str]:
+def _options(input: StepInput, start: Offset, storage: str) -> dict[str, str]:
     """An input table's options for its Spark data source, from offset `start`."""
-    opts = {**input.plan.spark_options, "start": str(start)}
+    if isinstance(input.source, S.KafkaSource):
+        return {**input.plan.spark_options, "start": json.dumps(start)}
+    opts = {**input.plan.spark_options, "start": str(count(start))}
     if isinstance(input.source, S.LogSource):
         opts["path"] = input.source.log_dir(storage)
     return opts
@@ -37,7 +46,7 @@ def _options(input: StepInput, start: int, storage: str) -> dict[str, str]:
 def start_query(
     spark: SparkSession,
     inputs: Mapping[str, StepInput],
-    offsets: Mapping[str, int],
+    offsets: Mapping[str, Offset],
     storage: str,
     name: str,
     process: Callable[[DataFrame, int], None],
@@ -47,7 +56,7 @@ def start_query(
     `process` per micro-batch every `interval_s`; the query and its scratch checkpoint
     location (the caller removes it once the query stopped)."""
     first = next(iter(inputs))
-    source: type[DataSource] = _SOURCES[inputs[first].source.kind]
+    source = _SOURCES[inputs[first].source.kind]
     options = _options(inputs[first], offsets[first], storage)
     if len(inputs) > 1:
         source = TablesSource
@@ -75,21 +84,27 @@ def start_query(
     return query, ck
 
 
-def batch_ends(ck: str, batch_id: int, tables: list[str]) -> dict[str, int]:
+def batch_ends(ck: str, batch_id: int, tables: list[str]) -> dict[str, Offset]:
     """A batch's end offset per input table (`tables`, `source`'s first), from the last line
     of the query's offset log entry of the batch in checkpoint location `ck` (`v1`, the
     batch's metadata, then one line per source: its offset's JSON, `{"offset": n}`, or
-    `{table: n, ...}` for several tables)."""
+    `{table: n, ...}` for several tables; a Kafka table's n is its offset per partition)."""
     path = os.path.join(ck, "offsets", str(batch_id))
     with open(path, encoding="utf-8") as f:
         lines = f.read().splitlines()
     try:
         doc = json.loads(lines[-1])
         if len(tables) == 1:
-            return {tables[0]: int(doc["offset"])}
-        return {t: int(doc[t]) for t in tables}
-    except (IndexError, KeyError, TypeError, ValueError) as e:
+            return {tables[0]: _offset(doc["offset"])}
+        return {t: _offset(doc[t]) for t in tables}
+    except (IndexError, KeyError, TypeError, ValueError, AttributeError) as e:
         raise RuntimeError(f"{path}: not a Spark offset log entry of this query") from e
+
+
+def _offset(value: Any) -> Offset:
+    if isinstance(value, dict):
+        return {str(p): int(v) for p, v in value.items()}
+    return int(value)
 
 
 __all__ = ["batch_ends", "start_query"]

@@ -17,8 +17,9 @@ class CheckpointOut(Out):
     new_bytes: int
     duration_ms: float
     source_offset: int | None = Field(description="the `source` table's offset")
-    source_offsets: dict[str, int] | None = Field(
-        description="every input table's offset, by table name (`source`'s first)"
+    source_offsets: dict[str, int | dict[str, int]] | None = Field(
+        description="every input table's offset, by table name (`source`'s first): a count, "
+        "or a Kafka table's next offset per partition (`<topic>:<partition>`)"
     )
     local_durable: bool
     remote_durable: bool

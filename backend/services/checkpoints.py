@@ -56,7 +56,7 @@ def reconcile(
                 row.source_offset = int(offset) if isinstance(offset, int) else None
                 offsets = meta.get("source_offsets")
                 if isinstance(offsets, dict) and all(
-                    isinstance(k, str) and isinstance(v, int) for k, v in offsets.items()
+                    isinstance(k, str) and _is_offset(v) for k, v in offsets.items()
                 ):
                     row.source_offsets = offsets
         row.identifier = i.identifier
@@ -142,6 +142,13 @@ def pinned(s: Session, pipeline_id: int) -> set[str]:
             )
         )
     )
+
+
+def _is_offset(v: object) -> bool:
+    """A count, or a Kafka table's offsets per partition (`pipeline_spec.offsets`)."""
+    if isinstance(v, dict):
+        return all(isinstance(p, str) and type(n) is int for p, n in v.items())
+    return type(v) is int
 
 
 __all__ = [

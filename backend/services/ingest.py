@@ -13,6 +13,7 @@ import pyarrow.csv as pcsv
 import pyarrow.json as pjson
 
 from pipeline_spec.model import LogSource, PipelineSpec
+from pipeline_spec.offsets import count
 from storage_engine.errors import StorageError
 from storage_engine.fileio import PosixFileLayer
 from storage_engine.input_log import InputLog
@@ -124,7 +125,7 @@ def _consumed(storage: Path, spec: PipelineSpec, input_table: str) -> int:
             meta = read_doc(fs, str(storage / c.uuid / CHECKPOINT_META)).get("metadata") or {}
         except StorageError:
             continue
-        out = max(out, spec.offsets(meta)[input_table])
+        out = max(out, count(spec.offsets(meta)[input_table]))
     return out
 
 

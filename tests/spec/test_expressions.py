@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from pipeline_spec.expressions import ALLOWED, DENIED, ExpressionError, check
+from pipeline_spec.fields import expand_sink_variables
 from pipeline_spec.model import SpecError, parse_spec
-from workers.postgres_sinks import _expand_env
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 
@@ -102,4 +102,5 @@ def test_a_postgres_dsn_may_name_sink_variables_only(monkeypatch: pytest.MonkeyP
     parse_spec(doc)
     monkeypatch.setenv("SPINDLE_SINK_PG_PASSWORD", "pw")
     monkeypatch.setenv("SPINDLE_S3_SECRET_KEY", "s3cret")
-    assert _expand_env("x:${SPINDLE_SINK_PG_PASSWORD}@${SPINDLE_S3_SECRET_KEY}") == "x:pw@"
+    text = "x:${SPINDLE_SINK_PG_PASSWORD}@${SPINDLE_S3_SECRET_KEY}"
+    assert expand_sink_variables(text) == "x:pw@"

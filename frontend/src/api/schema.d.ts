@@ -581,10 +581,12 @@ export interface components {
             source_offset: number | null;
             /**
              * Source Offsets
-             * @description every input table's offset, by table name (`source`'s first)
+             * @description every input table's offset, by table name (`source`'s first): a count, or a Kafka table's next offset per partition (`<topic>:<partition>`)
              */
             source_offsets: {
-                [key: string]: number;
+                [key: string]: number | {
+                    [key: string]: number;
+                };
             } | null;
             /** Step */
             step: number;

@@ -363,11 +363,19 @@ export function Checkpoints() {
   );
 }
 
-/** Each input table's offset ("bids 120 · sellers 5"), or the one source's ("120"). */
-function inputOffsets(offsets: Record<string, number> | null, offset: number | null): string {
-  if (offsets && Object.keys(offsets).length > 1) {
+/** Each input table's offset ("bids 120 · sellers 5"; a Kafka table's per partition,
+ * "orders clicks:0=18 clicks:1=17"), or the one source's ("120"). */
+function inputOffsets(
+  offsets: Record<string, number | Record<string, number>> | null,
+  offset: number | null,
+): string {
+  const perPartition = (o: Record<string, number>) =>
+    Object.entries(o)
+      .map(([p, n]) => `${p}=${n}`)
+      .join(" ");
+  if (offsets && (Object.keys(offsets).length > 1 || Object.values(offsets).some((v) => typeof v === "object"))) {
     return Object.entries(offsets)
-      .map(([table, n]) => `${table} ${n}`)
+      .map(([table, n]) => `${table} ${typeof n === "object" ? perPartition(n) : n}`)
       .join(" · ");
   }
   return offset === null ? "—" : String(offset);

@@ -1,0 +1,136 @@
+"""The `kafka` source's spec: topics of a Kafka-protocol broker read as one input table."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+import pyarrow as pa
+from pydantic import Field, field_validator, model_validator
+
+from .fields import (
+    DSN_VARIABLE,
+    DSN_VARIABLE_PREFIX,
+    EVENT_TIME_DOC,
+    LOG_TYPES,
+    MAX_COUNT,
+    MAX_ROWS,
+    TABLE_DOC,
+    TABLE_RE,
+    EventTime,
+    SpecModel,
+)
+
+# Kafka's legal topic names.
+TOPIC_RE = r"^[A-Za-z0-9._-]{1,249}$"
+# A record's metadata a table may have as columns, and their types.
+METADATA_TYPES: dict[str, str] = {
+    "key": "string",
+    "topic": "string",
+    "partition": "int",
+    "offset": "bigint",
+    "timestamp": "timestamp",
+}
+# Client properties passed through to the consumer (librdkafka's names): security only.
+# Values may name `${SPINDLE_SINK_*}` variables, as sink DSNs do, to keep secrets out of specs.
+PROPERTIES = (
+    "security.protocol",
+    "sasl.mechanism",
+    "sasl.username",
+    "sasl.password",
+    "ssl.endpoint.identification.algorithm",
+)
+
+
+class KafkaSource(SpecModel):
+    """Records of one or more Kafka topics; offset = the next offset of every partition."""
+
+    kind: Literal["kafka"]
+    table: str = Field("input", pattern=TABLE_RE, description=TABLE_DOC)
+    event_time: EventTime | None = Field(None, description=EVENT_TIME_DOC)
+    bootstrap_servers: str = Field(
+        min_length=1,
+        max_length=1000,
+        pattern=r"^[A-Za-z0-9.\-\[\]:]+(,[A-Za-z0-9.\-\[\]:]+)*$",
+        description="the brokers to connect to first: host:port[,host:port...]",
+    )
+    topics: list[str] = Field(min_length=1, max_length=64)
+    format: Literal["json", "csv"] = Field(
+        "json", description="the record values: a JSON object or a CSV line per record"
+    )
+    schema_: dict[str, str] = Field(
+        alias="schema",
+        min_length=1,
+        description=f"the value's column -> type, one of {', '.join(LOG_TYPES)}",
+    )
+    metadata: dict[str, Literal["key", "topic", "partition", "offset", "timestamp"]] = Field(
+        default_factory=dict,
+        description="further columns from each record's metadata: column -> key (as a UTF-8 "
+        "string), topic, partition, offset or timestamp",
+    )
+    start: Literal["earliest", "latest"] = Field(
+        "earliest",
+        description="where a pipeline's first run starts each partition (later runs "
+        "continue from their checkpoint's offsets; partitions added later start at earliest)",
+    )
+    start_timestamp_ms: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_COUNT,
+        description="instead of `start`: each partition's first record at or after this "
+        "time (milliseconds since the epoch)",
+    )
+    max_records_per_step: int = Field(100_000, gt=0, le=MAX_ROWS)
+    properties: dict[str, str] = Field(
+        default_factory=dict,
+        description=f"client settings passed to the consumer, only {', '.join(PROPERTIES)}; "
+        f"values may use ${{{DSN_VARIABLE_PREFIX}*}} variables",
+    )
+
+    @field_validator("topics")
+    @classmethod
+    def _topic_names(cls, v: list[str]) -> list[str]:
+        for t in v:
+            if not re.match(TOPIC_RE, t):
+                raise ValueError(f"{t!r} is not a Kafka topic name ({TOPIC_RE})")
+        if len(set(v)) != len(v):
+            raise ValueError("a topic is listed twice")
+        return v
+
+    @field_validator("schema_")
+    @classmethod
+    def _types(cls, v: dict[str, str]) -> dict[str, str]:
+        for col, t in v.items():
+            if t.strip().lower() not in LOG_TYPES:
+                raise ValueError(f"{col}: type {t!r} is not one of {', '.join(LOG_TYPES)}")
+        return v
+
+    @field_validator("properties")
+    @classmethod
+    def _security_only(cls, v: dict[str, str]) -> dict[str, str]:
+        for k, value in v.items():
+            if k not in PROPERTIES:
+                raise ValueError(f"{k!r}: only {', '.join(PROPERTIES)} may be set")
+            for name in DSN_VARIABLE.findall(value):
+                if not name.startswith(DSN_VARIABLE_PREFIX):
+                    raise ValueError(
+                        f"{k}: ${{{name}}}: only variables named {DSN_VARIABLE_PREFIX}* may be used"
+                    )
+        return v
+
+    @model_validator(mode="after")
+    def _columns_unique(self) -> KafkaSource:
+        both = sorted(set(self.schema_) & set(self.metadata))
+        if both:
+            raise ValueError(f"metadata: columns {both} are also value columns in schema")
+        return self
+
+    def columns(self) -> dict[str, str]:
+        """Every column of the table and its type: the value's, then the metadata's."""
+        return {**self.schema_, **{c: METADATA_TYPES[m] for c, m in self.metadata.items()}}
+
+    def arrow_schema(self) -> pa.Schema:
+        return pa.schema([(c, LOG_TYPES[t.strip().lower()]) for c, t in self.columns().items()])
+
+
+__all__ = ["METADATA_TYPES", "PROPERTIES", "KafkaSource"]

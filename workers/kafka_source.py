@@ -1,0 +1,361 @@
+"""The `kafka` source: topics of a Kafka-protocol broker read as one input table.
+
+Offsets are Spindle's, per partition (`pipeline_spec.offsets`: `{"<topic>:<partition>":
+next offset}`), never the consumer group's: a step reads each partition from its start
+offset to its end offset, both in the offset log before the step's output reaches a sink,
+so a step redone after a crash reads the same records (a partition's records below its
+last stable offset never change). The Spark query's trigger (`KafkaTriggerSource`, in a
+Python worker) only decides where each step ends: each partition's end offset now, at most
+`max_records_per_step` in all; the driver reads the records itself (`KafkaTable.read`) with
+`confluent-kafka`, `read_committed`, and parses values in Arrow. Partitions that appear
+later start at their earliest record. A record whose value does not parse is a dead letter
+(topic, partition, offset).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.json as pjson
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+from pipeline_spec.fields import expand_sink_variables
+from pipeline_spec.kafka import KafkaSource
+
+END = "__end"
+BAD_COLUMNS = ("__file", "__lineno", "__line")  # a dead letter: "topic:partition", offset, value
+TIMEOUT_S = 30.0  # a broker request, or a step's records, not answered within this fails
+
+
+class KafkaSourceError(RuntimeError):
+    """The broker cannot be reached, a topic does not exist, or records do not arrive."""
+
+
+def partition_id(topic: str, partition: int) -> str:
+    return f"{topic}:{partition}"
+
+
+def _split_id(pid: str) -> tuple[str, int]:
+    topic, _, partition = pid.rpartition(":")
+    return topic, int(partition)
+
+
+def client_config(src: KafkaSource) -> dict[str, Any]:
+    """The consumer's settings: the spec's broker and security properties; offsets are
+    assigned, never committed, and only committed transactions' records are read."""
+    return {
+        "bootstrap.servers": src.bootstrap_servers,
+        "group.id": f"spindle-{src.table}",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "isolation.level": "read_committed",
+        "enable.partition.eof": True,
+        "auto.offset.reset": "earliest",
+        "socket.timeout.ms": int(TIMEOUT_S * 1000),
+        "logger": _QuietLogger(),
+        **{k: expand_sink_variables(v) for k, v in src.properties.items()},
+    }
+
+
+class _QuietLogger:
+    """librdkafka's log lines (a broker going away is logged on every retry) go nowhere: the
+    errors that matter surface as this module's exceptions."""
+
+    def log(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def debug(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    info = warning = error = exception = critical = debug
+
+
+class KafkaTable:
+    """One `kafka` table's consumer, used by the driver (and the trigger's worker)."""
+
+    def __init__(self, src: KafkaSource) -> None:
+        from confluent_kafka import Consumer
+
+        self.src = src
+        self.value_schema = pa.schema([f for f in src.arrow_schema() if f.name in src.schema_])
+        self.schema = src.arrow_schema()
+        self._consumer = Consumer(client_config(src))
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def _describe(self) -> str:
+        return f"kafka table {self.src.table!r} ({self.src.bootstrap_servers})"
+
+    def partitions(self) -> list[str]:
+        """Every partition of the table's topics now."""
+        try:
+            md = self._consumer.list_topics(timeout=TIMEOUT_S)
+        except Exception as e:
+            raise KafkaSourceError(f"{self._describe()}: broker unreachable: {e}") from None
+        out = []
+        for topic in self.src.topics:
+            t = md.topics.get(topic)
+            if t is None or t.error is not None or not t.partitions:
+                raise KafkaSourceError(f"{self._describe()}: topic {topic!r} does not exist")
+            out += [partition_id(topic, p) for p in sorted(t.partitions)]
+        return out
+
+    def _watermarks(self, pid: str) -> tuple[int, int]:
+        from confluent_kafka import TopicPartition
+
+        topic, p = _split_id(pid)
+        try:
+            low, high = self._consumer.get_watermark_offsets(
+                TopicPartition(topic, p), timeout=TIMEOUT_S
+            )
+        except Exception as e:
+            raise KafkaSourceError(f"{self._describe()}: {pid}: no offsets: {e}") from None
+        return int(low), int(high)
+
+    def first_offsets(self) -> dict[str, int]:
+        """Where a first run starts each partition (`start`, `start_timestamp_ms`)."""
+        from confluent_kafka import TopicPartition
+
+        pids = self.partitions()
+        if self.src.start_timestamp_ms is not None:
+            asked = [TopicPartition(*_split_id(p), self.src.start_timestamp_ms) for p in pids]
+            found = self._consumer.offsets_for_times(asked, timeout=TIMEOUT_S)
+            return {
+                partition_id(tp.topic, tp.partition): (
+                    tp.offset if tp.offset >= 0 else self._watermarks(pid)[1]
+                )
+                for pid, tp in zip(pids, found, strict=True)
+            }
+        if self.src.start == "latest":
+            return {p: self._watermarks(p)[1] for p in pids}
+        return {p: 0 for p in pids}
+
+    def step_end(self, start: dict[str, int]) -> dict[str, int]:
+        """Each partition's end offset for a step from `start`: its end now, at most
+        `max_records_per_step` in all (shared evenly, so no partition starves)."""
+        pids = self.partitions()
+        behind = {p: max(0, self._watermarks(p)[1] - start.get(p, 0)) for p in pids}
+        budget, end = self.src.max_records_per_step, dict(start)
+        waiting = [p for p in pids if behind[p] > 0]
+        while waiting and budget > 0:
+            share = max(1, budget // len(waiting))
+            for p in list(waiting):
+                take = min(share, behind[p], budget)
+                end[p] = end.get(p, 0) + take
+                behind[p] -= take
+                budget -= take
+                if behind[p] == 0:
+                    waiting.remove(p)
+        for p in pids:
+            end.setdefault(p, 0)
+        return end
+
+    def waiting(self, offset: dict[str, int]) -> bool:
+        """Whether any partition has records beyond `offset`."""
+        return any(self._watermarks(p)[1] > offset.get(p, 0) for p in self.partitions())
+
+    def read(self, start: dict[str, int], end: dict[str, int]) -> tuple[pa.Table, pa.Table | None]:
+        """The records of offsets [start, end) of every partition: the rows that parsed
+        (the table's columns, then `__end`) and the dead letters (`BAD_COLUMNS`)."""
+        from confluent_kafka import KafkaError, TopicPartition
+
+        todo = {p: (start.get(p, 0), e) for p, e in end.items() if e > start.get(p, 0)}
+        records: list[Any] = []
+        if todo:
+            self._consumer.assign([TopicPartition(*_split_id(p), a) for p, (a, _) in todo.items()])
+            deadline = time.monotonic() + TIMEOUT_S
+            while todo:
+                if time.monotonic() > deadline:
+                    raise KafkaSourceError(
+                        f"{self._describe()}: records of {sorted(todo)} did not arrive "
+                        f"within {TIMEOUT_S:.0f} s"
+                    )
+                for m in self._consumer.consume(10_000, timeout=1.0):
+                    topic, p, offset = m.topic(), m.partition(), m.offset()
+                    if topic is None or p is None or offset is None:
+                        continue
+                    pid = partition_id(topic, p)
+                    if pid not in todo:
+                        continue
+                    err = m.error()
+                    if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                        raise KafkaSourceError(f"{self._describe()}: {pid}: {err.str()}")
+                    if err is None and offset < todo[pid][1]:
+                        records.append(m)
+                    # The partition is done once a record at or past its end arrived, or
+                    # its end (of what is committed) was reached at or past it.
+                    if offset >= todo[pid][1] - (0 if err is not None else 1):
+                        self._consumer.incremental_unassign([TopicPartition(topic, p)])
+                        del todo[pid]
+                        deadline = time.monotonic() + TIMEOUT_S
+            self._consumer.unassign()
+        records.sort(key=lambda m: (m.topic(), m.partition(), m.offset()))
+        return self._rows(records)
+
+    def _rows(self, records: list[Any]) -> tuple[pa.Table, pa.Table | None]:
+        values = [m.value() for m in records]
+        parsed, bad = self._parse(values)
+        good = [m for i, m in enumerate(records) if i not in bad]
+        columns = {f.name: parsed.column(f.name) for f in self.value_schema}
+        for col, what in self.src.metadata.items():
+            columns[col] = pa.array([_metadata(m, what) for m in good])
+        columns[END] = pa.array([0] * len(good), pa.int64())
+        rows = pa.table(columns).cast(pa.schema([*self.schema, pa.field(END, pa.int64())]))
+        if not bad:
+            return rows, None
+        letters = [records[i] for i in sorted(bad)]
+        return rows, pa.table(
+            {
+                "__file": [partition_id(m.topic(), m.partition()) for m in letters],
+                "__lineno": pa.array([m.offset() for m in letters], pa.int64()),
+                "__line": [_text(m.value()) for m in letters],
+            }
+        )
+
+    def _parse(self, values: list[bytes | None]) -> tuple[pa.Table, set[int]]:
+        """The values that parse, as the value schema's columns, and the indexes of those
+        that do not. Arrow parses them all at once; only when that fails, one at a time."""
+        bad = {i for i, v in enumerate(values) if not v or not _plausible(v, self.src.format)}
+        good = [v for i, v in enumerate(values) if i not in bad]
+        try:
+            table = self._arrow(good)
+            if table.num_rows == len(good):
+                return table, bad
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+            pass
+        tables = []
+        for i, v in enumerate(values):
+            if i in bad:
+                continue
+            try:
+                one = self._arrow([v])
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+                one = None
+            if one is None or one.num_rows != 1:
+                bad.add(i)
+            else:
+                tables.append(one)
+        return (pa.concat_tables(tables) if tables else self.value_schema.empty_table()), bad
+
+    def _arrow(self, values: list[Any]) -> pa.Table:
+        if not values:
+            return self.value_schema.empty_table()
+        # A record per line: a JSON value's own line breaks are whitespace.
+        body = b"\n".join(v.replace(b"\n", b" ").replace(b"\r", b" ") for v in values)
+        schema = self.value_schema
+        if self.src.format == "csv":
+            return pcsv.read_csv(
+                io.BytesIO(body),
+                read_options=pcsv.ReadOptions(column_names=schema.names),
+                convert_options=pcsv.ConvertOptions(column_types=schema, strings_can_be_null=True),
+            ).cast(schema)
+        return (
+            pjson.read_json(
+                io.BytesIO(body),
+                parse_options=pjson.ParseOptions(
+                    explicit_schema=schema, unexpected_field_behavior="ignore"
+                ),
+            )
+            .select(schema.names)
+            .cast(schema)
+        )
+
+
+def _plausible(value: bytes, fmt: str) -> bool:
+    """Checked in Python before Arrow's reader sees the value: that reader takes the process
+    down on some malformed input (a bare `null`) instead of raising."""
+    if fmt == "csv":
+        return b"\n" not in value.rstrip(b"\r\n")
+    try:
+        return isinstance(json.loads(value), dict)
+    except ValueError:
+        return False
+
+
+def _text(value: bytes | None) -> str | None:
+    return None if value is None else value.decode("utf-8", errors="replace")
+
+
+def _metadata(m: Any, what: str) -> Any:
+    if what == "key":
+        return _text(m.key())
+    if what == "topic":
+        return m.topic()
+    if what == "partition":
+        return m.partition()
+    if what == "offset":
+        return m.offset()
+    kind, ms = m.timestamp()
+    return None if kind == 0 else pa.scalar(ms * 1000, pa.timestamp("us", tz="UTC"))
+
+
+# -- the Spark query's trigger ---------------------------------------------------------
+
+
+class _EndsOnly(InputPartition):
+    def __init__(self) -> None:
+        super().__init__(None)
+
+
+class KafkaTrigger(DataSourceStreamReader):
+    """Offsets `{"offset": {partition: offset}}`; a batch's rows are never read (the driver
+    reads the records), so a batch is one empty partition."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.source = options["source"]
+        self.cur: dict[str, int] = json.loads(options.get("start", "{}"))
+        self._table: KafkaTable | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Spark pickles the reader to its Python workers; a consumer is made where it runs.
+        return {**self.__dict__, "_table": None}
+
+    def initialOffset(self) -> dict[str, Any]:
+        return {"offset": self.cur}
+
+    def latestOffset(self) -> dict[str, Any]:
+        if self._table is None:
+            self._table = KafkaTable(KafkaSource.model_validate_json(self.source))
+        self.cur = self._table.step_end(self.cur)
+        return {"offset": self.cur}
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        return [_EndsOnly()]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        yield from ()
+
+    def commit(self, end: dict[str, Any]) -> None:
+        pass  # Spindle's checkpoints own the offsets
+
+
+class KafkaTriggerSource(DataSource):
+    """A `kafka` table (`source`: its spec as JSON, `start`: its offsets as JSON)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "spindle_kafka"
+
+    def schema(self) -> str:
+        return "__end bigint"
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return KafkaTrigger(dict(self.options))
+
+
+__all__ = [
+    "BAD_COLUMNS",
+    "KafkaSourceError",
+    "KafkaTable",
+    "KafkaTrigger",
+    "KafkaTriggerSource",
+    "client_config",
+    "partition_id",
+]
