@@ -1,9 +1,10 @@
-"""The `kafka` source's spec: topics of a Kafka-protocol broker read as one input table."""
+"""The `kafka` source's and sink's specs: topics of a Kafka-protocol broker read as one input
+table, or written a view's changes."""
 
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
 import pyarrow as pa
 from pydantic import Field, field_validator, model_validator
@@ -15,6 +16,7 @@ from .fields import (
     LOG_TYPES,
     MAX_COUNT,
     MAX_ROWS,
+    NAME_RE,
     TABLE_DOC,
     TABLE_RE,
     EventTime,
@@ -31,6 +33,8 @@ METADATA_TYPES: dict[str, str] = {
     "offset": "bigint",
     "timestamp": "timestamp",
 }
+BOOTSTRAP_RE = r"^[A-Za-z0-9.\-\[\]:]+(,[A-Za-z0-9.\-\[\]:]+)*$"
+_BOOTSTRAP_DOC = "the brokers to connect to first: host:port[,host:port...]"
 # Client properties passed through to the consumer (librdkafka's names): security only.
 # Values may name `${SPINDLE_SINK_*}` variables, as sink DSNs do, to keep secrets out of specs.
 PROPERTIES = (
@@ -49,10 +53,7 @@ class KafkaSource(SpecModel):
     table: str = Field("input", pattern=TABLE_RE, description=TABLE_DOC)
     event_time: EventTime | None = Field(None, description=EVENT_TIME_DOC)
     bootstrap_servers: str = Field(
-        min_length=1,
-        max_length=1000,
-        pattern=r"^[A-Za-z0-9.\-\[\]:]+(,[A-Za-z0-9.\-\[\]:]+)*$",
-        description="the brokers to connect to first: host:port[,host:port...]",
+        min_length=1, max_length=1000, pattern=BOOTSTRAP_RE, description=_BOOTSTRAP_DOC
     )
     topics: list[str] = Field(min_length=1, max_length=64)
     format: Literal["json", "csv"] = Field(
@@ -108,15 +109,7 @@ class KafkaSource(SpecModel):
     @field_validator("properties")
     @classmethod
     def _security_only(cls, v: dict[str, str]) -> dict[str, str]:
-        for k, value in v.items():
-            if k not in PROPERTIES:
-                raise ValueError(f"{k!r}: only {', '.join(PROPERTIES)} may be set")
-            for name in DSN_VARIABLE.findall(value):
-                if not name.startswith(DSN_VARIABLE_PREFIX):
-                    raise ValueError(
-                        f"{k}: ${{{name}}}: only variables named {DSN_VARIABLE_PREFIX}* may be used"
-                    )
-        return v
+        return _check_properties(v)
 
     @model_validator(mode="after")
     def _columns_unique(self) -> KafkaSource:
@@ -133,4 +126,57 @@ class KafkaSource(SpecModel):
         return pa.schema([(c, LOG_TYPES[t.strip().lower()]) for c, t in self.columns().items()])
 
 
-__all__ = ["METADATA_TYPES", "PROPERTIES", "KafkaSource"]
+def _check_properties(v: dict[str, str]) -> dict[str, str]:
+    for k, value in v.items():
+        if k not in PROPERTIES:
+            raise ValueError(f"{k!r}: only {', '.join(PROPERTIES)} may be set")
+        for name in DSN_VARIABLE.findall(value):
+            if not name.startswith(DSN_VARIABLE_PREFIX):
+                raise ValueError(
+                    f"{k}: ${{{name}}}: only variables named {DSN_VARIABLE_PREFIX}* may be used"
+                )
+    return v
+
+
+class KafkaSink(SpecModel):
+    """A view's changes to a Kafka topic, one transaction per step (docs/connectors.md)."""
+
+    name: str = Field(pattern=NAME_RE)
+    kind: Literal["kafka"]
+    from_: str = Field(alias="from")
+    bootstrap_servers: str = Field(
+        min_length=1, max_length=1000, pattern=BOOTSTRAP_RE, description=_BOOTSTRAP_DOC
+    )
+    topic: str = Field(pattern=TOPIC_RE, description="an existing topic")
+    mode: Literal["changes", "upsert"] = Field(
+        "changes",
+        description="changes: a record per change, the row with __op (insert or delete), "
+        "__weight and __step; upsert: a record per changed key, its new row, or a tombstone "
+        "(no value) for a deleted key",
+    )
+    key: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(
+        default_factory=list,
+        max_length=64,
+        description="the view's columns whose values (a JSON object) are each record's key; "
+        "required for upsert",
+    )
+    properties: dict[str, str] = Field(
+        default_factory=dict,
+        description=f"client settings passed to the producer, only {', '.join(PROPERTIES)}",
+    )
+
+    @field_validator("properties")
+    @classmethod
+    def _security_only(cls, v: dict[str, str]) -> dict[str, str]:
+        return _check_properties(v)
+
+    @model_validator(mode="after")
+    def _key(self) -> KafkaSink:
+        if self.mode == "upsert" and not self.key:
+            raise ValueError("key: an upsert sink needs the view's key columns")
+        if len(set(self.key)) != len(self.key):
+            raise ValueError("key: a column appears twice")
+        return self
+
+
+__all__ = ["METADATA_TYPES", "PROPERTIES", "KafkaSink", "KafkaSource"]

@@ -52,7 +52,7 @@ from .fields import (
     Seconds,
 )
 from .fields import SpecModel as _Model
-from .kafka import KafkaSource
+from .kafka import KafkaSink, KafkaSource
 from .offsets import Offset
 from .sinks import DeltaSink, FilesSink, PostgresSink, Sink, ViewSink
 
@@ -498,6 +498,7 @@ __all__ = [
     "EventTime",
     "FilesSink",
     "InputSource",
+    "KafkaSink",
     "KafkaSource",
     "Offset",
     "PipelineSpec",

@@ -8,6 +8,7 @@ from pydantic import Field, field_validator, model_validator
 
 from .fields import DSN_VARIABLE, DSN_VARIABLE_PREFIX, NAME_RE, FilePath
 from .fields import SpecModel as _Model
+from .kafka import KafkaSink
 
 _Column = Annotated[str, Field(min_length=1, max_length=128)]
 KeyColumns = Annotated[list[_Column], Field(max_length=64)]
@@ -98,4 +99,6 @@ class ViewSink(_Model):
     from_: str = Field(alias="from")
 
 
-Sink = Annotated[FilesSink | PostgresSink | DeltaSink | ViewSink, Field(discriminator="kind")]
+Sink = Annotated[
+    FilesSink | PostgresSink | DeltaSink | KafkaSink | ViewSink, Field(discriminator="kind")
+]

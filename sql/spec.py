@@ -79,7 +79,7 @@ def plan_spec(spec: S.PipelineSpec) -> SqlPlan:
     errors += [
         (f"sinks.{i}.key", f"{k!r} is not a column of view {s.from_} ({', '.join(names)})")
         for i, s in enumerate(spec.sinks)
-        if isinstance(s, S.PostgresSink | S.DeltaSink) and s.from_ in views
+        if isinstance(s, S.PostgresSink | S.DeltaSink | S.KafkaSink) and s.from_ in views
         for names in [views[s.from_].names]
         for k in s.key
         if k not in names

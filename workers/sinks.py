@@ -11,6 +11,8 @@ crash between a sink write and the next checkpoint never duplicates output.
   view's current contents by key, and a progress row, in one transaction per step.
 - `delta` (`delta_sink`): the change log, or the view's current contents merged on a key, in
   a Delta Lake table, one commit per step carrying the step as Delta's transaction id.
+- `kafka` (`kafka_sink`): a record per change, or per changed key (upsert), in one Kafka
+  transaction per step; steps already committed to the topic are skipped, not rolled back.
 - `view`: the integrated output kept in a spine of the pipeline's storage location, so it is
   checkpointed with the state and rolled back by the restore itself; readable by key prefix
   or by page.
@@ -36,6 +38,7 @@ from storage_engine.circuit import Stepper
 from storage_engine.schema import WEIGHT
 
 from .delta_sink import DeltaSink
+from .kafka_sink import KafkaSink
 from .postgres_sinks import PostgresSink, PostgresTableSink
 
 STEP = "__step"
@@ -198,6 +201,8 @@ def open_sinks(
             out[s.name] = PostgresSink(s, schema, spec.name)
         elif isinstance(s, S.DeltaSink):
             out[s.name] = DeltaSink(s, schema, spec.name, base_dir)
+        elif isinstance(s, S.KafkaSink):
+            out[s.name] = KafkaSink(s, schema, spec.name)
         else:
             out[s.name] = ViewSink(s, schema, loc)
     return out
