@@ -298,6 +298,9 @@ class MetricSample(Base):
     merge_backlog: Mapped[int] = mapped_column(Integer, default=0)
     # Per stateful operator (by id): rows_in, rows_out, step_ms, state_rows, state_bytes.
     operators: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True), default=None)
+    # Per input table after the step: offset (one number), lag (records, files or Kafka
+    # records not read yet; None: unknown) and a Kafka table's lag per partition.
+    inputs: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True), default=None)
 
 
 __all__ = [

@@ -157,9 +157,13 @@ class KafkaTable:
             end.setdefault(p, 0)
         return end
 
+    def end_offsets(self) -> dict[str, int]:
+        """Every partition's end offset now."""
+        return {p: self._watermarks(p)[1] for p in self.partitions()}
+
     def waiting(self, offset: dict[str, int]) -> bool:
         """Whether any partition has records beyond `offset`."""
-        return any(self._watermarks(p)[1] > offset.get(p, 0) for p in self.partitions())
+        return any(e > offset.get(p, 0) for p, e in self.end_offsets().items())
 
     def read(self, start: dict[str, int], end: dict[str, int]) -> tuple[pa.Table, pa.Table | None]:
         """The records of offsets [start, end) of every partition: the rows that parsed

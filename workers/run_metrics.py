@@ -47,9 +47,11 @@ class RunMetrics:
         times: StepTimes,
         spines: list[Spine],
         operators: Mapping[str, OperatorMetrics],
+        inputs: Mapping[str, dict[str, Any]] | None = None,
     ) -> None:
         """One step's record; `rows`: (in, out, dead letters, dropped as late);
-        `operators`: the circuit's `operator_metrics()` after the step."""
+        `operators`: the circuit's `operator_metrics()` after the step; `inputs`: per input
+        table, its offset (one number) and input lag after the step (`StepInput.lag`)."""
         stats = [sp.stats() for sp in spines]
         rows_in, rows_out, bad, late = rows
         rec = {
@@ -72,6 +74,7 @@ class RunMetrics:
             "spine_batches": sum(s.batches for s in stats),
             "merge_backlog": sum(s.merge_backlog for s in stats),
             "operators": self._operators(operators),
+            "inputs": dict(inputs) if inputs is not None else None,
         }
         self.event(rec)
 

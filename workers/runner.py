@@ -384,6 +384,7 @@ class Runner:
             StepTimes(spark_ms, engine_ms, commit_ms, step_ms, latency_ms),
             self.loc.spines(),
             self.plan.circuit.operator_metrics(),
+            {t: r.input.figures(self.offsets[t]) for t, r in self._readers.items()},
         )
         if first:
             self._report_started()

@@ -5,15 +5,17 @@ while its query starts (`read_ahead`)."""
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import LongType, StructField, StructType
 
 from pipeline_spec import model as S
-from pipeline_spec.offsets import Offset, count
+from pipeline_spec.offsets import Offset, count, total
 from storage_engine.input_log import InputLog
 
 from .file_batches import FileBatches
@@ -22,6 +24,8 @@ from .plan import Plan, arrow_schema, ddl
 from .pre_aggregation import JobTables
 from .progress import ReadAhead
 from .sources import END, datagen_batches, list_input_files, log_batches
+
+log = logging.getLogger("spindle.runner")
 
 
 class StepInput:
@@ -145,6 +149,31 @@ class StepInput:
         if isinstance(src, S.LogSource):
             return self.input_log().end() > offset
         return src.limit is None or offset < src.limit
+
+    def figures(self, offset: Offset) -> dict[str, Any]:
+        """A step's record of the table: its offset as one number and its `lag` (None when
+        the source cannot say now)."""
+        try:
+            return {"offset": total(offset), **self.lag(offset)}
+        except Exception as e:  # a broker briefly away: the next step asks again
+            log.warning("input lag of table %s: %s", self.source.table, e)
+            return {"offset": total(offset), "lag": None}
+
+    def lag(self, offset: Offset) -> dict[str, Any]:
+        """What waits beyond `offset`: `lag`, the records (log), files (files) or Kafka
+        records (its partitions' end offsets minus `offset`, also per partition in
+        `partitions`) not read yet; None for a datagen source, which has no end."""
+        if self.kafka is not None:
+            assert isinstance(offset, dict)
+            ends = self.kafka.end_offsets()
+            partitions = {p: max(0, e - offset.get(p, 0)) for p, e in ends.items()}
+            return {"lag": sum(partitions.values()), "partitions": partitions}
+        src, at = self.source, count(offset)
+        if isinstance(src, S.FilesSource):
+            return {"lag": max(0, len(list_input_files(src.path, self.roots)) - at)}
+        if isinstance(src, S.LogSource):
+            return {"lag": max(0, self.input_log().end() - at)}
+        return {"lag": None}
 
     def input_log(self) -> InputLog:
         src = self.source

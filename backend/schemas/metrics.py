@@ -16,6 +16,20 @@ class OperatorStepOut(Out):
     state_bytes: int
 
 
+class InputOut(Out):
+    """An input table after a step: how far it was read and what waits beyond."""
+
+    offset: int = Field(description="the table's offset as one number (Kafka: the sum)")
+    lag: int | None = Field(
+        None,
+        description="records (log), files (files) or Kafka records not read yet; null for "
+        "datagen, or when the source could not say",
+    )
+    partitions: dict[str, int] | None = Field(
+        None, description="a Kafka table's lag per partition (`<topic>:<partition>`)"
+    )
+
+
 class MetricOut(Out):
     id: int
     run_id: int | None
@@ -37,6 +51,7 @@ class MetricOut(Out):
     spine_batches: int
     merge_backlog: int
     operators: dict[str, OperatorStepOut] | None = None
+    inputs: dict[str, InputOut] | None = None
 
 
 class DataflowNode(Out):
@@ -50,6 +65,9 @@ class DataflowNode(Out):
     operator: str | None = Field(None, description="a stateful operator's persistent id")
     metrics: OperatorStepOut | None = Field(
         None, description="a stateful operator's figures in the newest step recorded"
+    )
+    input: InputOut | None = Field(
+        None, description="an input table's offset and lag after the newest step recorded"
     )
 
 

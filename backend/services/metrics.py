@@ -18,7 +18,15 @@ from ..settings import Settings
 BUCKET_S = 60
 _SUMS = ("steps", "rows_in", "rows_out", "dead_letters", "late_rows")
 _MAXES = ("step_ms", "spark_ms", "engine_ms", "commit_ms", "latency_ms")
-_LAST = ("step", "state_rows", "state_bytes", "spine_batches", "merge_backlog", "run_id")
+_LAST = (
+    "step",
+    "state_rows",
+    "state_bytes",
+    "spine_batches",
+    "merge_backlog",
+    "run_id",
+    "inputs",
+)
 
 
 def add_totals(s: Session, pipeline_id: int, **increments: int) -> None:

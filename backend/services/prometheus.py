@@ -113,6 +113,11 @@ class PipelineCollector(Collector):
             "spindle_pipeline_state_bytes", "state size", labels=["pipeline"]
         )
         srows = GaugeMetricFamily("spindle_pipeline_state_rows", "state rows", labels=["pipeline"])
+        lag = GaugeMetricFamily(
+            "spindle_input_lag",
+            "what waits to be read after the newest step: records (log, Kafka) or files",
+            labels=["pipeline", "table"],
+        )
         cp_count = GaugeMetricFamily(
             "spindle_checkpoints", "retained checkpoints", labels=["pipeline"]
         )
@@ -215,6 +220,9 @@ class PipelineCollector(Collector):
                     sbytes.add_metric(lab, float(last.state_bytes))
                     srows.add_metric(lab, float(last.state_rows))
                     ops.add(p.name, [r[5] for r in recent if r[5]], last.operators or {})
+                    for table, figures in (last.inputs or {}).items():
+                        if isinstance(figures, dict) and figures.get("lag") is not None:
+                            lag.add_metric([p.name, table], float(figures["lag"]))
                 newest = s.scalar(
                     select(Checkpoint)
                     .where(Checkpoint.pipeline_id == p.id)
@@ -247,6 +255,7 @@ class PipelineCollector(Collector):
             e2e,
             sbytes,
             srows,
+            lag,
             cp_count,
             cp_dur,
             cp_age,

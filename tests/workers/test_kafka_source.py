@@ -92,6 +92,12 @@ def orders(first: int, last: int) -> list[tuple[int, str | None, bytes | None]]:
     ]
 
 
+def last_inputs(state: Path) -> dict[str, Any]:
+    """The newest step record's input figures, from the run's metrics file."""
+    records = [json.loads(line) for line in (state / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in records if "inputs" in r][-1]["inputs"]
+
+
 def oracle(
     produced: list[dict[str, Any]], regions: list[tuple[str, str]], view: str
 ) -> Counter[tuple[Any, ...]]:
@@ -135,6 +141,11 @@ def test_kafka_tables_resume_from_partition_offsets(
     assert after_first["regions"] == {f"{g}:0": 4}
     logged = OffsetLog(str(state)).read(3)
     assert logged is not None and isinstance(logged["orders"][1], dict)
+    # Each step's record has every table's input lag: the three bad records wait.
+    inputs = last_inputs(state)
+    assert inputs["orders"]["offset"] == 30 and inputs["orders"]["lag"] == 3
+    assert sum(inputs["orders"]["partitions"].values()) == 3
+    assert inputs["regions"]["lag"] == 0
 
     # More records; the second run restores the checkpoint of step 2, redoes step 3 with
     # the records it logged, then reads on.
@@ -149,6 +160,8 @@ def test_kafka_tables_resume_from_partition_offsets(
     finally:
         r.close()
     assert OffsetLog(str(state)).read(3) == logged
+    inputs = last_inputs(state)
+    assert inputs["orders"]["lag"] == 0 and inputs["orders"]["offset"] == 53
     assert final["orders"] == {f"{o}:{p}": n for p, n in ((0, 18), (1, 18), (2, 17))}
     loc = StorageLocation.open(str(state), checkpoint="none")
     try:

@@ -14,7 +14,7 @@ from sqlalchemy import select
 from sse_starlette.sse import EventSourceResponse
 
 from pipeline_spec.model import SpecError, parse_spec
-from sql.graph import pipeline_graph
+from sql.graph import GraphNode, pipeline_graph
 
 from ...errors import InvalidSpec
 from ...models import MetricSample
@@ -49,7 +49,8 @@ def dataflow(name: str, s: DB, _: Viewer) -> DataflowOut:
     ids), views and sinks, with each stateful operator's figures in the newest step."""
     p = pipeline_by_name(s, name)
     try:
-        graph = pipeline_graph(parse_spec(p.spec))
+        spec = parse_spec(p.spec)
+        graph = pipeline_graph(spec)
     except SpecError as e:
         raise InvalidSpec("the stored spec does not plan", errors=e.errors) from None
     last = s.scalar(
@@ -59,6 +60,14 @@ def dataflow(name: str, s: DB, _: Viewer) -> DataflowOut:
         .limit(1)
     )
     figures = (last.operators or {}) if last is not None else {}
+    inputs = (last.inputs or {}) if last is not None else {}
+
+    def table_input(n: GraphNode) -> dict[str, Any] | None:
+        if n.kind != "table":
+            return None
+        # An operator spec's graph names its one table "source".
+        return inputs.get(spec.source.table if n.id == "table:source" else n.label)
+
     return DataflowOut(
         nodes=[
             DataflowNode(
@@ -68,6 +77,7 @@ def dataflow(name: str, s: DB, _: Viewer) -> DataflowOut:
                 view=n.view,
                 operator=n.operator,
                 metrics=figures.get(n.operator) if n.operator else None,
+                input=table_input(n),
             )
             for n in graph.nodes
         ],

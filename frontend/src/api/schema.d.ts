@@ -609,6 +609,8 @@ export interface components {
         DataflowNode: {
             /** Id */
             id: string;
+            /** @description an input table's offset and lag after the newest step recorded */
+            input?: components["schemas"]["InputOut"] | null;
             /**
              * Kind
              * @description table, filter, project, window, aggregate, join, distinct, top_n, negate, union, view, sink; or an operator spec's kind
@@ -697,6 +699,29 @@ export interface components {
             /** Stream */
             stream: string;
         };
+        /**
+         * InputOut
+         * @description An input table after a step: how far it was read and what waits beyond.
+         */
+        InputOut: {
+            /**
+             * Lag
+             * @description records (log), files (files) or Kafka records not read yet; null for datagen, or when the source could not say
+             */
+            lag?: number | null;
+            /**
+             * Offset
+             * @description the table's offset as one number (Kafka: the sum)
+             */
+            offset: number;
+            /**
+             * Partitions
+             * @description a Kafka table's lag per partition (`<topic>:<partition>`)
+             */
+            partitions?: {
+                [key: string]: number;
+            } | null;
+        };
         /** LogOut */
         LogOut: {
             /** Lines */
@@ -714,6 +739,10 @@ export interface components {
             engine_ms: number;
             /** Id */
             id: number;
+            /** Inputs */
+            inputs?: {
+                [key: string]: components["schemas"]["InputOut"];
+            } | null;
             /** Late Rows */
             late_rows: number;
             /** Latency Ms */

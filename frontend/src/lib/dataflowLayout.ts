@@ -4,9 +4,11 @@ import dagre from "@dagrejs/dagre";
 import type { Dataflow, DataflowNode } from "../api/types";
 
 export const NODE_W = 230;
-/** Taller boxes for stateful operators: two more lines of figures. */
+/** Taller boxes for stateful operators (two more lines of figures) and for input tables
+ * once a step reported their offset and lag (one more). */
 export const NODE_H = 46;
 export const OPERATOR_H = 78;
+export const TABLE_H = 62;
 
 export interface Box {
   node: DataflowNode;
@@ -33,7 +35,10 @@ export function layoutDataflow(flow: Pick<Dataflow, "nodes" | "edges">): Layout 
   const g = new dagre.graphlib.Graph();
   g.setGraph({ rankdir: "TB", nodesep: 24, ranksep: 30, marginx: 8, marginy: 8 });
   g.setDefaultEdgeLabel(() => ({}));
-  for (const n of flow.nodes) g.setNode(n.id, { width: NODE_W, height: n.operator ? OPERATOR_H : NODE_H });
+  for (const n of flow.nodes) {
+    const height = n.operator ? OPERATOR_H : n.input ? TABLE_H : NODE_H;
+    g.setNode(n.id, { width: NODE_W, height });
+  }
   const known = new Set(flow.nodes.map((n) => n.id));
   const edges = flow.edges.filter((e) => known.has(e.source) && known.has(e.target));
   for (const e of edges) g.setEdge(e.source, e.target);

@@ -169,15 +169,21 @@ def test_dataflow_graph_and_per_operator_figures(api: Api) -> None:
                 "state_bytes": 100 * n}  # fmt: skip
 
     t0 = time.time() - 5
+    lag = {"events": {"offset": 500, "lag": 42, "partitions": None}}
     add_samples(
         api.db,
         api.pipeline_id(name),
-        [{"ts": t0 + i, "step": i, "operators": {join["operator"]: figures(i)}} for i in (1, 2)],
+        [
+            {"ts": t0 + i, "step": i, "operators": {join["operator"]: figures(i)}, "inputs": lag}
+            for i in (1, 2)
+        ],
     )
     graph = api.get(url).json()
     assert graph["step"] == 2
     join, agg = [n for n in graph["nodes"] if n["operator"]]
     assert join["metrics"] == figures(2) and agg["metrics"] is None
+    # The input table's offset and lag after the newest step.
+    assert {n["id"]: n["input"] for n in graph["nodes"]}["table:events"] == lag["events"]
     history = api.get(f"pipelines/{name}/metrics").json()
     assert [h["operators"][join["operator"]]["rows_in"] for h in history] == [1, 2]
     text = api.get("/metrics").text
@@ -186,6 +192,7 @@ def test_dataflow_graph_and_per_operator_figures(api: Api) -> None:
     assert metric(text, "spindle_operator_state_bytes", **labels) == 200
     assert metric(text, "spindle_operator_input_rows_per_second", **labels) == pytest.approx(3 / 60)
     assert metric(text, "spindle_operator_step_seconds", quantile="0.5", **labels) == 0.0025
+    assert metric(text, "spindle_input_lag", pipeline=name, table="events") == 42
 
 
 def test_dataflow_of_an_operator_spec(api: Api) -> None:

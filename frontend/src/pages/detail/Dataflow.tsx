@@ -67,6 +67,7 @@ function NodeBox({ box }: { box: Box }) {
       data-node={n.id}
       data-kind={n.kind}
       data-state-rows={n.metrics?.state_rows ?? undefined}
+      data-lag={n.input?.lag ?? undefined}
     >
       <title>{`${n.id}${n.view ? ` (view ${n.view})` : ""}`}</title>
       <rect width={w} height={h} rx={6} />
@@ -86,6 +87,10 @@ function NodeBox({ box }: { box: Box }) {
 }
 
 function figures(n: DataflowNode): string[] {
+  if (n.input) {
+    const lag = n.input.lag;
+    return [`offset ${formatCount(n.input.offset)} · lag ${lag === null || lag === undefined ? "—" : formatCount(lag)}`];
+  }
   if (!n.operator) return [];
   const m = n.metrics;
   if (!m) return ["no step yet"];
