@@ -2,7 +2,7 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: bootstrap services browser ui ui-check run test test-quick lint bench
+.PHONY: bootstrap services browser ui ui-check run test test-full test-quick lint bench
 
 bootstrap:
 	@bash scripts/bootstrap.sh
@@ -34,6 +34,9 @@ PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=30
 
 test: lint services browser ui-check
 	$(PYTEST)
+
+test-full: lint services browser ui-check
+	$(PYTEST) --full
 
 test-quick: lint services browser ui-check
 	SPINDLE_TEST_PROFILE=quick $(PYTEST)

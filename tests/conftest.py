@@ -23,6 +23,24 @@ def trials(full: int, quick: int) -> int:
     return quick if QUICK else full
 
 
+# Tests marked `full` (the benchmarks' end-to-end smoke runs: minutes each, and the
+# benchmarks they smoke-test are run by `make bench` anyway) run only with `--full`
+# (`make test-full`), which keeps `make test` within its time budget.
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--full", action="store_true", help="also run tests marked `full`")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--full"):
+        return
+    skip = pytest.mark.skip(reason="a `full` profile test: run with --full (make test-full)")
+    for item in items:
+        if "full" in item.keywords:
+            item.add_marker(skip)
+
+
 # A real S3 server (SeaweedFS, see local_servers/seaweedfs.py) for the object-store tests.
 
 

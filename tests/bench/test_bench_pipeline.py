@@ -1,5 +1,5 @@
 """The pipeline benchmark runs end to end at tiny sizes and reports every figure (no timing
-thresholds: timing is never asserted in a unit test)."""
+thresholds: timing is never asserted in a unit test). Several minutes: `--full` only."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bench.pipeline import run_benchmark
 
 
@@ -15,6 +17,7 @@ def _finite(x: Any) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
+@pytest.mark.full
 def test_smoke_report_has_every_figure(tmp_path: Path) -> None:
     report = run_benchmark("smoke", base_dir=str(tmp_path))
     json.dumps(report)
