@@ -154,11 +154,15 @@ class JobControl:
             return None
         if kind == OperationKind.stop:
             r.drain()  # no step after this one: the checkpoint is the final state
-            r.request_exit(EXIT_STOPPED)
             out: dict[str, Any] = {"step": r.step}
-            if params.get("checkpoint"):
-                h, out["step"] = r.checkpoints.request()
-                out["checkpoint"] = h.wait_local()
+            try:
+                if params.get("checkpoint"):
+                    h, out["step"] = r.checkpoints.request()
+                    out["checkpoint"] = h.wait_local()
+            finally:
+                # Only now: the driver's exit waits for the commits and uploads asked for
+                # before it, so its final mirror shows this checkpoint's upload.
+                r.request_exit(EXIT_STOPPED)
             return out
         raise ValueError(f"unknown operation {kind}")
 
