@@ -12,6 +12,8 @@ run in order in one bash session started in the repository root, with
 - `STORAGE` exported, when a page uses it, as the storage location of a stopped pipeline
   `clicks-offline` (docs/examples/clicks-per-user.yaml, renamed) that took two checkpoints
   identified `first` and `second` (the offline tools' examples read it),
+- `KAFKA_BOOTSTRAP` exported, when a page uses it, as the address of a Kafka-protocol
+  broker of the test session (`local_servers/kafka.py`),
 - the virtualenv's bin directory first on PATH (`spindle`, `python`).
 
 A failing command fails its page's test with the file and line, the command, its output and
@@ -117,7 +119,9 @@ def run_logs(platform: Platform) -> str:
     return "\n".join(parts)
 
 
-def session_env(platform: Platform, storage: Path | None) -> dict[str, str]:
+def session_env(
+    platform: Platform, storage: Path | None, kafka: str | None = None
+) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
@@ -137,12 +141,14 @@ def session_env(platform: Platform, storage: Path | None) -> dict[str, str]:
     )
     if storage is not None:
         env["STORAGE"] = str(storage)
+    if kafka is not None:
+        env["KAFKA_BOOTSTRAP"] = kafka
     return env
 
 
-def uses_storage(blocks: list[Block]) -> bool:
+def uses(variable: str, blocks: list[Block]) -> bool:
     return any(
-        re.search(r"\$\{?STORAGE\b", c.text)
+        re.search(rf"\$\{{?{variable}\b", c.text)
         for b in blocks
         if b.skip_reason is None
         for c in b.commands
@@ -150,7 +156,9 @@ def uses_storage(blocks: list[Block]) -> bool:
 
 
 @pytest.mark.parametrize("doc", pages_with_examples())
-def test_worked_examples(doc: str, platform: Platform, storage: StorageLocation) -> None:
+def test_worked_examples(
+    doc: str, platform: Platform, storage: StorageLocation, request: pytest.FixtureRequest
+) -> None:
     try:
         blocks = parse((ROOT / doc).read_text(encoding="utf-8"), doc)
     except FormatError as e:
@@ -158,7 +166,14 @@ def test_worked_examples(doc: str, platform: Platform, storage: StorageLocation)
     runnable = [b for b in blocks if b.skip_reason is None]
     if not any(b.commands for b in runnable):
         pytest.skip(f"every console block of {doc} is marked skip")
-    shell = Session(ROOT, session_env(platform, storage.get() if uses_storage(blocks) else None))
+    kafka = (
+        request.getfixturevalue("kafka_broker").bootstrap
+        if uses("KAFKA_BOOTSTRAP", blocks)
+        else None
+    )
+    shell = Session(
+        ROOT, session_env(platform, storage.get() if uses("STORAGE", blocks) else None, kafka)
+    )
     try:
         for block in runnable:
             for cmd in block.commands:

@@ -35,14 +35,20 @@ def test_every_example_is_valid(path: Path) -> None:
 
 def test_examples_cover_every_source_operator_and_sink_kind() -> None:
     specs = [load_spec(p) for p in EXAMPLES]
-    assert {s.source.kind for s in specs} >= {"datagen", "files", "log"}
+    assert {s.source.kind for s in specs} >= {"datagen", "files", "log", "kafka"}
     assert {op.kind for s in specs for op in s.state} >= {
         "aggregate",
         "window_aggregate",
         "distinct",
         "join",
     }
-    assert {k.kind for s in specs for k in s.sinks} >= {"files", "postgres", "delta", "view"}
+    assert {k.kind for s in specs for k in s.sinks} >= {
+        "files",
+        "postgres",
+        "delta",
+        "kafka",
+        "view",
+    }
 
 
 def test_durations_and_defaults() -> None:
