@@ -133,3 +133,23 @@ LOG_TYPES: dict[str, pa.DataType] = {
     "date": pa.date32(),
     "timestamp": pa.timestamp("us", tz="UTC"),
 }
+
+
+def check_log_types(columns: dict[str, str]) -> dict[str, str]:
+    """`columns` (column -> type) if every type is one of `LOG_TYPES`: the types of tables
+    parsed without Spark (log and Kafka sources)."""
+    for col, t in columns.items():
+        if t.strip().lower() not in LOG_TYPES:
+            raise ValueError(f"{col}: type {t!r} is not one of {', '.join(LOG_TYPES)}")
+    return columns
+
+
+def check_sink_variables(text: str) -> str:
+    """`text` if every `${VAR}` it names is a `SPINDLE_SINK_*` variable (the only ones a spec
+    may send to a server it names: `expand_sink_variables`)."""
+    for name in DSN_VARIABLE.findall(text):
+        if not name.startswith(DSN_VARIABLE_PREFIX):
+            raise ValueError(
+                f"${{{name}}}: only variables named {DSN_VARIABLE_PREFIX}* may be used"
+            )
+    return text

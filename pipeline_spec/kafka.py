@@ -10,7 +10,6 @@ import pyarrow as pa
 from pydantic import Field, field_validator, model_validator
 
 from .fields import (
-    DSN_VARIABLE,
     DSN_VARIABLE_PREFIX,
     EVENT_TIME_DOC,
     LOG_TYPES,
@@ -21,6 +20,8 @@ from .fields import (
     TABLE_RE,
     EventTime,
     SpecModel,
+    check_log_types,
+    check_sink_variables,
 )
 
 # Kafka's legal topic names.
@@ -101,10 +102,7 @@ class KafkaSource(SpecModel):
     @field_validator("schema_")
     @classmethod
     def _types(cls, v: dict[str, str]) -> dict[str, str]:
-        for col, t in v.items():
-            if t.strip().lower() not in LOG_TYPES:
-                raise ValueError(f"{col}: type {t!r} is not one of {', '.join(LOG_TYPES)}")
-        return v
+        return check_log_types(v)
 
     @field_validator("properties")
     @classmethod
@@ -130,11 +128,10 @@ def _check_properties(v: dict[str, str]) -> dict[str, str]:
     for k, value in v.items():
         if k not in PROPERTIES:
             raise ValueError(f"{k!r}: only {', '.join(PROPERTIES)} may be set")
-        for name in DSN_VARIABLE.findall(value):
-            if not name.startswith(DSN_VARIABLE_PREFIX):
-                raise ValueError(
-                    f"{k}: ${{{name}}}: only variables named {DSN_VARIABLE_PREFIX}* may be used"
-                )
+        try:
+            check_sink_variables(value)
+        except ValueError as e:
+            raise ValueError(f"{k}: {e}") from None
     return v
 
 

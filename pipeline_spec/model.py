@@ -50,6 +50,7 @@ from .fields import (
     FilePath,
     PositiveSeconds,
     Seconds,
+    check_log_types,
 )
 from .fields import SpecModel as _Model
 from .kafka import KafkaSink, KafkaSource
@@ -118,10 +119,7 @@ class LogSource(_Model):
     @field_validator("schema_")
     @classmethod
     def _types(cls, v: dict[str, str]) -> dict[str, str]:
-        for col, t in v.items():
-            if t.strip().lower() not in LOG_TYPES:
-                raise ValueError(f"{col}: type {t!r} is not one of {', '.join(LOG_TYPES)}")
-        return v
+        return check_log_types(v)
 
     def arrow_schema(self) -> pa.Schema:
         return pa.schema([(c, LOG_TYPES[t.strip().lower()]) for c, t in self.schema_.items()])

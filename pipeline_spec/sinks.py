@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from .fields import DSN_VARIABLE, DSN_VARIABLE_PREFIX, NAME_RE, FilePath
+from .fields import NAME_RE, FilePath, check_sink_variables
 from .fields import SpecModel as _Model
 from .kafka import KafkaSink
 
@@ -64,12 +64,7 @@ class PostgresSink(_Model):
     @field_validator("dsn")
     @classmethod
     def _sink_variables_only(cls, v: str) -> str:
-        for name in DSN_VARIABLE.findall(v):
-            if not name.startswith(DSN_VARIABLE_PREFIX):
-                raise ValueError(
-                    f"${{{name}}}: only variables named {DSN_VARIABLE_PREFIX}* may be used"
-                )
-        return v
+        return check_sink_variables(v)
 
 
 class DeltaSink(_Model):
