@@ -199,6 +199,8 @@ class KafkaSink:
 
     def close(self) -> None:
         self._producer.flush(TIMEOUT_S)
+        # Its threads end with it: a closed sink does not keep reconnecting to the broker.
+        del self._producer
 
 
 def _json(row: dict[str, Any]) -> bytes:
