@@ -52,7 +52,7 @@ from .progress import QueryProgress, ReadAhead
 from .restore import open_circuit_state
 from .run_metrics import MetricsSink, RunMetrics, StepTimes
 from .session import Timeline, spark_session
-from .sinks import open_sinks
+from .sinks import open_sinks, steps_held_beyond
 from .sources import SOURCE, table_input
 from .step_input import StepInput
 from .step_query import batch_ends, start_query
@@ -210,6 +210,12 @@ class Runner:
             self.offsets[t] = r.input.first_offset(self.offsets[t])
         pending = self.offset_log.pending(self.step, self.offsets)
         self._replay = [{t: end for t, (_, end) in entry.items()} for entry in pending]
+        redo = self.step + len(self._replay)
+        for name, held in steps_held_beyond(self.sinks, redo).items():
+            log.warning("sink %s holds steps %d-%d, which this run cannot redo", name, redo + 1, held)
+            self.metrics.to_file(
+                {"ts": time.time(), "event": "sink_ahead", "sink": name, "held": held, "redo": redo}
+            )
         # The first batch, read while the query starts: the run's first step
         # (`_first_step_ahead`); with several input tables, the query reads the first. A log
         # source's rows that skip Spark need no read-ahead: the driver reads them as its

@@ -208,6 +208,17 @@ def open_sinks(
     return out
 
 
+def steps_held_beyond(sinks: dict[str, Sink], redo_through: int) -> dict[str, int]:
+    """The sinks that cannot roll back (Kafka's) and hold steps after `redo_through`, the
+    last step a run can redo with the input it logged: by name, the newest step each holds.
+    Those steps are skipped, and their output may not be what this run would write."""
+    return {
+        n: s.last_step
+        for n, s in sinks.items()
+        if isinstance(s, KafkaSink) and s.last_step > redo_through
+    }
+
+
 def _successor(v: Any) -> Any:
     if isinstance(v, int) and not isinstance(v, bool):
         return v + 1

@@ -171,3 +171,27 @@ def test_a_topic_has_one_writing_sink(
     other = parse_spec(spec(kafka_broker, topics, name="another"))
     with pytest.raises(SinkConflictError, match="has one writing sink"):
         Runner(other, str(tmp_path / "b"), base_dir=str(tmp_path), spark=spark)
+
+
+def test_steps_held_beyond_what_a_run_can_redo_are_reported(
+    tmp_path: Path, spark: SparkSession, kafka_broker: KafkaBroker
+) -> None:
+    """A topic holding a step whose input the offset log no longer has (its entry gone):
+    the run says so (the step is skipped, and this run's output for it is lost)."""
+    topics = {k: f"{k}-{uuid.uuid4().hex[:8]}" for k in ("in", "changes", "upsert")}
+    for t in topics.values():
+        kafka_broker.create_topic(t, 1)
+    produce(kafka_broker, topics["in"], [(0, k, v) for _, k, v in orders(0, 30)])
+    s = parse_spec(spec(kafka_broker, topics))
+    state = tmp_path / "state"
+    r = Runner(s, str(state), base_dir=str(tmp_path), spark=spark)
+    try:
+        r.run(max_steps=3, stop_when_idle=2.0)
+    finally:
+        r.close()
+    (state / "offsets" / f"step-{3:012d}.json").unlink()
+    r = Runner(s, str(state), base_dir=str(tmp_path), spark=spark)
+    r.close()
+    records = [json.loads(x) for x in (state / "metrics.jsonl").read_text().splitlines()]
+    ahead = {x["sink"]: (x["redo"], x["held"]) for x in records if x.get("event") == "sink_ahead"}
+    assert ahead == {"changes": (2, 3), "upsert": (2, 3)}
