@@ -33,9 +33,11 @@ METADATA_TYPES: dict[str, str] = {
     "partition": "int",
     "offset": "bigint",
     "timestamp": "timestamp",
+    "headers": "string",
 }
 BOOTSTRAP_RE = r"^[A-Za-z0-9.\-\[\]:]+(,[A-Za-z0-9.\-\[\]:]+)*$"
 _BOOTSTRAP_DOC = "the brokers to connect to first: host:port[,host:port...]"
+MetadataKind = Literal["key", "topic", "partition", "offset", "timestamp", "headers"]
 # Client properties passed through to the consumer (librdkafka's names): security only.
 # Values may name `${SPINDLE_SINK_*}` variables, as sink DSNs do, to keep secrets out of specs.
 PROPERTIES = (
@@ -65,10 +67,11 @@ class KafkaSource(SpecModel):
         min_length=1,
         description=f"the value's column -> type, one of {', '.join(LOG_TYPES)}",
     )
-    metadata: dict[str, Literal["key", "topic", "partition", "offset", "timestamp"]] = Field(
+    metadata: dict[str, MetadataKind] = Field(
         default_factory=dict,
         description="further columns from each record's metadata: column -> key (as a UTF-8 "
-        "string), topic, partition, offset or timestamp",
+        "string), topic, partition, offset, timestamp or headers (a JSON object, each "
+        "header's value as UTF-8)",
     )
     start: Literal["earliest", "latest"] = Field(
         "earliest",

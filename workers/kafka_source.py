@@ -300,6 +300,8 @@ def _metadata(m: Any, what: str) -> Any:
         return m.partition()
     if what == "offset":
         return m.offset()
+    if what == "headers":
+        return json.dumps({k: _text(v) for k, v in m.headers() or []})
     kind, ms = m.timestamp()
     return None if kind == 0 else pa.scalar(ms * 1000, pa.timestamp("us", tz="UTC"))
 

@@ -212,7 +212,9 @@ class Runner:
         self._replay = [{t: end for t, (_, end) in entry.items()} for entry in pending]
         redo = self.step + len(self._replay)
         for name, held in steps_held_beyond(self.sinks, redo).items():
-            log.warning("sink %s holds steps %d-%d, which this run cannot redo", name, redo + 1, held)
+            log.warning(
+                "sink %s holds steps %d-%d, which this run cannot redo", name, redo + 1, held
+            )
             self.metrics.to_file(
                 {"ts": time.time(), "event": "sink_ahead", "sink": name, "held": held, "redo": redo}
             )

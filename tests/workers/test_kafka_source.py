@@ -32,7 +32,8 @@ CREATE VIEW spend AS
   SELECT r.region, count(*) AS n, sum(o.amount) AS total, max(o.part) AS top_partition
   FROM orders o JOIN regions r ON o.customer = r.customer
   GROUP BY r.region;
-CREATE VIEW per_key AS SELECT k, count(*) AS n, min(off) AS first_offset FROM orders GROUP BY k
+CREATE VIEW per_key AS
+  SELECT k, h, count(*) AS n, min(off) AS first_offset FROM orders GROUP BY k, h
 """
 
 
@@ -45,7 +46,7 @@ def spec(tmp: Path, broker: KafkaBroker, orders: str, regions: str) -> dict[str,
             "bootstrap_servers": broker.bootstrap,
             "topics": [orders],
             "schema": {"customer": "string", "amount": "bigint"},
-            "metadata": {"k": "key", "part": "partition", "off": "offset"},
+            "metadata": {"k": "key", "part": "partition", "off": "offset", "h": "headers"},
             "max_records_per_step": 10,
         },
         "tables": [
@@ -81,7 +82,8 @@ def produce(
 ) -> None:
     p = producer(broker)
     for partition, key, value in records:
-        p.produce(topic, value=value, key=key, partition=partition)
+        headers = [("src", key.encode())] if key is not None else None
+        p.produce(topic, value=value, key=key, partition=partition, headers=headers)
         p.flush()
 
 
@@ -103,11 +105,12 @@ def oracle(
 ) -> Counter[tuple[Any, ...]]:
     con = duckdb.connect()
     con.execute(
-        "CREATE TABLE orders (customer VARCHAR, amount BIGINT, k VARCHAR, part INT, off BIGINT)"
+        "CREATE TABLE orders "
+        "(customer VARCHAR, amount BIGINT, k VARCHAR, part INT, off BIGINT, h VARCHAR)"
     )
     con.executemany(
-        "INSERT INTO orders VALUES (?, ?, ?, ?, ?)",
-        [(r["customer"], r["amount"], r["k"], r["part"], r["off"]) for r in produced],
+        "INSERT INTO orders VALUES (?, ?, ?, ?, ?, ?)",
+        [(r["customer"], r["amount"], r["k"], r["part"], r["off"], r["h"]) for r in produced],
     )
     con.execute("CREATE TABLE regions (customer VARCHAR, region VARCHAR)")
     con.executemany("INSERT INTO regions VALUES (?, ?)", regions)
@@ -174,7 +177,8 @@ def test_kafka_tables_resume_from_partition_offsets(
     produced, at = [], {0: 0, 1: 0, 2: 0}
     for p, key, value in first + bad + more:
         if value is not None and value.startswith(b'{"'):
-            produced.append({**json.loads(value), "k": key, "part": p, "off": at[p]})
+            h = json.dumps({"src": key} if key is not None else {})  # the headers column
+            produced.append({**json.loads(value), "k": key, "part": p, "off": at[p], "h": h})
         at[p] += 1
     for view in ("spend", "per_key"):
         assert integrated(tmp_path / view) == oracle(produced, regions, view), view
