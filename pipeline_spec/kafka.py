@@ -86,6 +86,13 @@ class KafkaSource(SpecModel):
         "time (milliseconds since the epoch)",
     )
     max_records_per_step: int = Field(100_000, gt=0, le=MAX_ROWS)
+    commit_to_group: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9._-]{1,249}$",
+        description="a consumer group to which the offsets of each checkpoint are committed "
+        "once it is durable, for lag monitoring (off by default; the pipeline never reads "
+        "them back: its offsets are its checkpoints')",
+    )
     properties: dict[str, str] = Field(
         default_factory=dict,
         description=f"client settings passed to the consumer, only {', '.join(PROPERTIES)}; "

@@ -38,6 +38,7 @@ class Checkpointing:
         position: Callable[[], tuple[int, dict[str, Offset]]],
         own_retention: bool,
         input_logs: Mapping[str, Callable[[], InputLog]],
+        on_durable: Mapping[str, Callable[[Offset], None]] | None = None,
     ) -> None:
         self._spec, self._circuit, self._loc = spec, circuit, loc
         self._sinks, self._durability = sinks, durability
@@ -50,10 +51,15 @@ class Checkpointing:
         self.count = 0  # checkpoints this run requested
         self._last = time.monotonic()
         self._oldest: str | None = None  # as `_retention_ran` last saw it
+        # Per table, told its offset in each newest checkpoint (seen after a step, durable).
+        self._on_durable: dict[str, Callable[[Offset], None]] = dict(on_durable or {})
+        self._newest: str | None = None
 
     def after_step(self) -> float:
         """The policy, after each step: checkpoint if due; ms spent on the step's thread."""
         self.steps_since += 1
+        if self._on_durable:
+            self._report_durable()
         every_steps = self._spec.checkpoint.every_steps
         every = self.auto_commit_s
         due = (every_steps is not None and self.steps_since >= every_steps) or (
@@ -96,6 +102,14 @@ class Checkpointing:
             if self.own_retention:
                 self._retention_ran()
         return h, step
+
+    def _report_durable(self) -> None:
+        cps = self._loc.list_checkpoints()
+        if cps and cps[-1].uuid != self._newest:
+            self._newest = cps[-1].uuid
+            offsets = self._spec.offsets(self._loc.checkpoint_metadata(cps[-1].uuid))
+            for table, told in self._on_durable.items():
+                told(offsets[table])
 
     def close(self) -> None:
         """The run ends: standalone, wait for the last commits and the retention they ran."""

@@ -162,6 +162,22 @@ class KafkaTable:
             end.setdefault(p, 0)
         return end
 
+    def commit_to_group(self, offset: dict[str, int]) -> None:
+        """Commit `offset` (a durable checkpoint's) to the spec's `commit_to_group`."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        group = self.src.commit_to_group
+        if group is None or not offset:
+            return
+        committer = Consumer({**client_config(self.src), "group.id": group})
+        try:
+            parts = [TopicPartition(*_split_id(p), o) for p, o in sorted(offset.items())]
+            committer.commit(offsets=parts, asynchronous=False)
+        except Exception as e:  # monitoring only: the pipeline's offsets are its own
+            raise KafkaSourceError(f"{self._describe()}: committing to {group!r}: {e}") from None
+        finally:
+            committer.close()
+
     def end_offsets(self) -> dict[str, int]:
         """Every partition's end offset now."""
         return {p: self._watermarks(p)[1] for p in self.partitions()}

@@ -187,6 +187,7 @@ class Runner:
                 for t, r in self._readers.items()
                 if isinstance(r.input.source, S.LogSource)
             },
+            {t: r.input.checkpoint_durable for t, r in self._readers.items()},
         )
         self.paused = False
         self.exit_code: int | None = None

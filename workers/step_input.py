@@ -159,6 +159,16 @@ class StepInput:
             log.warning("input lag of table %s: %s", self.source.table, e)
             return {"offset": total(offset), "lag": None}
 
+    def checkpoint_durable(self, offset: Offset) -> None:
+        """A checkpoint with this table at `offset` is durable: a Kafka table commits it to
+        its `commit_to_group`, if any (a failure is logged: it is for monitoring only)."""
+        if self.kafka is None or not isinstance(offset, dict):
+            return
+        try:
+            self.kafka.commit_to_group(offset)
+        except Exception as e:
+            log.warning("%s", e)
+
     def lag(self, offset: Offset) -> dict[str, Any]:
         """What waits beyond `offset`: `lag`, the records (log), files (files) or Kafka
         records (its partitions' end offsets minus `offset`, also per partition in

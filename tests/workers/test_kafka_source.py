@@ -15,7 +15,7 @@ from typing import Any
 
 import duckdb
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from pyspark.sql import SparkSession
 
 from local_servers.kafka import KafkaBroker
@@ -48,6 +48,7 @@ def spec(tmp: Path, broker: KafkaBroker, orders: str, regions: str) -> dict[str,
             "schema": {"customer": "string", "amount": "bigint"},
             "metadata": {"k": "key", "part": "partition", "off": "offset", "h": "headers"},
             "max_records_per_step": 10,
+            "commit_to_group": f"lag-{orders}",
         },
         "tables": [
             {
@@ -169,9 +170,17 @@ def test_kafka_tables_resume_from_partition_offsets(
     loc = StorageLocation.open(str(state), checkpoint="none")
     try:
         meta = loc.checkpoint_metadata(loc.list_checkpoints()[-1].uuid)
+        held = [loc.checkpoint_metadata(c.uuid)["source_offsets"] for c in loc.list_checkpoints()]
     finally:
         loc.close()
     assert meta["source_offsets"] == final
+    # The group `commit_to_group` names has a durable checkpoint's offsets (the newest one a
+    # step has seen: the last is reported by the next step).
+    group = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": f"lag-{o}"})
+    parts = [TopicPartition(o, p) for p in range(3)]
+    committed = {f"{o}:{tp.partition}": tp.offset for tp in group.committed(parts, timeout=10)}
+    group.close()
+    assert committed in [h["orders"] for h in held] and sum(committed.values()) > 30
 
     # Offsets per partition as the broker gave them (bad records take offsets too).
     produced, at = [], {0: 0, 1: 0, 2: 0}
