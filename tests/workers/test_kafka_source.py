@@ -21,6 +21,7 @@ from pyspark.sql import SparkSession
 from local_servers.kafka import KafkaBroker
 from pipeline_spec.model import SpecError, parse_spec
 from storage_engine import StorageLocation
+from workers import kafka_source
 from workers.kafka_source import KafkaSourceError
 from workers.offset_log import OffsetLog
 from workers.runner import Runner
@@ -204,12 +205,17 @@ def test_kafka_tables_resume_from_partition_offsets(
 
 
 def test_a_missing_topic_or_broker_is_a_clear_error(
-    tmp_path: Path, spark: SparkSession, kafka_broker: KafkaBroker
+    tmp_path: Path, spark: SparkSession, kafka_broker: KafkaBroker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     doc = spec(tmp_path, kafka_broker, "no-such-topic", "regions-none")
     with pytest.raises(KafkaSourceError, match="topic 'no-such-topic' does not exist"):
         Runner(parse_spec(doc), str(tmp_path / "s1"), base_dir=str(tmp_path), spark=spark)
+    # No broker where the spec points: the run fails once the broker timeout (30 s; 2 s
+    # here) has passed, naming the table and the address.
+    monkeypatch.setattr(kafka_source, "TIMEOUT_S", 2.0)
     doc["source"]["bootstrap_servers"] = "127.0.0.1:1"
+    with pytest.raises(KafkaSourceError, match=r"table 'orders' \(127.0.0.1:1\): broker"):
+        Runner(parse_spec(doc), str(tmp_path / "s2"), base_dir=str(tmp_path), spark=spark)
     doc["source"]["properties"] = {"socket.timeout.ms": "100"}
     with pytest.raises(SpecError) as e:
         parse_spec(doc)
