@@ -22,6 +22,16 @@ def total(offset: Offset) -> int:
     return offset if isinstance(offset, int) else sum(offset.values())
 
 
+def parse(value: object) -> Offset:
+    """An offset as stored in JSON (the offset log, Spark's offset log); TypeError or
+    ValueError if it is none."""
+    if isinstance(value, dict):
+        return {str(p): int(v) for p, v in value.items()}
+    if isinstance(value, int | str | float):
+        return int(value)
+    raise TypeError(f"not an offset: {value!r}")
+
+
 def count(offset: Offset) -> int:
     """`offset` as a count; a count is what every source but Kafka's has."""
     if not isinstance(offset, int):
@@ -29,4 +39,4 @@ def count(offset: Offset) -> int:
     return offset
 
 
-__all__ = ["Offset", "advanced", "count", "total"]
+__all__ = ["Offset", "advanced", "count", "parse", "total"]

@@ -46,15 +46,18 @@ class KafkaSink:
         self.name, self.spec = spec.name, spec
         self.columns = [n for n in schema.names if n != WEIGHT]
         self.writer = f"{pipeline}/{spec.name}".encode()
-        config = {
+        # Broker and security settings, shared by the producer and `_last_step`'s consumer.
+        self._client = {
             "bootstrap.servers": spec.bootstrap_servers,
+            **{k: expand_sink_variables(v) for k, v in spec.properties.items()},
+        }
+        config = {
+            **self._client,
             "transactional.id": f"spindle-{pipeline}-{spec.name}",
             "enable.idempotence": True,
             "linger.ms": 5,
             "transaction.timeout.ms": int(TIMEOUT_S * 2000),
-            **{k: expand_sink_variables(v) for k, v in spec.properties.items()},
         }
-        self._config = config
         self._producer = Producer(config)
         self._call("init_transactions", TIMEOUT_S)
         self.last_step = self._last_step()
@@ -73,15 +76,11 @@ class KafkaSink:
 
     def _last_step(self) -> int:
         """The newest step this sink committed to the topic (0: none)."""
-        from confluent_kafka import Consumer, KafkaError, TopicPartition
+        from confluent_kafka import Consumer, TopicPartition
 
         consumer = Consumer(
             {
-                **{
-                    k: v
-                    for k, v in self._config.items()
-                    if not k.startswith(("trans", "enable", "linger"))
-                },
+                **self._client,
                 "group.id": f"spindle-sink-{self.name}",
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",
@@ -99,7 +98,7 @@ class KafkaSink:
                 low, high = consumer.get_watermark_offsets(tp, timeout=TIMEOUT_S)
                 back = _TAIL
                 while True:
-                    found = self._newest_in(consumer, p, max(low, high - back), KafkaError)
+                    found = self._newest_in(consumer, p, max(low, high - back))
                     if found is not None or high - back <= low:
                         break
                     back *= 4
@@ -108,13 +107,13 @@ class KafkaSink:
         finally:
             consumer.close()
 
-    def _newest_in(self, consumer: Any, partition: int, start: int, errors: Any) -> int | None:
+    def _newest_in(self, consumer: Any, partition: int, start: int) -> int | None:
         """The newest step of this writer among partition `partition`'s records from
         `start` to its end; SinkConflictError if the newest Spindle record is another's."""
-        from confluent_kafka import TopicPartition
+        from confluent_kafka import KafkaError, TopicPartition
 
         consumer.assign([TopicPartition(self.spec.topic, partition, start)])
-        newest: tuple[int, bytes, int] | None = None  # (offset, writer, step)
+        newest: tuple[bytes, int] | None = None  # (writer, step)
         deadline = time.monotonic() + TIMEOUT_S
         while time.monotonic() < deadline:
             msgs = consumer.consume(1000, timeout=1.0)
@@ -122,13 +121,13 @@ class KafkaSink:
             for m in msgs:
                 err = m.error()
                 if err is not None:
-                    if err.code() == errors._PARTITION_EOF:
+                    if err.code() == KafkaError._PARTITION_EOF:
                         done = True
                         continue
                     raise SinkError(f"{self._describe()}: reading its end: {err.str()}")
                 headers = dict(m.headers() or [])
                 if STEP in headers and WRITER in headers:
-                    newest = (m.offset(), headers[WRITER], int(headers[STEP]))
+                    newest = (headers[WRITER], int(headers[STEP]))
             if done:
                 break
         else:
@@ -136,12 +135,13 @@ class KafkaSink:
         consumer.unassign()
         if newest is None:
             return None
-        if newest[1] != self.writer:
+        writer, step = newest
+        if writer != self.writer:
             raise SinkConflictError(
-                f"{self._describe()}: the topic's newest records are {newest[1].decode()!r}'s "
+                f"{self._describe()}: the topic's newest records are {writer.decode()!r}'s "
                 "(a topic has one writing sink)"
             )
-        return newest[2]
+        return step
 
     def rollback(self, step: int) -> None:
         pass  # committed steps stay; `write` skips those up to `last_step`

@@ -28,8 +28,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pipeline_spec.fields import expand_sink_variables
 from pipeline_spec.kafka import KafkaSource
 
-END = "__end"
-BAD_COLUMNS = ("__file", "__lineno", "__line")  # a dead letter: "topic:partition", offset, value
+END = "__end"  # `sources.END` (not imported from there: sources imports this module)
 TIMEOUT_S = 30.0  # a broker request, or a step's records, not answered within this fails
 
 
@@ -48,10 +47,11 @@ def _split_id(pid: str) -> tuple[str, int]:
 
 def client_config(src: KafkaSource) -> dict[str, Any]:
     """The consumer's settings: the spec's broker and security properties; offsets are
-    assigned, never committed, and only committed transactions' records are read."""
+    assigned, committed only to `commit_to_group`, and only committed transactions' records
+    are read."""
     return {
         "bootstrap.servers": src.bootstrap_servers,
-        "group.id": f"spindle-{src.table}",
+        "group.id": src.commit_to_group or f"spindle-{src.table}",
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "isolation.level": "read_committed",
@@ -112,17 +112,17 @@ class KafkaTable:
             out += [partition_id(topic, p) for p in sorted(t.partitions)]
         return out
 
-    def _watermarks(self, pid: str) -> tuple[int, int]:
+    def _end(self, pid: str) -> int:
+        """Partition `pid`'s end offset now (its high watermark)."""
         from confluent_kafka import TopicPartition
 
-        topic, p = _split_id(pid)
         try:
-            low, high = self._consumer.get_watermark_offsets(
-                TopicPartition(topic, p), timeout=TIMEOUT_S
+            _, high = self._consumer.get_watermark_offsets(
+                TopicPartition(*_split_id(pid)), timeout=TIMEOUT_S
             )
         except Exception as e:
             raise KafkaSourceError(f"{self._describe()}: {pid}: no offsets: {e}") from None
-        return int(low), int(high)
+        return int(high)
 
     def first_offsets(self) -> dict[str, int]:
         """Where a first run starts each partition (`start`, `start_timestamp_ms`)."""
@@ -134,21 +134,21 @@ class KafkaTable:
             found = self._consumer.offsets_for_times(asked, timeout=TIMEOUT_S)
             return {
                 partition_id(tp.topic, tp.partition): (
-                    tp.offset if tp.offset >= 0 else self._watermarks(pid)[1]
+                    tp.offset if tp.offset >= 0 else self._end(pid)
                 )
                 for pid, tp in zip(pids, found, strict=True)
             }
         if self.src.start == "latest":
-            return {p: self._watermarks(p)[1] for p in pids}
+            return self.end_offsets()
         return {p: 0 for p in pids}
 
     def step_end(self, start: dict[str, int]) -> dict[str, int]:
         """Each partition's end offset for a step from `start`: its end now, at most
         `max_records_per_step` in all (shared evenly, so no partition starves)."""
-        pids = self.partitions()
-        behind = {p: max(0, self._watermarks(p)[1] - start.get(p, 0)) for p in pids}
+        ends = self.end_offsets()
+        behind = {p: max(0, e - start.get(p, 0)) for p, e in ends.items()}
         budget, end = self.src.max_records_per_step, dict(start)
-        waiting = [p for p in pids if behind[p] > 0]
+        waiting = [p for p in ends if behind[p] > 0]
         while waiting and budget > 0:
             share = max(1, budget // len(waiting))
             for p in list(waiting):
@@ -158,29 +158,26 @@ class KafkaTable:
                 budget -= take
                 if behind[p] == 0:
                     waiting.remove(p)
-        for p in pids:
+        for p in ends:
             end.setdefault(p, 0)
         return end
 
     def commit_to_group(self, offset: dict[str, int]) -> None:
         """Commit `offset` (a durable checkpoint's) to the spec's `commit_to_group`."""
-        from confluent_kafka import Consumer, TopicPartition
+        from confluent_kafka import TopicPartition
 
         group = self.src.commit_to_group
         if group is None or not offset:
             return
-        committer = Consumer({**client_config(self.src), "group.id": group})
-        try:
+        try:  # the consumer's group is this one (`client_config`)
             parts = [TopicPartition(*_split_id(p), o) for p, o in sorted(offset.items())]
-            committer.commit(offsets=parts, asynchronous=False)
+            self._consumer.commit(offsets=parts, asynchronous=False)
         except Exception as e:  # monitoring only: the pipeline's offsets are its own
             raise KafkaSourceError(f"{self._describe()}: committing to {group!r}: {e}") from None
-        finally:
-            committer.close()
 
     def end_offsets(self) -> dict[str, int]:
         """Every partition's end offset now."""
-        return {p: self._watermarks(p)[1] for p in self.partitions()}
+        return {p: self._end(p) for p in self.partitions()}
 
     def waiting(self, offset: dict[str, int]) -> bool:
         """Whether any partition has records beyond `offset`."""
@@ -188,7 +185,8 @@ class KafkaTable:
 
     def read(self, start: dict[str, int], end: dict[str, int]) -> tuple[pa.Table, pa.Table | None]:
         """The records of offsets [start, end) of every partition: the rows that parsed
-        (the table's columns, then `__end`) and the dead letters (`BAD_COLUMNS`)."""
+        (the table's columns, then `__end`) and the dead letters (`__file`: "topic:partition",
+        `__lineno`: offset, `__line`: the value)."""
         from confluent_kafka import KafkaError, TopicPartition
 
         todo = {p: (start.get(p, 0), e) for p, e in end.items() if e > start.get(p, 0)}
@@ -377,7 +375,6 @@ class KafkaTriggerSource(DataSource):
 
 
 __all__ = [
-    "BAD_COLUMNS",
     "KafkaSourceError",
     "KafkaTable",
     "KafkaTrigger",

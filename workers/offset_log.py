@@ -15,7 +15,7 @@ import json
 import os
 from collections.abc import Mapping
 
-from pipeline_spec.offsets import Offset
+from pipeline_spec.offsets import Offset, parse
 from storage_engine import PosixFileLayer
 from storage_engine.fileio import FileLayer, write_durably
 
@@ -52,7 +52,7 @@ class OffsetLog:
         try:
             with open(self._path(step), encoding="utf-8") as f:
                 doc = json.load(f)
-            return {t: (_offset(o["start"]), _offset(o["end"])) for t, o in doc["offsets"].items()}
+            return {t: (parse(o["start"]), parse(o["end"])) for t, o in doc["offsets"].items()}
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
 
@@ -96,14 +96,6 @@ class OffsetLog:
         with contextlib.suppress(FileNotFoundError):
             os.remove(self._path(step))
         self._steps.discard(step)
-
-
-def _offset(value: object) -> Offset:
-    if isinstance(value, dict):
-        return {str(p): int(v) for p, v in value.items()}
-    if isinstance(value, int | str | float):
-        return int(value)
-    raise TypeError(f"not an offset: {value!r}")
 
 
 __all__ = ["DIRECTORY", "OffsetLog"]

@@ -187,7 +187,7 @@ class Runner:
                 for t, r in self._readers.items()
                 if isinstance(r.input.source, S.LogSource)
             },
-            {t: r.input.checkpoint_durable for t, r in self._readers.items()},
+            {t: r.input.checkpoint_durable for t, r in self._readers.items() if r.input.kafka},
         )
         self.paused = False
         self.exit_code: int | None = None

@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource
 
 from pipeline_spec import model as S
-from pipeline_spec.offsets import Offset, count
+from pipeline_spec.offsets import Offset, count, parse
 
 from .kafka_source import KafkaTriggerSource
 from .sources import DatagenSource, FilesSource, LogSource, TablesSource
@@ -95,16 +95,10 @@ def batch_ends(ck: str, batch_id: int, tables: list[str]) -> dict[str, Offset]:
     try:
         doc = json.loads(lines[-1])
         if len(tables) == 1:
-            return {tables[0]: _offset(doc["offset"])}
-        return {t: _offset(doc[t]) for t in tables}
+            return {tables[0]: parse(doc["offset"])}
+        return {t: parse(doc[t]) for t in tables}
     except (IndexError, KeyError, TypeError, ValueError, AttributeError) as e:
         raise RuntimeError(f"{path}: not a Spark offset log entry of this query") from e
-
-
-def _offset(value: Any) -> Offset:
-    if isinstance(value, dict):
-        return {str(p): int(v) for p, v in value.items()}
-    return int(value)
 
 
 __all__ = ["batch_ends", "start_query"]
