@@ -301,6 +301,8 @@ class MetricSample(Base):
     # Per input table after the step: offset (one number), lag (records, files or Kafka
     # records not read yet; None: unknown) and a Kafka table's lag per partition.
     inputs: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True), default=None)
+    # Per sink after the step: rows it wrote, the last step that wrote any (None: none yet).
+    sinks: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True), default=None)
 
 
 __all__ = [

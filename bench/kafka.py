@@ -1,21 +1,26 @@
 """Kafka ingest: events from a topic through a simple aggregate to a Kafka sink, next to the
-same query reading the same events from JSON files.
+same query reading the same events from JSON files, on the local disk and on an object store,
+and from a topic of the same events as Avro.
 
     python -m bench.kafka [--quick] [--json]
 
 A Kafka-protocol broker (Tansu, `local_servers/kafka.py`, memory storage) runs on this
-machine. N click events (`user`, `amount`, as JSON) are produced once to a topic of two
-partitions, and written once as JSON files of the same records. Each variant is a SQL
-pipeline, `SELECT user, count(*), sum(amount) ... GROUP BY user`, whose view goes to a Kafka
-topic (`changes` mode, one transaction per step), run by a `Runner` in this process until its
+machine. N click events (`user`, `amount`) are produced once to a topic of two partitions
+as JSON and once to another as Avro (Confluent framing), and written once as JSON files of
+the same records, to a directory and to an object store (`SPINDLE_S3_*` if set, else a
+SeaweedFS server started here, as `bench.commit` does). Each variant is a SQL pipeline,
+`SELECT user, count(*), sum(amount) ... GROUP BY user`, whose view goes to a Kafka topic
+(`changes` mode, one transaction per step), run by a `Runner` in this process until its
 input is read. Per variant: events per second over the steps (first step's start to the last
 step's end: Spark's start-up excluded, reported apart), the median and p99 step, and the
-ratio Kafka / files. Both read at most `per_step` records (files: as many files) a step.
+ratios Kafka / files, Kafka Avro / Kafka JSON and object-store files / files. Each reads
+at most `per_step` records (files: as many files) a step.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import shutil
@@ -24,13 +29,16 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from local_servers.kafka import KafkaBroker
 from pipeline_spec.model import parse_spec
+from storage_engine.objstore import ObjectStore, ObjectStoreSettings
 
+from .commit import object_store
 from .report import Log, clean, engine_revision, log_to_stderr, machine_info, quiet, versions
 
 # events, events per step (= records per file)
@@ -43,11 +51,28 @@ SQL = (
 )
 
 
-def _values(events: int) -> list[bytes]:
-    return [
-        json.dumps({"user": f"u{(i * 7919) % USERS}", "amount": (i % 1000) / 10}).encode()
-        for i in range(events)
-    ]
+AVRO_SCHEMA = {
+    "type": "record",
+    "name": "Click",
+    "fields": [{"name": "user", "type": "string"}, {"name": "amount", "type": "double"}],
+}
+
+
+def _records(events: int) -> list[dict[str, Any]]:
+    return [{"user": f"u{(i * 7919) % USERS}", "amount": (i % 1000) / 10} for i in range(events)]
+
+
+def _avro(records: list[dict[str, Any]]) -> list[bytes]:
+    """Each record as Confluent's serializer writes it: magic byte 0, schema id, datum."""
+    import fastavro
+
+    schema = fastavro.parse_schema(AVRO_SCHEMA)
+    out = []
+    for r in records:
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, schema, r)
+        out.append(b"\x00\x00\x00\x00\x01" + buf.getvalue())
+    return out
 
 
 def _produce(broker: KafkaBroker, topic: str, values: list[bytes]) -> None:
@@ -87,6 +112,34 @@ def _spec(name: str, source: dict[str, Any], broker: KafkaBroker, out: str) -> d
         "checkpoint": {"every_steps": 10},
         "trigger": {"interval": "100ms"},
     }
+
+
+def _upload(store: ObjectStore, files: Path) -> None:
+    store.ensure_bucket()
+    for f in sorted(files.iterdir()):
+        store.put_file(f.name, str(f))
+
+
+@contextmanager
+def _s3_environment(s3: ObjectStoreSettings) -> Iterator[None]:
+    """`SPINDLE_S3_*` naming `s3` while a run reads from it, as a driver's environment
+    would (the previous values restored after)."""
+    names = {
+        "SPINDLE_S3_ENDPOINT": s3.endpoint,
+        "SPINDLE_S3_ACCESS_KEY": s3.access_key,
+        "SPINDLE_S3_SECRET_KEY": s3.secret_key.get_secret_value(),
+        "SPINDLE_S3_SECURE": str(s3.secure).lower(),
+    }
+    before = {k: os.environ.get(k) for k in names}
+    os.environ.update(names)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def run_variant(work: Path, doc: dict[str, Any], events: int, spark: Any) -> dict[str, Any]:
@@ -143,15 +196,18 @@ def run_benchmark(
     spark = None
     try:
         broker.start()
-        values = _values(events)
+        records = _records(events)
+        values = [json.dumps(r).encode() for r in records]
         topic, out = f"clicks-{uuid.uuid4().hex[:6]}", f"per-user-{uuid.uuid4().hex[:6]}"
         broker.create_topic(topic, PARTITIONS)
-        for t in ("out-kafka", "out-files"):
+        broker.create_topic(f"{topic}-avro", PARTITIONS)
+        for t in ("out-kafka", "out-avro", "out-files", "out-s3"):
             broker.create_topic(f"{out}-{t}", 1)
         log(f"producing {events} events")
         t0 = time.perf_counter()
         _produce(broker, topic, values)
         report["produce_events_per_s"] = events / (time.perf_counter() - t0)
+        _produce(broker, f"{topic}-avro", _avro(records))
         files = work / "files"
         files.mkdir()
         for i in range(0, events, per_step):
@@ -175,12 +231,37 @@ def run_benchmark(
         report["kafka"] = run_variant(
             work, _spec("bench-kafka", kafka, broker, f"{out}-out-kafka"), events, spark
         )
+        log("kafka source, avro")
+        avro = {
+            **kafka,
+            "topics": [f"{topic}-avro"],
+            "format": "avro",
+            "avro_schema": AVRO_SCHEMA,
+        }
+        report["kafka_avro"] = run_variant(
+            work, _spec("bench-kafka-avro", avro, broker, f"{out}-out-avro"), events, spark
+        )
         log("files source")
         report["files"] = run_variant(
             work, _spec("bench-files", from_files, broker, f"{out}-out-files"), events, spark
         )
         report["throughput_ratio"] = (
             report["kafka"]["events_per_s"] / report["files"]["events_per_s"]
+        )
+        report["avro_ratio"] = (
+            report["kafka_avro"]["events_per_s"] / report["kafka"]["events_per_s"]
+        )
+        with object_store(str(work), log) as s3:
+            prefix = f"{s3.prefix}/bench-kafka-{uuid.uuid4().hex[:6]}".strip("/")
+            _upload(ObjectStore(s3.model_copy(update={"prefix": prefix})), files)
+            log("object-store files source")
+            from_s3 = {**from_files, "path": f"s3://{s3.bucket}/{prefix}"}
+            with _s3_environment(s3):
+                report["object_files"] = run_variant(
+                    work, _spec("bench-s3", from_s3, broker, f"{out}-out-s3"), events, spark
+                )
+        report["object_files_ratio"] = (
+            report["object_files"]["events_per_s"] / report["files"]["events_per_s"]
         )
     finally:
         if spark is not None:
@@ -205,10 +286,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        for side in ("kafka", "files"):
+        for side in ("kafka", "kafka_avro", "files", "object_files"):
             r = report[side]
             print(f"{side}: {r['events_per_s']:.0f} events/s, p50 step {r['p50_step_ms']:.0f} ms")
         print(f"kafka / files: x{report['throughput_ratio']:.2f}")
+        print(f"kafka avro / kafka json: x{report['avro_ratio']:.2f}")
+        print(f"object-store files / files: x{report['object_files_ratio']:.2f}")
     return 0
 
 

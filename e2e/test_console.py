@@ -423,6 +423,9 @@ def test_sql_pipeline_written_fixed_started_and_watched(ui: UI, plat: Platform) 
         first = wait_until(lambda: state_rows() or None, SPARK_S * 2, "the join's state")
         wait_until(lambda: state_rows() > first, SPARK_S, "the join's state growing")
         expect(join).to_contain_text(re.compile(r"state [\d,]+ rows"))
+        # The sink's figure after a step: the last step that wrote it rows (or none yet).
+        sink = graph.locator('[data-node="sink:q5"]')
+        expect(sink).to_contain_text(re.compile(r"last written step \S+"))
         page.screenshot(path=str(ARTIFACTS / f"{ui.name}-dataflow.png"), full_page=True)
         _changed_query_starts_with_the_named_operators_state_dropped(ui, plat)
     finally:

@@ -4,7 +4,7 @@ table, or written a view's changes."""
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import pyarrow as pa
 from pydantic import Field, field_validator, model_validator
@@ -59,8 +59,20 @@ class KafkaSource(SpecModel):
         min_length=1, max_length=1000, pattern=BOOTSTRAP_RE, description=_BOOTSTRAP_DOC
     )
     topics: list[str] = Field(min_length=1, max_length=64)
-    format: Literal["json", "csv"] = Field(
-        "json", description="the record values: a JSON object or a CSV line per record"
+    format: Literal["json", "csv", "avro"] = Field(
+        "json",
+        description="the record values: a JSON object, a CSV line or an Avro record "
+        "(`avro_schema`) per record",
+    )
+    avro_schema: dict[str, Any] | None = Field(
+        None,
+        description="format avro: the records' (writer's) Avro schema, a record whose fields "
+        "include every column of `schema` (taken by name)",
+    )
+    avro_framing: Literal["confluent", "none"] = Field(
+        "confluent",
+        description="format avro: confluent, a magic byte 0 and a 4-byte schema id before "
+        "each datum (as Confluent's serializers write); none, the bare datum",
     )
     schema_: dict[str, str] = Field(
         alias="schema",
@@ -119,11 +131,33 @@ class KafkaSource(SpecModel):
     def _security_only(cls, v: dict[str, str]) -> dict[str, str]:
         return _check_properties(v)
 
+    @field_validator("avro_schema")
+    @classmethod
+    def _avro(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is None:
+            return v
+        import fastavro
+
+        try:
+            fastavro.parse_schema(v)
+        except Exception as e:  # fastavro raises several kinds for a bad schema
+            raise ValueError(f"not a valid Avro schema: {type(e).__name__}: {e}") from None
+        if v.get("type") != "record":
+            raise ValueError("an Avro record schema (type: record) is needed")
+        return v
+
     @model_validator(mode="after")
     def _columns_unique(self) -> KafkaSource:
         both = sorted(set(self.schema_) & set(self.metadata))
         if both:
             raise ValueError(f"metadata: columns {both} are also value columns in schema")
+        if (self.format == "avro") != (self.avro_schema is not None):
+            raise ValueError("avro_schema is given for, and only for, format avro")
+        if self.avro_schema is not None:
+            fields = {f.get("name") for f in self.avro_schema.get("fields", [])}
+            missing = sorted(set(self.schema_) - fields)
+            if missing:
+                raise ValueError(f"avro_schema: no field for the columns {missing} of schema")
         return self
 
     def columns(self) -> dict[str, str]:

@@ -87,12 +87,17 @@ class DatagenSource(_Model):
 
 
 class FilesSource(_Model):
-    """A directory of immutable files, read in name order; offset = files consumed."""
+    """A directory (or object-store prefix) of immutable files, read in name order; offset =
+    files consumed."""
 
     kind: Literal["files"]
     table: str = Field("input", pattern=TABLE_RE, description=TABLE_DOC)
     event_time: EventTime | None = Field(None, description=EVENT_TIME_DOC)
-    path: FilePath
+    path: FilePath = Field(
+        description="a directory inside the configured file roots (relative ones start at "
+        "the first root), or s3://bucket/prefix inside the configured object roots: its own "
+        "files, not its subdirectories'"
+    )
     format: Literal["json", "csv", "parquet"]
     schema_: dict[str, str] | None = Field(
         None,
@@ -461,8 +466,9 @@ def outside_roots(
 ) -> list[tuple[str, str]]:
     """Errors (field, message) for every path of `spec` outside where it may go: a local
     path that resolves, symlinks followed, outside `roots`, or an object-store path (a
-    `delta` sink's) outside `object_roots`. Checked when a spec is validated and again when
-    a run opens the paths (a path may have become a symlink since)."""
+    `files` source's or a `delta` sink's) outside `object_roots`. Checked when a spec is
+    validated and again when a run opens the paths (a path may have become a symlink
+    since)."""
     where = ", ".join(str(r) for r in roots)
     objects = ", ".join(object_roots) or "none are configured"
     errors = []
@@ -474,8 +480,8 @@ def outside_roots(
             paths.append((f"sinks.{i}.path", sink))
     for field, part in paths:
         path = part.path
-        if is_object_path(path) and not isinstance(part, DeltaSink):
-            errors.append((field, "an s3:// path is taken by delta sinks only"))
+        if is_object_path(path) and isinstance(part, FilesSink):
+            errors.append((field, "an s3:// path is taken by files sources and delta sinks"))
         elif is_object_path(path) and not inside_object_roots(path, object_roots):
             errors.append((field, f"must lie inside the configured object roots ({objects})"))
         elif not is_object_path(path) and resolve_path(path, roots) is None:

@@ -179,6 +179,10 @@ class ObjectStore:
     def _key(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
 
+    def bucket_exists(self) -> bool:
+        with self._errors(""):
+            return bool(self._client.bucket_exists(self.bucket))
+
     def ensure_bucket(self) -> None:
         with self._errors(""):
             if not self._client.bucket_exists(self.bucket):

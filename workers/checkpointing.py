@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from pipeline_spec import model as S
 from pipeline_spec.offsets import Offset, count, total
@@ -35,7 +36,7 @@ class Checkpointing:
         sinks: Mapping[str, Sink],
         durability: DurabilityWatch,
         step_lock: threading.RLock,
-        position: Callable[[], tuple[int, dict[str, Offset]]],
+        position: Callable[[], tuple[int, dict[str, Offset], dict[str, Any]]],
         own_retention: bool,
         input_logs: Mapping[str, Callable[[], InputLog]],
         on_durable: Mapping[str, Callable[[Offset], None]] | None = None,
@@ -78,7 +79,7 @@ class Checkpointing:
     def request(self, identifier: str | None = None) -> tuple[CommitHandle, int]:
         """Request a checkpoint of the state between steps; its handle and step."""
         with self._step_lock:
-            step, offsets = self._position()
+            step, offsets, extra = self._position()
             # The checkpoint will say these steps' output is written: make it durable first.
             for sink in self._sinks.values():
                 sink.sync()
@@ -91,6 +92,7 @@ class Checkpointing:
                     "source_offset": total(offsets[self._spec.source.table]),
                     "source_offsets": offsets,
                     "pipeline": self._spec.name,
+                    **extra,
                 },
                 identifier=identifier,
                 keep_last=keep,

@@ -1,7 +1,7 @@
 """A `files` source's micro-batches, read by Spark's own file readers.
 
-The `spindle_files` streaming source (`sources.py`) decides which files a micro-batch holds
-(its offsets are Spindle's); the rows of those files are read here, in the JVM. Shipping
+The driver decides which files a micro-batch holds (`input_files.py`; its offsets are
+Spindle's); the rows of those files are read here, in the JVM. Shipping
 every line through a Python worker and Arrow into the JVM cost more than the rest of a
 step's Spark work together.
 
@@ -63,15 +63,18 @@ class FileBatches:
         self._view = f"spindle_batch_files_{uuid.uuid4().hex}"
         self._rows: DataFrame | None = None
         self._paths: list[str] = []
+        self._shown: list[str] = []
 
-    def read(self, paths: list[str], end: int) -> None:
+    def read(self, paths: list[str], end: int, shown: list[str] | None = None) -> None:
         """Make `rows()` the rows of `paths` (a batch's files, in offset order), each with
-        `end`."""
+        `end`; `shown`: what `path_of` says of each (an object-store file's URL, not its
+        local copy), `paths` if not given."""
         for name in os.listdir(self._links):
             os.remove(os.path.join(self._links, name))
         for i, p in enumerate(paths):
             os.symlink(os.path.abspath(p), os.path.join(self._links, f"{end}-{i}"))
         self._paths = list(paths)
+        self._shown = list(shown or paths)
         if self._rows is not None:
             self.spark.catalog.refreshTable(self._view)
 
@@ -118,7 +121,7 @@ class FileBatches:
 
     def path_of(self, file: str) -> str:
         """The input file of a row of the batch last read, from its `__file`."""
-        return self._paths[int(file.split("-")[1])]
+        return self._shown[int(file.split("-")[1])]
 
     def bad_line_numbers(self, bad: Sequence[tuple[str, str]]) -> list[int | None]:
         """The line of each bad JSON record of the batch last read, given as (`__file`, its
@@ -134,7 +137,7 @@ class FileBatches:
             wanted[file].add(text)
         where: dict[tuple[str, str], list[int]] = {}
         for file, texts in wanted.items():
-            for n, text in _lines(self.path_of(file), texts):
+            for n, text in _lines(self._paths[int(file.split("-")[1])], texts):
                 where.setdefault((file, text), []).append(n)
         counts: dict[tuple[str, str], int] = defaultdict(int)
         for key in bad:

@@ -4,9 +4,9 @@ Offsets are Spindle's, per partition (`pipeline_spec.offsets`: `{"<topic>:<parti
 next offset}`), never the consumer group's: a step reads each partition from its start
 offset to its end offset, both in the offset log before the step's output reaches a sink,
 so a step redone after a crash reads the same records (a partition's records below its
-last stable offset never change). The Spark query's trigger (`KafkaTriggerSource`, in a
-Python worker) only decides where each step ends: each partition's end offset now, at most
-`max_records_per_step` in all; the driver reads the records itself (`KafkaTable.read`) with
+last stable offset never change). Each step ends at each partition's end offset now, at
+most `max_records_per_step` in all (`step_end`, the driver's answer to the query's trigger:
+`step_ends.py`); the driver reads the records itself (`KafkaTable.read`) with
 `confluent-kafka`, `read_committed`, and parses values in Arrow. Partitions that appear
 later start at their earliest record. A record whose value does not parse is a dead letter
 (topic, partition, offset).
@@ -14,16 +14,15 @@ later start at their earliest record. A record whose value does not parse is a d
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.json as pjson
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from pipeline_spec.fields import expand_sink_variables
 from pipeline_spec.kafka import KafkaSource
@@ -82,7 +81,7 @@ class _QuietLogger:
 
 
 class KafkaTable:
-    """One `kafka` table's consumer, used by the driver (and the trigger's worker)."""
+    """One `kafka` table's consumer, in the driver."""
 
     def __init__(self, src: KafkaSource) -> None:
         from confluent_kafka import Consumer
@@ -90,6 +89,7 @@ class KafkaTable:
         self.src = src
         self.value_schema = pa.schema([f for f in src.arrow_schema() if f.name in src.schema_])
         self.schema = src.arrow_schema()
+        self._avro = _AvroValues(src) if src.avro_schema is not None else None
         self._consumer = Consumer(client_config(src))
 
     def close(self) -> None:
@@ -238,13 +238,21 @@ class KafkaTable:
             {
                 "__file": [partition_id(m.topic(), m.partition()) for m in letters],
                 "__lineno": pa.array([m.offset() for m in letters], pa.int64()),
-                "__line": [_text(m.value()) for m in letters],
+                "__line": [self._letter(m.value()) for m in letters],
             }
         )
+
+    def _letter(self, value: bytes | None) -> str | None:
+        """A dead letter's record: the value as text, an Avro value (binary) in base64."""
+        if value is not None and self._avro is not None:
+            return base64.b64encode(value).decode()
+        return _text(value)
 
     def _parse(self, values: list[bytes | None]) -> tuple[pa.Table, set[int]]:
         """The values that parse, as the value schema's columns, and the indexes of those
         that do not. Arrow parses them all at once; only when that fails, one at a time."""
+        if self._avro is not None:
+            return self._avro.parse(values)
         bad = {i for i, v in enumerate(values) if not v or not _plausible(v, self.src.format)}
         good = [v for i, v in enumerate(values) if i not in bad]
         try:
@@ -291,6 +299,59 @@ class KafkaTable:
         )
 
 
+class _AvroValues:
+    """Avro values decoded with the table's writer schema (`avro_schema`), after the
+    Confluent framing (magic byte 0, 4-byte schema id, not looked up) if `avro_framing` says
+    so. A value that does not decode, or does not decode to exactly its bytes, or whose
+    fields do not convert to the columns' types, does not parse."""
+
+    def __init__(self, src: KafkaSource) -> None:
+        import fastavro
+
+        assert src.avro_schema is not None
+        self._schema = fastavro.parse_schema(src.avro_schema)
+        self._read = fastavro.schemaless_reader
+        self._skip = 5 if src.avro_framing == "confluent" else 0
+        self.value_schema = pa.schema([f for f in src.arrow_schema() if f.name in src.schema_])
+
+    def _datum(self, value: bytes | None) -> dict[str, Any] | None:
+        if not value or (self._skip and (len(value) < self._skip or value[0] != 0)):
+            return None
+        buf = io.BytesIO(value[self._skip :])
+        try:
+            record = self._read(buf, self._schema, None)
+        except Exception:  # fastavro raises what the bytes make it raise
+            return None
+        if not isinstance(record, dict) or buf.tell() != len(value) - self._skip:
+            return None
+        return {c: record.get(c) for c in self.value_schema.names}
+
+    def parse(self, values: list[bytes | None]) -> tuple[pa.Table, set[int]]:
+        rows: list[dict[str, Any]] = []
+        bad: set[int] = set()
+        for i, v in enumerate(values):
+            row = self._datum(v)
+            if row is None:
+                bad.add(i)
+            else:
+                rows.append(row)
+        try:
+            return pa.Table.from_pylist(rows, schema=self.value_schema), bad
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            pass
+        # Some field does not convert: find the records, one at a time.
+        good, kept = [], 0
+        for i in range(len(values)):
+            if i in bad:
+                continue
+            try:
+                good.append(pa.Table.from_pylist([rows[kept]], schema=self.value_schema))
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+                bad.add(i)
+            kept += 1
+        return (pa.concat_tables(good) if good else self.value_schema.empty_table()), bad
+
+
 def _plausible(value: bytes, fmt: str) -> bool:
     """Checked before Arrow's reader sees the value: that reader takes the process down on
     a record that is not an object (a bare `null`) instead of raising. One that looks like an
@@ -320,65 +381,9 @@ def _metadata(m: Any, what: str) -> Any:
     return None if kind == 0 else pa.scalar(ms * 1000, pa.timestamp("us", tz="UTC"))
 
 
-# -- the Spark query's trigger ---------------------------------------------------------
-
-
-class _EndsOnly(InputPartition):
-    def __init__(self) -> None:
-        super().__init__(None)
-
-
-class KafkaTrigger(DataSourceStreamReader):
-    """Offsets `{"offset": {partition: offset}}`; a batch's rows are never read (the driver
-    reads the records), so a batch is one empty partition."""
-
-    def __init__(self, options: dict[str, str]) -> None:
-        self.source = options["source"]
-        self.cur: dict[str, int] = json.loads(options.get("start", "{}"))
-        self._table: KafkaTable | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        # Spark pickles the reader to its Python workers; a consumer is made where it runs.
-        return {**self.__dict__, "_table": None}
-
-    def initialOffset(self) -> dict[str, Any]:
-        return {"offset": self.cur}
-
-    def latestOffset(self) -> dict[str, Any]:
-        if self._table is None:
-            self._table = KafkaTable(KafkaSource.model_validate_json(self.source))
-        self.cur = self._table.step_end(self.cur)
-        return {"offset": self.cur}
-
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
-        return [_EndsOnly()]
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        yield from ()
-
-    def commit(self, end: dict[str, Any]) -> None:
-        pass  # Spindle's checkpoints own the offsets
-
-
-class KafkaTriggerSource(DataSource):
-    """A `kafka` table (`source`: its spec as JSON, `start`: its offsets as JSON)."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "spindle_kafka"
-
-    def schema(self) -> str:
-        return "__end bigint"
-
-    def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return KafkaTrigger(dict(self.options))
-
-
 __all__ = [
     "KafkaSourceError",
     "KafkaTable",
-    "KafkaTrigger",
-    "KafkaTriggerSource",
     "client_config",
     "partition_id",
 ]

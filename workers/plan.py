@@ -213,10 +213,8 @@ def _options(s: S.InputSource, src: StructType) -> dict[str, str]:
             "users": str(s.users),
             **({"limit": str(s.limit)} if s.limit else {}),
         }
-    if isinstance(s, S.FilesSource):
-        return {"path": s.path, "max_files_per_step": str(s.max_files_per_step)}
-    if isinstance(s, S.KafkaSource):
-        return {"source": s.model_dump_json(by_alias=True)}
+    if isinstance(s, S.FilesSource | S.KafkaSource):
+        return {}  # the driver decides their steps' ends (`step_ends.py`)
     return {
         "stream": s.stream,
         "schema": ddl(src),

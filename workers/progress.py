@@ -20,8 +20,7 @@ log = logging.getLogger("spindle.runner")
 class ReadAhead:
     """A run's first batch (a files or log source's), computed by Spark in a thread of its
     own while the run starts: `job` gives (pre-aggregated?, the batch's Arrow table), and
-    `rows` is then the batch's DataFrame (a files source's `paths`: the batch's files, to
-    read again if the job failed). A cold JVM spends long on its first batch
+    `rows` is then the batch's DataFrame. A cold JVM spends long on its first batch
     (class loading, JIT, code generation)."""
 
     def __init__(
@@ -29,9 +28,8 @@ class ReadAhead:
         end: int,
         job: Callable[[], tuple[bool, JobTables]],
         rows: Callable[[], DataFrame],
-        paths: list[str] | None = None,
     ) -> None:
-        self.end, self.rows, self.paths = end, rows, paths or []
+        self.end, self.rows = end, rows
         self._out: tuple[bool, JobTables] | None = None
         self._thread = threading.Thread(
             target=self._run, args=(job,), name="spindle-read-ahead", daemon=True

@@ -48,10 +48,12 @@ class RunMetrics:
         spines: list[Spine],
         operators: Mapping[str, OperatorMetrics],
         inputs: Mapping[str, dict[str, Any]] | None = None,
+        sinks: Mapping[str, dict[str, Any]] | None = None,
     ) -> None:
         """One step's record; `rows`: (in, out, dead letters, dropped as late);
         `operators`: the circuit's `operator_metrics()` after the step; `inputs`: per input
-        table, its offset (one number) and input lag after the step (`StepInput.lag`)."""
+        table, its offset (one number) and input lag after the step (`StepInput.lag`);
+        `sinks`: per sink, rows written and the last step that wrote any (`WrittenSteps`)."""
         stats = [sp.stats() for sp in spines]
         rows_in, rows_out, bad, late = rows
         rec = {
@@ -75,6 +77,7 @@ class RunMetrics:
             "merge_backlog": sum(s.merge_backlog for s in stats),
             "operators": self._operators(operators),
             "inputs": dict(inputs) if inputs is not None else None,
+            "sinks": dict(sinks) if sinks is not None else None,
         }
         self.event(rec)
 

@@ -52,7 +52,7 @@ from .progress import QueryProgress, ReadAhead
 from .restore import open_circuit_state
 from .run_metrics import MetricsSink, RunMetrics, StepTimes
 from .session import Timeline, spark_session
-from .sinks import open_sinks, steps_held_beyond
+from .sinks import WrittenSteps, open_sinks, steps_held_beyond
 from .sources import SOURCE, table_input
 from .step_input import StepInput
 from .step_query import batch_ends, start_query
@@ -120,9 +120,6 @@ class Runner:
         self.spark = spark or spark_session(f"spindle:{spec.name}")
         tl.mark("spark_session")
         self.plan = plan(self.spark, spec)
-        for p in (self.plan, *self.plan.tables.values()):
-            if roots and isinstance(p.spec.source, S.FilesSource):
-                p.spark_options["roots"] = roots
         tl.mark("plan")
 
         self.loc, self.skipped = open_circuit_state(
@@ -140,6 +137,7 @@ class Runner:
             self.offsets = spec.offsets(restored)
             tl.mark("storage_restore")
             self.sinks = open_sinks(spec, self.plan.circuit, self.loc, base_dir)
+            self.written = WrittenSteps(self.sinks, restored)
             for s in self.sinks.values():
                 s.rollback(self.step)
         except BaseException:
@@ -180,7 +178,7 @@ class Runner:
             self.sinks,
             self.durability,
             self.step_lock,
-            lambda: (self.step, dict(self.offsets)),
+            lambda: (self.step, dict(self.offsets), {"sink_steps": dict(self.written.steps)}),
             own_retention,
             {
                 t: r.input.input_log
@@ -301,7 +299,7 @@ class Runner:
             if table is None:
                 if self.input.files is None:
                     return  # the query reads the batch, and reports what fails
-                self.input.files.read(ahead.paths, ahead.end)  # read again, and fail if it does
+                self.input.rows(self.offset, ahead.end)  # read again, and fail if it does
             self.jobs.ready = table
             self._step(
                 {self._table: self.jobs.micro_batch(ahead.rows())}, t0, {self._table: ahead.end}
@@ -370,8 +368,7 @@ class Runner:
         late_before = self.plan.circuit.late_rows()
         out = self.plan.circuit.step(tables, partials)
         late_rows = self.plan.circuit.late_rows() - late_before
-        for s in self.spec.sinks:
-            self.sinks[s.name].write(step, out[s.from_])
+        self.written.write(self.spec, step, out)
         # End-to-end latency: the step's output is in every sink now; its oldest input
         # event happened at `oldest`. (Wall clock against event time: both UTC.)
         written_us = time.time_ns() // 1000
@@ -394,6 +391,7 @@ class Runner:
             self.loc.spines(),
             self.plan.circuit.operator_metrics(),
             {t: r.input.figures(self.offsets[t]) for t, r in self._readers.items()},
+            self.written.figures(),
         )
         if first:
             self._report_started()

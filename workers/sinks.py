@@ -24,7 +24,7 @@ import contextlib
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -206,6 +206,35 @@ def open_sinks(
         else:
             out[s.name] = ViewSink(s, schema, loc)
     return out
+
+
+class WrittenSteps:
+    """Each sink's last step that wrote rows (a step whose view did not change writes none),
+    for users to see: kept in checkpoints' metadata (`sink_steps`), so a restore rolls it
+    back with the sinks and a run on another machine knows it."""
+
+    def __init__(self, sinks: Mapping[str, Sink], restored: Mapping[str, Any]) -> None:
+        self._sinks = sinks
+        held = restored.get("sink_steps")
+        self.steps: dict[str, int] = {
+            n: v for n, v in (held if isinstance(held, dict) else {}).items() if n in sinks
+        }
+        self._rows: dict[str, int] = {}
+
+    def write(self, spec: S.PipelineSpec, step: int, out: Mapping[str, pa.Table]) -> None:
+        """The step's output to every sink."""
+        for s in spec.sinks:
+            delta = out[s.from_]
+            self._sinks[s.name].write(step, delta)
+            self._rows[s.name] = delta.num_rows
+            if delta.num_rows:
+                self.steps[s.name] = step
+
+    def figures(self) -> dict[str, dict[str, int | None]]:
+        """Per sink: `rows` written by the last step, `last_step` that wrote any."""
+        return {
+            n: {"rows": self._rows.get(n, 0), "last_step": self.steps.get(n)} for n in self._sinks
+        }
 
 
 def steps_held_beyond(sinks: dict[str, Sink], redo_through: int) -> dict[str, int]:

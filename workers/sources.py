@@ -10,9 +10,8 @@ restored run starts the source there: `option("start", n)`).
   `max_rows_per_step` per step, up to `limit`.
 - `spindle_log`: the pipeline's input log (records pushed through the ingest API);
   offset = record position.
-- `spindle_files`: a directory of immutable files read in name order; offset = files
-  consumed. A micro-batch is its files' paths, one row each (`__file`, `__end`): Spark's own
-  readers read them (`file_batches.py`), not a Python worker.
+- `files` and `kafka` tables' steps end where the driver says (`step_ends.py`): asking
+  reaches their input, with credentials a Python worker must not hold.
 - `spindle_tables`: a pipeline's several input tables at once, each read by one of the
   sources above; offset = `{table: offset}`. A micro-batch is, per table that advanced, its
   offset range (`table`, `start`, `__end`): the runner reads each table's rows itself.
@@ -27,7 +26,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -53,7 +51,6 @@ def table_input(table: str) -> str:
 
 CLICKS_SCHEMA = f"{DATAGEN_SCHEMAS['clicks']}, __end bigint"
 NEXMARK_SCHEMA = f"{DATAGEN_SCHEMAS['nexmark']}, __end bigint"
-FILES_SCHEMA = "__file string, __end bigint"
 TABLES_SCHEMA = "table string, start bigint, __end bigint"
 
 
@@ -166,29 +163,6 @@ def arrow_schema_option(schema: pa.Schema) -> str:
     return base64.b64encode(schema.serialize().to_pybytes()).decode()
 
 
-def list_input_files(path: str, roots: str = "") -> list[str]:
-    """The files of an input directory in offset order (hidden and temp names skipped). With
-    `roots` (directories joined by os.pathsep: the control plane's file roots), a symbolic
-    link that leads out of every root is skipped too: a run never reads outside them."""
-    try:
-        names = os.listdir(path)
-    except FileNotFoundError:
-        return []
-    inside = [os.path.realpath(r) for r in roots.split(os.pathsep) if r]
-    return sorted(
-        n
-        for n in names
-        if not n.startswith((".", "_"))
-        and not n.endswith((".tmp", ".part", ".crc"))
-        and os.path.isfile(os.path.join(path, n))
-        and (not inside or _within(os.path.realpath(os.path.join(path, n)), inside))
-    )
-
-
-def _within(real: str, roots: list[str]) -> bool:
-    return any(os.path.commonpath([real, r]) == r for r in roots)
-
-
 def log_batches(log: Any, start: int, stop: int) -> Iterator[pa.RecordBatch]:
     """The rows of input log records [start, stop), each with `__end` = stop: a micro-batch
     of the `spindle_log` source (also read by the runner for a run's first step)."""
@@ -245,71 +219,19 @@ class LogSource(DataSource):
         return _LogReader(dict(self.options))
 
 
-class _Files(InputPartition):
-    def __init__(self, paths: list[str], end: int) -> None:
-        self.paths, self.end = paths, end
-
-
-class _FilesReader(DataSourceStreamReader):
-    def __init__(self, options: dict[str, str]) -> None:
-        self.path = options["path"]
-        self.roots = options.get("roots", "")
-        self.max_files = int(options.get("max_files_per_step", "10"))
-        self.first = int(options.get("start", "0"))
-        self.cur = self.first
-
-    def initialOffset(self) -> dict[str, int]:
-        return {"offset": self.first}
-
-    def latestOffset(self) -> dict[str, int]:
-        n = len(list_input_files(self.path, self.roots))
-        self.cur = max(self.cur, min(n, self.cur + self.max_files))
-        return {"offset": self.cur}
-
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
-        a, b = int(start["offset"]), int(end["offset"])
-        files = list_input_files(self.path, self.roots)[a:b]
-        return [_Files([os.path.join(self.path, f) for f in files], b)]
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, _Files)
-        n = len(partition.paths)
-        yield pa.record_batch(
-            {
-                "__file": pa.array(partition.paths, pa.string()),
-                END: pa.array(np.full(n, partition.end), pa.int64()),
-            }
-        )
-
-    def commit(self, end: dict[str, int]) -> None:
-        pass
-
-
-class FilesSource(DataSource):
-    @classmethod
-    def name(cls) -> str:
-        return "spindle_files"
-
-    def schema(self) -> str:
-        return FILES_SCHEMA
-
-    def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return _FilesReader(dict(self.options))
-
-
 class _TableRange(InputPartition):
     def __init__(self, table: str, start: int, end: int) -> None:
         self.table, self.start, self.end = table, start, end
 
 
 def _readers() -> dict[str, Callable[[dict[str, str]], DataSourceStreamReader]]:
-    from .kafka_source import KafkaTrigger
+    from .step_ends import StepEndsReader
 
     return {
         "datagen": _DatagenReader,
-        "files": _FilesReader,
+        "files": StepEndsReader,
         "log": _LogReader,
-        "kafka": KafkaTrigger,
+        "kafka": StepEndsReader,
     }
 
 

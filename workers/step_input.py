@@ -6,7 +6,6 @@ while its query starts (`read_ahead`)."""
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -19,32 +18,41 @@ from pipeline_spec.offsets import Offset, count, total
 from storage_engine.input_log import InputLog
 
 from .file_batches import FileBatches
+from .input_files import open_input_files
 from .kafka_source import KafkaTable
 from .plan import Plan, arrow_schema, ddl
 from .pre_aggregation import JobTables
 from .progress import ReadAhead
-from .sources import END, datagen_batches, list_input_files, log_batches
+from .sources import END, datagen_batches, log_batches
+from .step_ends import StepEndServer
 
 log = logging.getLogger("spindle.runner")
 
 
 class StepInput:
     """The rows of a run's source between two offsets. `roots`: where a files source's
-    files must resolve (os.pathsep-joined; "": anywhere); `storage`: the run's storage
+    local files must resolve (os.pathsep-joined; "": anywhere); `storage`: the run's storage
     location, which holds a log source's input log."""
 
     def __init__(
         self, spark: SparkSession, spec: S.PipelineSpec, plan: Plan, storage: str, roots: str
     ) -> None:
         self.spark, self.source, self.plan = spark, spec.source, plan
-        self.storage, self.roots = storage, roots
+        self.storage = storage
         src = self.source
         self.files = (
             FileBatches(spark, src.format, ddl(plan.source_schema))
             if isinstance(src, S.FilesSource)
             else None
         )
+        self.listing = (
+            open_input_files(src.path, src.table, roots) if isinstance(src, S.FilesSource) else None
+        )
         self.kafka = KafkaTable(src) if isinstance(src, S.KafkaSource) else None
+        # The query's trigger asks the driver where steps end (`step_ends.py`); the answers
+        # come on a thread of their own, through a Kafka consumer of their own.
+        self._ends: StepEndServer | None = None
+        self._ends_kafka: KafkaTable | None = None
 
     def first_offset(self, restored: Offset) -> Offset:
         """Where the run starts: the restored offset, or a Kafka table's first run's (the
@@ -60,13 +68,40 @@ class StepInput:
         Spark job through a Python worker per batch."""
         if end <= start:
             return None
-        src = self.source
-        if not isinstance(src, S.FilesSource):
+        if self.files is None:
             return self.driver_frame(start, end)
-        assert self.files is not None
-        listed = list_input_files(src.path, self.roots)
-        self.files.read([os.path.join(src.path, n) for n in listed[start:end]], end)
+        self._read_files(self._file_names()[start:end], end)
         return self.files.rows()
+
+    def _file_names(self) -> list[str]:
+        assert self.listing is not None
+        return self.listing.names()
+
+    def _read_files(self, names: list[str], end: int) -> None:
+        """Point `files` at these files (of the step ending at `end`), fetched if remote."""
+        assert self.listing is not None and self.files is not None
+        shown = [self.listing.url(n) for n in names]
+        self.files.read(self.listing.fetch(names), end, shown)
+
+    def step_end_socket(self) -> str:
+        """Where the query's trigger asks for a files or Kafka table's step ends
+        (`step_end`), served from now until `close()`."""
+        if self._ends is None:
+            self._ends = StepEndServer(self.step_end, self.source.table)
+        return self._ends.path
+
+    def step_end(self, start: Offset) -> Offset:
+        """Where a step from `start` ends: at the input's end now, at most a step's worth
+        (`max_files_per_step`; Kafka's `max_records_per_step`, `KafkaTable.step_end`)."""
+        src = self.source
+        if isinstance(src, S.KafkaSource):
+            assert isinstance(start, dict)
+            if self._ends_kafka is None:
+                self._ends_kafka = KafkaTable(src)
+            return self._ends_kafka.step_end(start)
+        assert isinstance(src, S.FilesSource)
+        at = count(start)
+        return max(at, min(len(self._file_names()), at + src.max_files_per_step))
 
     def read_ahead(
         self,
@@ -95,18 +130,17 @@ class StepInput:
         if not isinstance(src, S.FilesSource) or self.files is None:
             return None
         stop = start + src.max_files_per_step if end is None else end
-        names = list_input_files(src.path, self.roots)[start:stop]
+        names = self._file_names()[start:stop]
         if not names:
             return None
-        paths = [os.path.join(src.path, n) for n in names]
-        last = start + len(paths)
+        last = start + len(names)
         files = self.files
 
         def files_job() -> tuple[bool, JobTables]:
-            files.read(paths, last)
+            self._read_files(names, last)
             return tables(files.rows())
 
-        return ReadAhead(last, files_job, files.rows, paths)
+        return ReadAhead(last, files_job, files.rows)
 
     def driver_frame(self, start: int, end: int) -> DataFrame:
         """A log or datagen source's rows [start, end) (`arrow`) as a Spark DataFrame."""
@@ -145,7 +179,7 @@ class StepInput:
         src = self.source
         assert not isinstance(src, S.KafkaSource)
         if isinstance(src, S.FilesSource):
-            return len(list_input_files(src.path, self.roots)) > offset
+            return len(self._file_names()) > offset
         if isinstance(src, S.LogSource):
             return self.input_log().end() > offset
         return src.limit is None or offset < src.limit
@@ -180,7 +214,7 @@ class StepInput:
             return {"lag": sum(partitions.values()), "partitions": partitions}
         src, at = self.source, count(offset)
         if isinstance(src, S.FilesSource):
-            return {"lag": max(0, len(list_input_files(src.path, self.roots)) - at)}
+            return {"lag": max(0, len(self._file_names()) - at)}
         if isinstance(src, S.LogSource):
             return {"lag": max(0, self.input_log().end() - at)}
         return {"lag": None}
@@ -191,10 +225,11 @@ class StepInput:
         return InputLog(src.log_dir(self.storage), arrow_schema(self.plan.source_schema))
 
     def close(self) -> None:
-        if self.files is not None:
-            self.files.close()
-        if self.kafka is not None:
-            self.kafka.close()
+        if self._ends is not None:
+            self._ends.close()
+        for part in (self.files, self.listing, self.kafka, self._ends_kafka):
+            if part is not None:
+                part.close()
 
 
 __all__ = ["StepInput"]

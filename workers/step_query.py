@@ -21,22 +21,22 @@ from pyspark.sql.datasource import DataSource
 from pipeline_spec import model as S
 from pipeline_spec.offsets import Offset, count, parse
 
-from .kafka_source import KafkaTriggerSource
-from .sources import DatagenSource, FilesSource, LogSource, TablesSource
+from .sources import DatagenSource, LogSource, TablesSource
+from .step_ends import StepEndsSource
 from .step_input import StepInput
 
 _SOURCES: dict[str, type[DataSource]] = {
     "datagen": DatagenSource,
-    "files": FilesSource,
+    "files": StepEndsSource,
     "log": LogSource,
-    "kafka": KafkaTriggerSource,
+    "kafka": StepEndsSource,
 }
 
 
 def _options(input: StepInput, start: Offset, storage: str) -> dict[str, str]:
     """An input table's options for its Spark data source, from offset `start`."""
-    if isinstance(input.source, S.KafkaSource):
-        return {**input.plan.spark_options, "start": json.dumps(start)}
+    if isinstance(input.source, S.FilesSource | S.KafkaSource):
+        return {"ends": input.step_end_socket(), "start": json.dumps(start)}
     opts = {**input.plan.spark_options, "start": str(count(start))}
     if isinstance(input.source, S.LogSource):
         opts["path"] = input.source.log_dir(storage)

@@ -30,6 +30,17 @@ class InputOut(Out):
     )
 
 
+class SinkStepOut(Out):
+    """A sink after a step: what the step wrote to it, and when it last wrote."""
+
+    rows: int = Field(description="rows (changes) the step wrote to the sink")
+    last_step: int | None = Field(
+        None,
+        description="the last step that wrote rows to the sink (a step whose view did not "
+        "change writes none); null if none has yet",
+    )
+
+
 class MetricOut(Out):
     id: int
     run_id: int | None
@@ -52,6 +63,7 @@ class MetricOut(Out):
     merge_backlog: int
     operators: dict[str, OperatorStepOut] | None = None
     inputs: dict[str, InputOut] | None = None
+    sinks: dict[str, SinkStepOut] | None = None
 
 
 class DataflowNode(Out):
@@ -68,6 +80,9 @@ class DataflowNode(Out):
     )
     input: InputOut | None = Field(
         None, description="an input table's offset and lag after the newest step recorded"
+    )
+    sink: SinkStepOut | None = Field(
+        None, description="a sink's rows and last written step after the newest step recorded"
     )
 
 

@@ -26,6 +26,7 @@ _LAST = (
     "merge_backlog",
     "run_id",
     "inputs",
+    "sinks",
 )
 
 

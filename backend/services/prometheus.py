@@ -118,6 +118,11 @@ class PipelineCollector(Collector):
             "what waits to be read after the newest step: records (log, Kafka) or files",
             labels=["pipeline", "table"],
         )
+        sink_step = GaugeMetricFamily(
+            "spindle_sink_last_step",
+            "the last step that wrote rows to the sink (as of the newest step)",
+            labels=["pipeline", "sink"],
+        )
         cp_count = GaugeMetricFamily(
             "spindle_checkpoints", "retained checkpoints", labels=["pipeline"]
         )
@@ -223,6 +228,9 @@ class PipelineCollector(Collector):
                     for table, figures in (last.inputs or {}).items():
                         if isinstance(figures, dict) and figures.get("lag") is not None:
                             lag.add_metric([p.name, table], float(figures["lag"]))
+                    for sink, figures in (last.sinks or {}).items():
+                        if isinstance(figures, dict) and figures.get("last_step") is not None:
+                            sink_step.add_metric([p.name, sink], float(figures["last_step"]))
                 newest = s.scalar(
                     select(Checkpoint)
                     .where(Checkpoint.pipeline_id == p.id)
@@ -256,6 +264,7 @@ class PipelineCollector(Collector):
             sbytes,
             srows,
             lag,
+            sink_step,
             cp_count,
             cp_dur,
             cp_age,

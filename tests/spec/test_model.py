@@ -201,5 +201,14 @@ sinks: [{{name: a, kind: {kind}, from: v, path: "{path}"}}]
     ):
         assert [f for f, _ in errors(outside, ["s3://lake/spindle"])] == ["sinks.0.path"], outside
     assert errors("s3://lake/spindle/t", ["s3://lake/spindle"], kind="files") == [
-        ("sinks.0.path", "an s3:// path is taken by delta sinks only")
+        ("sinks.0.path", "an s3:// path is taken by files sources and delta sinks")
     ]
+    # A files source reads an object-store prefix inside the object roots, and only there.
+    source = "{kind: files, format: json, schema: {user: string}, path: '%s'}"
+    for path, roots, expected in (
+        ("s3://lake/spindle/in", ["s3://lake/spindle"], []),
+        ("s3://lake/other/in", ["s3://lake/spindle"], ["source.path"]),
+        ("s3://lake/spindle/../x", ["s3://lake/spindle"], ["source.path"]),
+    ):
+        spec = load_spec(f"name: p\nsource: {source % path}\nsql: CREATE VIEW v AS SELECT 1")
+        assert [f for f, _ in outside_roots(spec, [tmp_path], roots)] == expected, path

@@ -466,8 +466,8 @@ def _files_doc(tmp: Path) -> dict[str, Any]:
 def test_a_query_failing_outside_a_step_is_started_again(
     tmp_path: Path, spark: SparkSession, failures: int
 ) -> None:
-    """A query that fails before a step (here its source's reader cannot start, in the
-    source's Python worker, as when that worker does not connect back in time) is started
+    """A query that fails before a step (here its trigger, in the source's Python worker,
+    cannot reach the driver, as when that worker does not connect back in time) is started
     again from the run's offset, up to QUERY_RESTARTS times in a row; then the run fails."""
     (tmp_path / "in").mkdir()
     for f in range(2):
@@ -479,21 +479,21 @@ def test_a_query_failing_outside_a_step_is_started_again(
         base_dir=str(tmp_path),
         spark=spark,
     )
-    options = r.plan.spark_options
+    step_input = r.input
     starts = 0
-    real = r._query
+    real, ends = r._query, step_input.step_end_socket
 
     def query() -> Any:
         nonlocal starts
         starts += 1
         if starts > failures:
             return real()
-        good = options["max_files_per_step"]
-        options["max_files_per_step"] = "not a number"  # the reader's __init__ raises
+        # The trigger's `latestOffset` finds no driver at this socket, and raises.
+        step_input.step_end_socket = lambda: str(tmp_path / "nobody.sock")  # type: ignore[method-assign]
         try:
             return real()
         finally:
-            options["max_files_per_step"] = good
+            step_input.step_end_socket = ends  # type: ignore[method-assign]
 
     r._query = query  # type: ignore[method-assign]
     try:

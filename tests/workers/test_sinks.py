@@ -18,9 +18,9 @@ from pipeline_spec.model import outside_roots
 from storage_engine import StorageLocation
 from storage_engine.schema import WEIGHT
 from workers import sinks
+from workers.input_files import list_input_files
 from workers.postgres_sinks import PostgresSink, SinkConflictError
 from workers.sinks import FilesSink, ViewSink
-from workers.sources import list_input_files
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 

@@ -61,6 +61,7 @@ def dataflow(name: str, s: DB, _: Viewer) -> DataflowOut:
     )
     figures = (last.operators or {}) if last is not None else {}
     inputs = (last.inputs or {}) if last is not None else {}
+    sinks = (last.sinks or {}) if last is not None else {}
 
     def table_input(n: GraphNode) -> dict[str, Any] | None:
         if n.kind != "table":
@@ -78,6 +79,7 @@ def dataflow(name: str, s: DB, _: Viewer) -> DataflowOut:
                 operator=n.operator,
                 metrics=figures.get(n.operator) if n.operator else None,
                 input=table_input(n),
+                sink=sinks.get(n.id.removeprefix("sink:")) if n.kind == "sink" else None,
             )
             for n in graph.nodes
         ],

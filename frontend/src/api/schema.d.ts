@@ -625,6 +625,8 @@ export interface components {
              * @description a stateful operator's persistent id
              */
             operator?: string | null;
+            /** @description a sink's rows and last written step after the newest step recorded */
+            sink?: components["schemas"]["SinkStepOut"] | null;
             /**
              * View
              * @description the view whose SQL holds the node
@@ -761,6 +763,10 @@ export interface components {
             rows_out: number;
             /** Run Id */
             run_id: number | null;
+            /** Sinks */
+            sinks?: {
+                [key: string]: components["schemas"]["SinkStepOut"];
+            } | null;
             /** Spark Ms */
             spark_ms: number;
             /** Spine Batches */
@@ -1001,6 +1007,22 @@ export interface components {
          * @enum {string}
          */
         RunState: "starting" | "running" | "stopped" | "finished" | "failed" | "lost";
+        /**
+         * SinkStepOut
+         * @description A sink after a step: what the step wrote to it, and when it last wrote.
+         */
+        SinkStepOut: {
+            /**
+             * Last Step
+             * @description the last step that wrote rows to the sink (a step whose view did not change writes none); null if none has yet
+             */
+            last_step?: number | null;
+            /**
+             * Rows
+             * @description rows (changes) the step wrote to the sink
+             */
+            rows: number;
+        };
         /** SpecValidation */
         SpecValidation: {
             /** Name */

@@ -170,11 +170,19 @@ def test_dataflow_graph_and_per_operator_figures(api: Api) -> None:
 
     t0 = time.time() - 5
     lag = {"events": {"offset": 500, "lag": 42, "partitions": None}}
+    sink_names = [s["name"] for s in spec["sinks"]]
+    sinks = {s: {"rows": 0, "last_step": 1} for s in sink_names}
     add_samples(
         api.db,
         api.pipeline_id(name),
         [
-            {"ts": t0 + i, "step": i, "operators": {join["operator"]: figures(i)}, "inputs": lag}
+            {
+                "ts": t0 + i,
+                "step": i,
+                "operators": {join["operator"]: figures(i)},
+                "inputs": lag,
+                "sinks": sinks,
+            }
             for i in (1, 2)
         ],
     )
@@ -184,6 +192,10 @@ def test_dataflow_graph_and_per_operator_figures(api: Api) -> None:
     assert join["metrics"] == figures(2) and agg["metrics"] is None
     # The input table's offset and lag after the newest step.
     assert {n["id"]: n["input"] for n in graph["nodes"]}["table:events"] == lag["events"]
+    # Each sink's last written step.
+    assert {n["id"]: n["sink"] for n in graph["nodes"] if n["kind"] == "sink"} == {
+        f"sink:{s}": sinks[s] for s in sink_names
+    }
     history = api.get(f"pipelines/{name}/metrics").json()
     assert [h["operators"][join["operator"]]["rows_in"] for h in history] == [1, 2]
     text = api.get("/metrics").text
@@ -193,6 +205,8 @@ def test_dataflow_graph_and_per_operator_figures(api: Api) -> None:
     assert metric(text, "spindle_operator_input_rows_per_second", **labels) == pytest.approx(3 / 60)
     assert metric(text, "spindle_operator_step_seconds", quantile="0.5", **labels) == 0.0025
     assert metric(text, "spindle_input_lag", pipeline=name, table="events") == 42
+    for s in sink_names:
+        assert metric(text, "spindle_sink_last_step", pipeline=name, sink=s) == 1
 
 
 def test_dataflow_of_an_operator_spec(api: Api) -> None:

@@ -68,6 +68,7 @@ function NodeBox({ box }: { box: Box }) {
       data-kind={n.kind}
       data-state-rows={n.metrics?.state_rows ?? undefined}
       data-lag={n.input?.lag ?? undefined}
+      data-last-step={n.sink?.last_step ?? undefined}
     >
       <title>{`${n.id}${n.view ? ` (view ${n.view})` : ""}`}</title>
       <rect width={w} height={h} rx={6} />
@@ -90,6 +91,10 @@ function figures(n: DataflowNode): string[] {
   if (n.input) {
     const lag = n.input.lag;
     return [`offset ${formatCount(n.input.offset)} · lag ${lag === null || lag === undefined ? "—" : formatCount(lag)}`];
+  }
+  if (n.sink) {
+    const last = n.sink.last_step;
+    return [`last written step ${last === null || last === undefined ? "—" : formatCount(last)}`];
   }
   if (!n.operator) return [];
   const m = n.metrics;
