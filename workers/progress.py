@@ -65,6 +65,8 @@ class QueryProgress:
     def __init__(self, on_progress: Callable[[dict[str, Any]], None]) -> None:
         self._on_progress = on_progress
         self._jlistener: Any = None
+        self._lock = threading.Lock()
+        self._removed = False
 
     def add(self, spark: SparkSession) -> None:
         gateway = spark.sparkContext._gateway
@@ -75,13 +77,21 @@ class QueryProgress:
         spark._jsparkSession.streams().addListener(self._jlistener)
 
     def remove(self, spark: SparkSession) -> None:
+        """After this returns, `on_progress` is not running and is never called again (an
+        event delivered as the listener was removed would otherwise write to a run's
+        storage after the run closed it)."""
         spark._jsparkSession.streams().removeListener(self._jlistener)
+        with self._lock:
+            self._removed = True
 
     def onQueryStarted(self, jevent: Any) -> None:
         pass
 
     def onQueryProgress(self, jevent: Any) -> None:
-        self._on_progress(json.loads(jevent.progress().json()))
+        progress = json.loads(jevent.progress().json())
+        with self._lock:
+            if not self._removed:
+                self._on_progress(progress)
 
     def onQueryIdle(self, jevent: Any) -> None:
         pass
