@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from pipeline_spec.model import is_object_path
 from storage_engine.errors import StorageError
-from storage_engine.objstore import ObjectStore, ObjectStoreSettings, RemoteUnavailableError
+from storage_engine.objstore import ObjectStore, RemoteUnavailableError, open_object_store
 
 
 class InputFilesError(RuntimeError):
@@ -88,14 +88,12 @@ class ObjectFiles(InputFiles):
     def __init__(self, url: str, table: str) -> None:
         super().__init__(url.rstrip("/"))
         self.table = table
-        bucket, _, prefix = url[len("s3://") :].partition("/")
         try:
-            settings = ObjectStoreSettings(bucket=bucket, prefix=prefix.strip("/"))
-        except ValueError as e:
-            raise InputFilesError(
-                f"table {table!r}: {url}: the object store is not set up: {e}"
-            ) from None
-        self.store = ObjectStore(settings)
+            store = open_object_store(url)
+        except ValueError as e:  # names the SPINDLE_S3_* setting missing or wrong
+            raise InputFilesError(f"table {table!r}: {e}") from None
+        assert isinstance(store, ObjectStore)
+        self.store, settings, bucket = store, store.settings, store.bucket
         try:
             exists = self.store.bucket_exists()
         except RemoteUnavailableError as e:

@@ -2,8 +2,9 @@
 regions as CSV and tiers as Parquet, each under its own `s3://` prefix. Files are read in
 name order, a step's downloaded first; a second run resumes at the checkpoint's file counts
 and reads the files uploaded since; the integrated output equals DuckDB's batch query over
-every file; bad lines are dead letters naming the object and the line. A missing bucket
-and a prefix outside the object roots are clear errors before anything runs."""
+every file; bad lines are dead letters naming the object and the line. A missing bucket,
+no object store configured and a prefix outside the object roots are clear errors before
+anything runs."""
 
 from __future__ import annotations
 
@@ -177,13 +178,21 @@ def test_files_tables_on_an_object_store_resume_and_match_the_batch_query(
 
 
 def test_a_missing_bucket_or_a_prefix_outside_the_roots_is_a_clear_error(
-    tmp_path: Path, spark: SparkSession, lake: tuple[SeaweedS3, str]
+    tmp_path: Path,
+    spark: SparkSession,
+    lake: tuple[SeaweedS3, str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _, bucket = lake
     doc = orders_only(spec(tmp_path, bucket))
     doc["source"]["path"] = "s3://no-such-bucket-here/in/orders"
     with pytest.raises(InputFilesError, match="bucket 'no-such-bucket-here' does not exist"):
         Runner(parse_spec(doc), str(tmp_path / "s1"), base_dir=str(tmp_path), spark=spark)
+    # No object store configured: the setting is named.
+    with monkeypatch.context() as m:
+        m.delenv("SPINDLE_S3_ENDPOINT")
+        with pytest.raises(InputFilesError, match=r"table 'orders': .*SPINDLE_S3_ENDPOINT"):
+            Runner(parse_spec(doc), str(tmp_path / "s3"), base_dir=str(tmp_path), spark=spark)
     doc["source"]["path"] = f"s3://{bucket}/elsewhere"
     with pytest.raises(SpecError) as e:
         Runner(
