@@ -184,8 +184,8 @@ class ObjectStore:
             return bool(self._client.bucket_exists(self.bucket))
 
     def ensure_bucket(self) -> None:
-        with self._errors(""):
-            if not self._client.bucket_exists(self.bucket):
+        if not self.bucket_exists():
+            with self._errors(""):
                 self._client.make_bucket(self.bucket)
 
     def put_file(self, key: str, path: str) -> None:

@@ -121,7 +121,7 @@ class FileBatches:
 
     def path_of(self, file: str) -> str:
         """The input file of a row of the batch last read, from its `__file`."""
-        return self._shown[int(file.split("-")[1])]
+        return self._shown[_index(file)]
 
     def bad_line_numbers(self, bad: Sequence[tuple[str, str]]) -> list[int | None]:
         """The line of each bad JSON record of the batch last read, given as (`__file`, its
@@ -137,7 +137,7 @@ class FileBatches:
             wanted[file].add(text)
         where: dict[tuple[str, str], list[int]] = {}
         for file, texts in wanted.items():
-            for n, text in _lines(self._paths[int(file.split("-")[1])], texts):
+            for n, text in _lines(self._paths[_index(file)], texts):
                 where.setdefault((file, text), []).append(n)
         counts: dict[tuple[str, str], int] = defaultdict(int)
         for key in bad:
@@ -157,6 +157,11 @@ class FileBatches:
             # After a failure the session may be gone, and its views with it.
             with contextlib.suppress(Exception):
                 self.spark.catalog.dropTempView(self._view)
+
+
+def _index(file: str) -> int:
+    """A row's file's position in its batch, from its `__file` (`<end>-<index>`)."""
+    return int(file.split("-")[1])
 
 
 def _lines(path: str, texts: set[str]) -> list[tuple[int, str]]:

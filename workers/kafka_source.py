@@ -89,7 +89,7 @@ class KafkaTable:
         self.src = src
         self.value_schema = pa.schema([f for f in src.arrow_schema() if f.name in src.schema_])
         self.schema = src.arrow_schema()
-        self._avro = _AvroValues(src) if src.avro_schema is not None else None
+        self._avro = _AvroValues(src, self.value_schema) if src.avro_schema is not None else None
         self._consumer = Consumer(client_config(src))
 
     def close(self) -> None:
@@ -305,14 +305,14 @@ class _AvroValues:
     so. A value that does not decode, or does not decode to exactly its bytes, or whose
     fields do not convert to the columns' types, does not parse."""
 
-    def __init__(self, src: KafkaSource) -> None:
+    def __init__(self, src: KafkaSource, value_schema: pa.Schema) -> None:
         import fastavro
 
         assert src.avro_schema is not None
         self._schema = fastavro.parse_schema(src.avro_schema)
         self._read = fastavro.schemaless_reader
         self._skip = 5 if src.avro_framing == "confluent" else 0
-        self.value_schema = pa.schema([f for f in src.arrow_schema() if f.name in src.schema_])
+        self.value_schema = value_schema
 
     def _datum(self, value: bytes | None) -> dict[str, Any] | None:
         if not value or (self._skip and (len(value) < self._skip or value[0] != 0)):
@@ -327,28 +327,20 @@ class _AvroValues:
         return {c: record.get(c) for c in self.value_schema.names}
 
     def parse(self, values: list[bytes | None]) -> tuple[pa.Table, set[int]]:
-        rows: list[dict[str, Any]] = []
-        bad: set[int] = set()
-        for i, v in enumerate(values):
-            row = self._datum(v)
-            if row is None:
-                bad.add(i)
-            else:
-                rows.append(row)
+        decoded = [(i, self._datum(v)) for i, v in enumerate(values)]
+        rows = [(i, r) for i, r in decoded if r is not None]
+        bad = {i for i, r in decoded if r is None}
         try:
-            return pa.Table.from_pylist(rows, schema=self.value_schema), bad
+            return pa.Table.from_pylist([r for _, r in rows], schema=self.value_schema), bad
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
             pass
         # Some field does not convert: find the records, one at a time.
-        good, kept = [], 0
-        for i in range(len(values)):
-            if i in bad:
-                continue
+        good = []
+        for i, r in rows:
             try:
-                good.append(pa.Table.from_pylist([rows[kept]], schema=self.value_schema))
+                good.append(pa.Table.from_pylist([r], schema=self.value_schema))
             except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
                 bad.add(i)
-            kept += 1
         return (pa.concat_tables(good) if good else self.value_schema.empty_table()), bad
 
 

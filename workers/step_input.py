@@ -48,6 +48,7 @@ class StepInput:
         self.listing = (
             open_input_files(src.path, src.table, roots) if isinstance(src, S.FilesSource) else None
         )
+        self._names: list[str] = []  # the files source's last listing
         self.kafka = KafkaTable(src) if isinstance(src, S.KafkaSource) else None
         # The query's trigger asks the driver where steps end (`step_ends.py`); the answers
         # come on a thread of their own, through a Kafka consumer of their own.
@@ -70,12 +71,17 @@ class StepInput:
             return None
         if self.files is None:
             return self.driver_frame(start, end)
-        self._read_files(self._file_names()[start:end], end)
+        self._read_files(self._file_names(end)[start:end], end)
         return self.files.rows()
 
-    def _file_names(self) -> list[str]:
+    def _file_names(self, at_least: int | None = None) -> list[str]:
+        """The files in offset order: listed now, or, given `at_least`, the last listing if
+        it holds that many (files are immutable and new ones sort after the old, so a
+        listing's first files never change; a step's files were listed by its trigger)."""
         assert self.listing is not None
-        return self.listing.names()
+        if at_least is None or len(self._names) < at_least:
+            self._names = self.listing.names()
+        return self._names
 
     def _read_files(self, names: list[str], end: int) -> None:
         """Point `files` at these files (of the step ending at `end`), fetched if remote."""
@@ -130,7 +136,7 @@ class StepInput:
         if not isinstance(src, S.FilesSource) or self.files is None:
             return None
         stop = start + src.max_files_per_step if end is None else end
-        names = self._file_names()[start:stop]
+        names = self._file_names(end)[start:stop]
         if not names:
             return None
         last = start + len(names)
