@@ -535,13 +535,17 @@ def test_uncommitted_spills_are_removed_at_next_open(tmp_path: Path) -> None:
         sp = loc.spine("op", INT)
         sp.insert(rows(0, 100))
         uid = loc.commit()
-        committed = batch_files(str(tmp_path))
+        # The checkpoint's own list: a merge finishing after the commit may add a file here
+        # that no checkpoint references.
+        committed = referenced(loc)
         for i in range(10):
             sp.insert(rows(100 + i * 100, 200 + i * 100))
         loc.wait_idle()
-        assert batch_files(str(tmp_path)) - committed  # spilled, never committed
+        spilled = batch_files(str(tmp_path)) - committed
+        assert spilled  # spilled, never committed
     with open_loc(tmp_path, settings=s) as loc:
-        assert batch_files(str(tmp_path)) == committed
+        files = batch_files(str(tmp_path))
+        assert committed <= files and not files & spilled
         assert loc.restored is not None and loc.restored.uuid == uid
         assert state(loc) == rows(0, 100).to_dict()
 
