@@ -2,7 +2,7 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: bootstrap services browser ui ui-check run test test-full test-quick lint bench
+.PHONY: bootstrap services browser ui ui-check run test test-full test-quick lint bench bench-flink bench-nexmark
 
 bootstrap:
 	@bash scripts/bootstrap.sh
@@ -45,3 +45,16 @@ bench: bootstrap
 	$(PY) -m bench.engine --json
 	$(PY) -m bench.commit --json
 	$(PY) -m bench.api --json
+
+# The Flink side of `python -m bench.nexmark` runs in an environment of its own (~850 MB that
+# the tests do not need), with the machine's Python and Java 17.
+FLINK_VENV := .venv-flink
+bench-flink: $(FLINK_VENV)/bin/pyflink-shell.sh
+
+$(FLINK_VENV)/bin/pyflink-shell.sh: bench/flink/requirements.txt
+	python3 -m venv $(FLINK_VENV)
+	$(FLINK_VENV)/bin/pip install -q -r bench/flink/requirements.txt
+	touch $@
+
+bench-nexmark: bootstrap bench-flink
+	$(PY) -m bench.nexmark --json

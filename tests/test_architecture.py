@@ -2,8 +2,9 @@
 statement counts, those inside functions and under TYPE_CHECKING too.
 
 - `pipeline_spec` and `local_servers` import nothing else of Spindle's; `storage_engine`
-  imports no package above it; `sql` (SQL to dataflow) imports only the engine and the spec;
-  the control plane (`backend`) does not import Spark.
+  imports no package above it; `oracles` (the tests' and benchmarks' references) reaches no
+  runtime package, and nothing of the product imports it; `sql` (SQL to dataflow) imports
+  only the engine and the spec; the control plane (`backend`) does not import Spark.
 - Tests import the benchmarks only to test them (`tests/bench/`).
 - No import cycle between modules.
 - No module over 600 lines unless its docstring says why (a paragraph starting
@@ -27,6 +28,7 @@ PACKAGES = (
     "workers",
     "cli",
     "local_servers",
+    "oracles",
 )
 ROOT = Path(__file__).resolve().parents[1]
 LONG_MODULE_LINES = 600
@@ -119,6 +121,8 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
             ("local_servers", p)
             for p in ("pipeline_spec", "storage_engine", "sql", "backend", "workers")
         ),
+        *(("oracles", p) for p in ("backend", "workers", "cli", "pyspark")),
+        *((p, "oracles") for p in ("pipeline_spec", "storage_engine", "sql", "backend", "workers")),
     ],
 )
 def test_a_package_does_not_reach(graph: grimp.ImportGraph, importer: str, imported: str) -> None:

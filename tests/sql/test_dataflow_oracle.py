@@ -5,11 +5,9 @@ restore in the middle."""
 
 from __future__ import annotations
 
-import math
 import random
 from collections import Counter
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,7 @@ import pyarrow as pa
 import pytest
 import sqlglot
 
+from oracles.nexmark import norm as _norm
 from sql.dataflow import Dataflow
 from sql.parse import parse
 from sql.planner import plan
@@ -145,16 +144,6 @@ def _rows(rng: random.Random, table: str, n: int) -> list[tuple[Any, ...]]:
 def _table(schema: pa.Schema, rows: list[tuple[Any, ...]], weights: list[int]) -> pa.Table:
     cols = [pa.array([r[i] for r in rows], f.type) for i, f in enumerate(schema)]
     return pa.table([*cols, pa.array(weights, pa.int64())], names=[*schema.names, WEIGHT])
-
-
-def _norm(v: Any) -> Any:
-    if isinstance(v, datetime):  # as epoch microseconds: DuckDB's zone is the machine's
-        return (v - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
-    if isinstance(v, float):
-        return None if math.isnan(v) else round(v, 6)
-    if isinstance(v, Decimal):
-        return round(float(v), 6)
-    return v
 
 
 def _oracle(sql: str, live: dict[str, Counter[tuple[Any, ...]]]) -> Counter[tuple[Any, ...]]:

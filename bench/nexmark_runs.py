@@ -1,0 +1,250 @@
+"""One Nexmark query on one system, in processes of its own, for `bench.nexmark`: Spindle (a
+driver process, `workers.driver run`), Spark Structured Streaming (`bench.nexmark_spark`) and
+Flink SQL (`bench/flink/nexmark_flink.py` in the benchmark's Flink environment).
+
+Each run's processes (a Python process and its JVM) are sampled for their summed resident
+memory; its peak is the run's `peak_rss_bytes`. With `collect`, the query's output is kept
+and returned as net rows (`oracles.nexmark.Rows`) for the comparison with the oracle.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+import pyarrow.parquet as pq
+import yaml
+
+from oracles.nexmark import Rows, norm
+from storage_engine.schema import WEIGHT
+from workers.sinks import STEP
+
+from .nexmark_queries import (
+    EVENTS_DDL,
+    ROOT,
+    Query,
+    flink_events_ddl,
+    flink_side_ddl,
+    flink_statements,
+    spark_statements,
+)
+
+FLINK_PYTHON = ROOT / ".venv-flink" / "bin" / "python"
+FLINK_SCRIPT = ROOT / "bench" / "flink" / "nexmark_flink.py"
+CHECKPOINT_S = 10
+TIMEOUT_S = 1800
+# Flink's own Nexmark setup (flink-benchmarks' nexmark-flink conf): mini-batches of 2 s or
+# 50,000 rows, split distinct aggregates, RocksDB in managed memory.
+FLINK_CONF = {
+    "parallelism.default": 2,
+    "table.local-time-zone": "UTC",
+    "state.backend.type": "rocksdb",
+    "state.backend.rocksdb.memory.managed": "true",
+    "taskmanager.memory.managed.size": "1g",
+    "execution.checkpointing.interval": f"{CHECKPOINT_S} s",
+    "table.exec.mini-batch.enabled": "true",
+    "table.exec.mini-batch.allow-latency": "2 s",
+    "table.exec.mini-batch.size": 50_000,
+    "table.optimizer.distinct-agg.split.enabled": "true",
+    "pipeline.object-reuse": "true",
+}
+
+
+class RunFailed(RuntimeError):
+    pass
+
+
+def _measured(cmd: list[str], log: Path, cwd: Path = ROOT) -> int:
+    """Run `cmd` to its end (its output to `log`); the peak of its processes' summed RSS."""
+    peak = [0]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TZ": "UTC"}
+    with open(log, "wb") as out:
+        p = subprocess.Popen(
+            cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+            start_new_session=True,
+        )  # fmt: skip
+        done = threading.Event()
+
+        def sample() -> None:
+            proc = psutil.Process(p.pid)
+            while not done.wait(0.2):
+                try:
+                    tree = [proc, *proc.children(recursive=True)]
+                    peak[0] = max(peak[0], sum(_rss(x) for x in tree))
+                except psutil.Error:
+                    return
+
+        t = threading.Thread(target=sample, daemon=True)
+        t.start()
+        try:
+            rc = p.wait(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+            raise RunFailed(f"{cmd[1:4]} ran over {TIMEOUT_S} s") from None
+        finally:
+            done.set()
+            t.join()
+    if rc != 0:
+        tail = log.read_text(errors="replace")[-3000:]
+        raise RunFailed(f"{' '.join(cmd[:4])} exited {rc}:\n{tail}")
+    return peak[0]
+
+
+def _rss(p: psutil.Process) -> int:
+    try:
+        return int(p.memory_info().rss)
+    except psutil.Error:
+        return 0
+
+
+def _latency(ms: list[float]) -> dict[str, float]:
+    return {
+        "p50_batch_ms": float(np.percentile(ms, 50)),
+        "p99_batch_ms": float(np.percentile(ms, 99)),
+    }
+
+
+def _dir_bytes(path: Path) -> int:
+    """Bytes of the files under `path` (0 if there is none)."""
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _integrated(changes: Iterable[tuple[Iterable[Any], int]]) -> Rows:
+    """Rows with weights (or counts), summed: the rows that stand, each as often as it does."""
+    net: Rows = Counter()
+    for row, weight in changes:
+        net[tuple(norm(v) for v in row)] += weight
+    return +net
+
+
+def _json_changes(path: Path) -> Rows:
+    """A peer's collected output: JSON lines of `row` and `weight`."""
+    lines = path.read_text().splitlines()
+    return _integrated((r["row"], r["weight"]) for r in map(json.loads, lines))
+
+
+def spindle(
+    q: Query, events: Path, work: Path, collect: bool
+) -> tuple[dict[str, Any], Rows | None]:
+    doc = yaml.safe_load(q.spec.model_dump_json(by_alias=True, exclude_none=True))
+    doc["source"] = {
+        "kind": "files",
+        "table": "events",
+        "path": str(events),
+        "format": "json",
+        "schema": dict(c.split() for c in EVENTS_DDL.split(",")),
+        "max_files_per_step": 1,
+        **({"event_time": doc["source"]["event_time"]} if q.lateness_s is not None else {}),
+    }
+    for t in doc.get("tables", []):
+        t["path"] = str(ROOT / t["path"])
+    out = work / "out"
+    doc["sinks"] = (
+        [{"name": "out", "kind": "files", "from": q.name, "path": str(out)}] if collect else []
+    )
+    doc["checkpoint"] = {"every_steps": None, "every": CHECKPOINT_S}
+    doc["trigger"] = {"interval": "10ms"}
+    spec, storage = work / "spec.yaml", work / "storage"
+    spec.write_text(yaml.safe_dump(doc))
+    cmd = [sys.executable, "-m", "workers.driver", "run", str(spec), "--storage", str(storage)]
+    peak = _measured([*cmd, "--stop-when-idle", "3"], work / "driver.log")
+    recs = [json.loads(x) for x in (storage / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in recs if "step" in r]
+    batches = [r for r in recs if r.get("event") == "batch"]
+    started = next(r for r in recs if r.get("event") == "started")
+    ms = [b["duration_ms"]["triggerExecution"] for b in batches]
+    result = {
+        "events": sum(s["rows_in"] for s in steps),
+        "span_s": batches[-1]["ts"] - batches[0]["ts"] + ms[0] / 1000,
+        "startup_s": started["total_ms"] / 1000,
+        **_latency(ms),
+        "peak_rss_bytes": peak,
+        "state_bytes": steps[-1]["state_bytes"],
+    }
+    rows = None
+    if collect:
+        table = pq.read_table(out).drop_columns([STEP])
+        weights = table.column(WEIGHT).to_pylist()
+        data = table.drop_columns([WEIGHT]).to_pylist()
+        rows = _integrated(zip((r.values() for r in data), weights, strict=True))
+    return result, rows
+
+
+def spark(q: Query, events: Path, work: Path, collect: bool) -> tuple[dict[str, Any], Rows | None]:
+    cfg = {
+        "query": q.name,
+        "events": str(events),
+        "schema": EVENTS_DDL,
+        "watermark": None if q.lateness_s is None else f"{q.lateness_s:g} seconds",
+        "side": str(q.side_input) if q.side_input else None,
+        "statements": spark_statements(q, checked=collect),
+        "collect": collect,
+        "work": str(work),
+        "out": str(work / "out.jsonl"),
+        "result": str(work / "result.json"),
+        "files": len(list(events.iterdir())),
+        "timeout_s": TIMEOUT_S,
+    }
+    config = work / "config.json"
+    config.write_text(json.dumps(cfg))
+    peak = _measured([sys.executable, "-m", "bench.nexmark_spark", str(config)], work / "log")
+    got = json.loads((work / "result.json").read_text())
+    if "refused" in got:
+        return {"refused": got["refused"]}, None
+    batches = got["batches"]
+    ms = [b["ms"] for b in batches]
+    result = {
+        "span_s": batches[-1]["ts"] + ms[-1] / 1000 - batches[0]["ts"],
+        "startup_s": got["startup_s"],
+        "output_mode": got["output_mode"],
+        **_latency(ms),
+        "peak_rss_bytes": peak,
+        "state_bytes": _dir_bytes(work / f"checkpoint-{got['output_mode']}" / "state"),
+    }
+    return result, _json_changes(work / "out.jsonl") if collect else None
+
+
+def flink(q: Query, events: Path, work: Path, collect: bool) -> tuple[dict[str, Any], Rows | None]:
+    if not FLINK_PYTHON.exists():
+        raise RunFailed(f"no Flink environment at {FLINK_PYTHON.parent.parent}: make bench-flink")
+    tables = [flink_events_ddl(str(events), q.lateness_s)]
+    if q.side_input:
+        tables.append(flink_side_ddl(str(q.side_input)))
+    checkpoints = work / "checkpoints"
+    cfg = {
+        "query": q.name,
+        "tables": tables,
+        "statements": flink_statements(q),
+        "collect": collect,
+        "out": str(work / "out.jsonl"),
+        "flink_conf": {
+            **FLINK_CONF,
+            "execution.checkpointing.dir": checkpoints.as_uri(),
+            # The timed run ends when its input is processed, as the others' spans do, not
+            # after a final checkpoint; the kept run's file sink commits on that checkpoint.
+            "execution.checkpointing.checkpoints-after-tasks-finish": str(collect).lower(),
+        },
+    }
+    config = work / "config.json"
+    config.write_text(json.dumps(cfg))
+    log = work / "log"
+    peak = _measured([str(FLINK_PYTHON), str(FLINK_SCRIPT), str(config)], log)
+    got = json.loads(log.read_text().strip().splitlines()[-1])
+    result = {
+        "span_s": got["net_runtime_s"],
+        "startup_s": got["startup_s"],
+        "peak_rss_bytes": peak,
+        "state_bytes": _dir_bytes(checkpoints),
+    }
+    return result, _json_changes(work / "out.jsonl") if collect else None

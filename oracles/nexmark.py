@@ -1,0 +1,86 @@
+"""The Nexmark queries of docs/examples/nexmark/ run by DuckDB as batch queries: the oracle
+that tests/sql/test_nexmark.py and `bench.nexmark` compare every system's output with.
+
+DuckDB runs each query's own SQL (transpiled by sqlglot), except where it lacks a construct:
+the window table functions (q5, q7, q8, q11) and the tie-break of q19's ranking are written
+out for it. Rows are compared as multisets of normalised values (`norm`): timestamps as epoch
+microseconds (a zone-less one is UTC), numbers rounded to 6 decimals.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from sql.parse import parse
+
+Rows = Counter[tuple[Any, ...]]
+
+_WS = "(epoch_us(date_time) // {size}) * {size}"
+HAND_WRITTEN = {
+    "q5": f"""WITH w AS (SELECT auction, {_WS.format(size=2_000_000)} - j * 2000000 AS ws
+            FROM bid, range(5) AS r(j)),
+        c AS (SELECT auction, count(*) AS num, ws FROM w GROUP BY auction, ws),
+        m AS (SELECT max(num) AS maxn, ws FROM c GROUP BY ws)
+        SELECT c.auction, c.num FROM c JOIN m ON c.ws = m.ws AND c.num >= m.maxn""",
+    "q7": f"""WITH b1 AS (SELECT max(price) AS maxprice, {_WS.format(size=10_000_000)} AS ws
+            FROM bid GROUP BY ws)
+        SELECT b.auction, b.price, b.bidder, b.date_time, b.extra FROM bid b JOIN b1
+        ON b.price = b1.maxprice AND epoch_us(b.date_time) BETWEEN b1.ws AND b1.ws + 10000000""",
+    "q8": f"""WITH p AS (SELECT DISTINCT id, name, {_WS.format(size=10_000_000)} AS ws FROM person),
+        a AS (SELECT DISTINCT seller, {_WS.format(size=10_000_000)} AS ws FROM auction)
+        SELECT p.id, p.name, p.ws FROM p JOIN a ON p.id = a.seller AND p.ws = a.ws""",
+    # A new session where a bidder's bid follows the one before by 10 seconds or more.
+    "q11": """WITH s AS (SELECT bidder, date_time, CASE WHEN date_time - lag(date_time)
+                OVER (PARTITION BY bidder ORDER BY date_time) < INTERVAL 10 SECOND
+                THEN 0 ELSE 1 END AS new FROM bid),
+            n AS (SELECT *, sum(new) OVER (PARTITION BY bidder ORDER BY date_time
+                ROWS UNBOUNDED PRECEDING) AS session FROM s)
+        SELECT bidder, count(*), min(date_time), max(date_time) + INTERVAL 10 SECOND
+        FROM n GROUP BY bidder, session""",
+    # Spindle breaks ties in the ORDER BY with the other columns, ascending, NULLs first.
+    "q19": """SELECT auction, bidder, price, date_time, rank_number FROM (
+        SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC,
+            bidder NULLS FIRST, channel NULLS FIRST, url NULLS FIRST,
+            date_time NULLS FIRST, extra NULLS FIRST) AS rank_number FROM bid)
+        WHERE rank_number <= 10""",
+}
+
+
+def norm(v: Any) -> Any:
+    """One value as every system's output is compared: timestamps as epoch microseconds
+    (DuckDB's zone is the machine's; a zone-less timestamp is UTC), numbers to 6 decimals."""
+    if isinstance(v, datetime):
+        if v.tzinfo is None:
+            v = v.replace(tzinfo=UTC)
+        return (v - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+    if isinstance(v, float):
+        return None if math.isnan(v) else round(v, 6)
+    if isinstance(v, Decimal):
+        return round(float(v), 6)
+    return v
+
+
+def rows_of(rows: Iterable[Iterable[Any]]) -> Rows:
+    return Counter(tuple(norm(v) for v in r) for r in rows)
+
+
+def oracle(name: str, sql: str, tables: dict[str, pa.Table]) -> Rows:
+    """Query `name` (the last view of `sql`, after the table views person, auction and bid)
+    over `tables` (the input tables by name: `events`, and side inputs)."""
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    for table, rows in tables.items():
+        con.register(table, rows)
+    views = parse(sql).views
+    for v in views[:-1]:
+        con.execute(f"CREATE VIEW {v.name} AS {v.query.sql(dialect='duckdb')}")
+    query = HAND_WRITTEN.get(name) or views[-1].query.sql(dialect="duckdb")
+    return rows_of(con.execute(query).fetchall())
