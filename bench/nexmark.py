@@ -13,16 +13,17 @@ bounded input with a final watermark; Spindle's views are never held back).
 
 Per query and system, in processes of their own: one run over the N events to a sink that
 discards the output (Spindle: a pipeline without sinks; Spark: `noop`; Flink: `blackhole`),
-reading one file per step (Spindle, Spark), checkpoints every 10 s (Spark checkpoints every
+reading one file per step (Spindle, Spark; Flink reads the same events concatenated into one
+file, in order: see `nexmark_runs._one_file`), checkpoints every 10 s (Spark checkpoints every
 micro-batch: it cannot do otherwise), parallelism 2; then one run over `check_events` events
 whose output is kept and compared with DuckDB's batch query (`oracles/nexmark.py`): a fast
 wrong answer is not a result. Figures per query and system: events/s (the events over the
 processing span: Spindle and Spark from the first micro-batch's start to the last one's end,
 Flink its job's net runtime; the start-up before it reported apart), p50/p99 micro-batch
 latency (Spindle, Spark: Spark's triggerExecution of each), peak RSS of the run's processes,
-state bytes at the end (Spindle: its spines; Spark: its state store directory; Flink: its
-checkpoint directory), `correct`. A query Spark's streaming engine refuses is reported with
-Spark's reason.
+state bytes at the end (Spindle: its spines; Spark: its state store directory; Flink: not
+measured, it discards a finished job's checkpoints), `correct`. A query Spark's streaming
+engine refuses is reported with Spark's reason.
 """
 
 from __future__ import annotations

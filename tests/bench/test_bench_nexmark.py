@@ -1,7 +1,8 @@
 """The Nexmark benchmark runs end to end at a tiny size on Spindle and Spark and reports every
-figure, each system's output equal to the oracle's (no timing is asserted). Flink's side needs
-the benchmark's own environment (`make bench-flink`), which the test environment does not
-have; its statements are checked here as text."""
+figure, each system's output equal to the oracle's (no timing is asserted; four Spark and
+driver processes, one to two minutes: `--full` only). Flink's side needs the benchmark's own
+environment (`make bench-flink`), which the test environment does not have; its statements
+are checked here as text."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ import json
 import math
 from pathlib import Path
 
+import pytest
+
 from bench.nexmark import read_events, run_benchmark, write_events
 from bench.nexmark_queries import flink_events_ddl, flink_statements, load, names, spark_statements
 
 
+@pytest.mark.full
 def test_smoke_report_has_every_figure(tmp_path: Path) -> None:
     report = run_benchmark("smoke", str(tmp_path), systems=("spindle", "spark"))
     json.dumps(report)
