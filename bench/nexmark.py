@@ -126,9 +126,16 @@ def _run(
 
 
 def run_query(
-    q: Query, systems: Sequence[str], data: dict[str, Path], n: dict[str, int], work: Path, log: Log
+    q: Query,
+    systems: Sequence[str],
+    data: dict[str, Path],
+    check_input: pa.Table,
+    events: int,
+    work: Path,
+    log: Log,
 ) -> dict[str, Any]:
-    check_input = read_events(data["check"])
+    """`events`: how many the timed runs read (the sentinel included); `check_input`: the
+    checked runs' events, as the oracle reads them."""
     want = oracle(q.name, q.spec.sql or "", {"events": check_input, **_side_tables(q)})
     out: dict[str, Any] = {"oracle_rows": sum(want.values())}
     for system in systems:
@@ -136,7 +143,7 @@ def run_query(
         try:
             fig, _ = _run(system, q, data["bench"], work / q.name / system, False)
             if "refused" not in fig:
-                fig["events_per_s"] = n["bench"] / fig["span_s"]
+                fig["events_per_s"] = events / fig["span_s"]
                 _, got = _run(system, q, data["check"], work / q.name / f"{system}-check", True)
                 fig["correct"] = got == want
                 if got != want and got is not None:
@@ -187,10 +194,11 @@ def run_benchmark(
         data = {"bench": work / "events", "check": work / "check-events"}
         write_events(data["bench"], prof.events, prof.per_file)
         write_events(data["check"], prof.check_events, prof.check_per_file)
-        # every event read, the sentinel included
-        n = {"bench": prof.events + 1, "check": prof.check_events + 1}
+        check_input = read_events(data["check"])
         for name in chosen:
-            report["queries"][name] = run_query(load(name), systems, data, n, work / "runs", log)
+            report["queries"][name] = run_query(
+                load(name), systems, data, check_input, prof.events + 1, work / "runs", log
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     report["elapsed_s"] = time.perf_counter() - started
@@ -217,8 +225,9 @@ def _peer_versions(systems: Sequence[str]) -> dict[str, str]:
 
 
 def _cell(fig: dict[str, Any]) -> str:
-    if "refused" in fig or "failed" in fig:
-        return "refused" if "refused" in fig else "failed"
+    for outcome in ("refused", "failed"):
+        if outcome in fig:
+            return outcome
     return f"{fig['events_per_s']:>9.0f} ev/s {'ok' if fig['correct'] else 'WRONG'}"
 
 

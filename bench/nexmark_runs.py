@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -137,7 +138,7 @@ def _json_changes(path: Path) -> Rows:
 def spindle(
     q: Query, events: Path, work: Path, collect: bool
 ) -> tuple[dict[str, Any], Rows | None]:
-    doc = yaml.safe_load(q.spec.model_dump_json(by_alias=True, exclude_none=True))
+    doc = json.loads(q.spec.model_dump_json(by_alias=True, exclude_none=True))
     doc["source"] = {
         "kind": "files",
         "table": "events",
@@ -226,7 +227,8 @@ def _one_file(events: Path) -> Path:
         tmp.mkdir()
         with open(tmp / "events.json", "wb") as out:
             for f in sorted(events.iterdir()):
-                out.write(f.read_bytes())
+                with open(f, "rb") as part:
+                    shutil.copyfileobj(part, out)
         tmp.rename(one)
     return one
 
