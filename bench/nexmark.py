@@ -12,7 +12,7 @@ the watermark past the last window, which Spark's append mode needs to emit it (
 bounded input with a final watermark; Spindle's views are never held back).
 
 Per query and system, in processes of their own: one run over the N events to a sink that
-discards the output (Spindle: a pipeline without sinks; Spark: `noop`; Flink: `blackhole`),
+discards the output (Spindle: a `discard` sink; Spark: `noop`; Flink: `blackhole`),
 reading one file per step (Spindle, Spark; Flink reads the same events concatenated into one
 file, in order: see `nexmark_runs._one_file`), checkpoints every 10 s (Spark checkpoints every
 micro-batch: it cannot do otherwise), parallelism 2; then one run over `check_events` events

@@ -55,7 +55,7 @@ from .fields import (
 from .fields import SpecModel as _Model
 from .kafka import KafkaSink, KafkaSource
 from .offsets import Offset
-from .sinks import DeltaSink, FilesSink, PostgresSink, Sink, ViewSink
+from .sinks import DeltaSink, DiscardSink, FilesSink, PostgresSink, Sink, ViewSink
 
 # -- sources -----------------------------------------------------------------------------
 
@@ -499,6 +499,7 @@ __all__ = [
     "DROP_STATE_RE",
     "LOG_TYPES",
     "DeltaSink",
+    "DiscardSink",
     "EventTime",
     "FilesSink",
     "InputSource",

@@ -94,6 +94,16 @@ class ViewSink(_Model):
     from_: str = Field(alias="from")
 
 
+class DiscardSink(_Model):
+    """Flink's `blackhole`, Spark's `noop`: the view is computed and its changes counted
+    (the sink's rows and last step), then dropped. For benchmarks and for trying a query."""
+
+    name: str = Field(pattern=NAME_RE)
+    kind: Literal["discard"]
+    from_: str = Field(alias="from")
+
+
 Sink = Annotated[
-    FilesSink | PostgresSink | DeltaSink | KafkaSink | ViewSink, Field(discriminator="kind")
+    FilesSink | PostgresSink | DeltaSink | KafkaSink | ViewSink | DiscardSink,
+    Field(discriminator="kind"),
 ]

@@ -185,6 +185,8 @@ class BatchJobs:
             part = rows.filter(mask).select(list(range(k, k + len(schema))))
             inputs[name] = part.rename_columns(schema.names).cast(schema)
             k += len(schema)
+        if self.plan.padded is not None and SOURCE in inputs:
+            inputs[SOURCE] = _padded(inputs[SOURCE], self.plan.padded)
         rows_in = sum(x.num_rows for x in inputs.values())
         if batch is not None:  # its dead letters, end and oldest event cover the batch
             return MicroBatch(
@@ -244,3 +246,11 @@ class BatchJobs:
             "__line",
             END,
         )
+
+
+def _padded(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    """`rows` with every column of `schema`, those it lacks as nulls (`Plan.padded`)."""
+    n = rows.num_rows
+    have = set(rows.column_names)
+    cols = [rows.column(f.name) if f.name in have else pa.nulls(n, f.type) for f in schema]
+    return pa.table(cols, schema=schema)

@@ -16,7 +16,8 @@ from pyspark.sql.types import StructType
 from pipeline_spec import expressions
 from pipeline_spec import model as S
 from sql.dataflow import Dataflow
-from sql.spec import plan_spec
+from sql.liveness import live_columns
+from sql.spec import SqlPlan, plan_spec
 from storage_engine.circuit import (
     Aggregate,
     Circuit,
@@ -56,6 +57,9 @@ class Plan:
     # The further input tables (spec `tables`), each read as a one-source pipeline's
     # source is, into the circuit input `table_input(name)`.
     tables: dict[str, Plan] = field(default_factory=dict)
+    # A SQL table's whole schema when Spark reads only its live columns (`_read_live`):
+    # the circuit gets the others as nulls.
+    padded: pa.Schema | None = None
 
 
 def source_schema(spark: SparkSession, source: S.InputSource) -> StructType:
@@ -140,6 +144,7 @@ def plan(spark: SparkSession, spec: S.PipelineSpec) -> Plan:
     schemas: dict[str, pa.Schema] = {}
     ops: list[Operator] = []
     flow: Dataflow | None = None
+    sql: SqlPlan | None = None
     more: dict[str, pa.Schema] = {}
     if spec.sql is not None:
         sql = plan_spec(spec)
@@ -168,37 +173,77 @@ def plan(spark: SparkSession, spec: S.PipelineSpec) -> Plan:
     lines = isinstance(spec.source, S.FilesSource) and spec.source.format != "parquet"
     pre = pre_aggregation(circuit, stream_arrow, event_time, lines)
     opts = _options(spec.source, src)
+    live = _live(spec, sql)
     tables = {
         source.table: _table_plan(
-            spark, spec.table_spec(source.table), where, more[source.table], circuit
+            spark, spec.table_spec(source.table), where, more[source.table], circuit, live
         )
         for where, source in spec.input_fields()
         if source.table in more
     }
-    return Plan(spec, src, stream_arrow, inputs, schemas, circuit, opts, event_time, pre, tables)
+    padded = None
+    if sql is not None and not ops and pre is None:
+        src, stream_arrow, padded = _read_live(spec.source, src, sql.schema, live[sql.table])
+        schemas[SOURCE] = stream_arrow
+    return Plan(
+        spec, src, stream_arrow, inputs, schemas, circuit, opts, event_time, pre, tables, padded
+    )
+
+
+def _live(spec: S.PipelineSpec, sql: SqlPlan | None) -> dict[str, set[str]]:
+    """Per SQL table, the columns its views need (`sql.liveness`); every column of each
+    table when the spec has no SQL."""
+    if sql is None:
+        return {}
+    read = {s.from_ for s in spec.sinks}
+    live = live_columns(sql.views, read, {t: e.column for t, e in sql.event_time.items()})
+    return {t: live.get(t, set()) for t in sql.tables}
+
+
+def _read_live(
+    source: S.InputSource, src: StructType, schema: pa.Schema, live: set[str]
+) -> tuple[StructType, pa.Schema, pa.Schema | None]:
+    """What Spark reads of a SQL table: the source schema, the rows' Arrow schema, and the
+    whole schema to pad them to (None: Spark reads every column). JSON and Parquet files
+    are read by column name, so Spark's readers parse and ship only the live columns; CSV
+    lines are parsed by position, and the other sources' rows are made in the driver."""
+    readable = isinstance(source, S.FilesSource) and source.format in ("json", "parquet")
+    keep = [f.name for f in schema if f.name in live] or schema.names[:1]
+    if not readable or len(keep) == len(schema):
+        return src, schema, None
+    fields = StructType([f for f in src.fields if f.name in keep])
+    return fields, pa.schema([schema.field(n) for n in keep]), schema
 
 
 def _table_plan(
-    spark: SparkSession, lane: S.PipelineSpec, where: str, schema: pa.Schema, circuit: Stepper
+    spark: SparkSession,
+    lane: S.PipelineSpec,
+    where: str,
+    schema: pa.Schema,
+    circuit: Stepper,
+    live: dict[str, set[str]],
 ) -> Plan:
     """A further input table's plan (`lane`: the spec as that table sees it, `where`: its
     field, `tables.<i>`): read as a one-source SQL pipeline's source is, its rows the
-    circuit input `table_input(table)`."""
+    circuit input `table_input(table)`; `live`: the columns of each table its views need."""
     try:
         src = source_schema(spark, lane.source)
     except S.SpecError as e:
         raise S.SpecError([(where + p.removeprefix("source"), m) for p, m in e.errors]) from None
     if arrow_schema(src).names != schema.names:
         raise S.SpecError([(f"{where}.schema", f"Spark reads {arrow_schema(src).names}")])
+    event_time = _event_time(lane, schema)
+    read, rows, padded = _read_live(lane.source, src, schema, live[lane.source.table])
     return Plan(
         lane,
-        src,
-        schema,
+        read,
+        rows,
         {SOURCE: (None, ["*"])},
-        {SOURCE: schema},
+        {SOURCE: rows},
         circuit,
         _options(lane.source, src),
-        _event_time(lane, schema),
+        event_time,
+        padded=padded,
     )
 
 

@@ -13,6 +13,7 @@ crash between a sink write and the next checkpoint never duplicates output.
   a Delta Lake table, one commit per step carrying the step as Delta's transaction id.
 - `kafka` (`kafka_sink`): a record per change, or per changed key (upsert), in one Kafka
   transaction per step; steps already committed to the topic are skipped, not rolled back.
+- `discard`: nothing kept (Flink's `blackhole`); its rows count in the metrics.
 - `view`: the integrated output kept in a spine of the pipeline's storage location, so it is
   checkpointed with the state and rolled back by the restore itself; readable by key prefix
   or by page.
@@ -136,6 +137,28 @@ def _fsync(path: str) -> None:
         os.close(fd)
 
 
+class DiscardSink:
+    """Drops what it is given: the view is computed, and nothing is kept."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def rollback(self, step: int) -> None:
+        pass
+
+    def write(self, step: int, delta: pa.Table) -> None:
+        pass
+
+    def sync(self) -> None:
+        pass
+
+    def forget_through(self, step: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 class ViewSink:
     """The integrated output of an operator, in a spine checkpointed with the state."""
 
@@ -203,6 +226,8 @@ def open_sinks(
             out[s.name] = DeltaSink(s, schema, spec.name, base_dir)
         elif isinstance(s, S.KafkaSink):
             out[s.name] = KafkaSink(s, schema, spec.name)
+        elif isinstance(s, S.DiscardSink):
+            out[s.name] = DiscardSink(s.name)
         else:
             out[s.name] = ViewSink(s, schema, loc)
     return out

@@ -167,3 +167,42 @@ def test_late_rows_are_dropped_counted_and_the_watermark_survives_a_resume(
     records = [json.loads(x) for x in (tmp_path / "state" / "metrics.jsonl").open()]
     steps = {r["step"]: r for r in records if "event" not in r and "step" in r}
     assert sum(r["late_rows"] for r in steps.values()) == 2
+
+
+def test_only_live_columns_are_read_and_a_discard_sink_counts_its_rows(
+    tmp_path: Path, spark: SparkSession
+) -> None:
+    """A JSON table's columns no view needs are not read: a value of one that does not
+    convert is no error, while one in a column a view reads is a dead letter. A `discard`
+    sink computes its view and keeps nothing; its rows count in the step's figures."""
+    d = tmp_path / "in"
+    d.mkdir()
+    lines = [
+        {"customer": "a", "amount": 20, "note": 1},
+        {"customer": "a", "amount": 30, "note": "not a number"},  # note: no view reads it
+        {"customer": "b", "amount": "x", "note": 2},  # amount: a dead letter
+        {"customer": "b", "amount": 40, "note": 3},
+    ]
+    (d / "0001.json").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    doc = spec(tmp_path, SQL.split(";")[0])
+    doc["source"]["schema"]["note"] = "bigint"
+    doc["sinks"] = [
+        {**doc["sinks"][0]},
+        {"name": "gone", "kind": "discard", "from": "per_customer"},
+    ]
+    r = Runner(parse_spec(doc), str(tmp_path / "state"), base_dir=str(tmp_path), spark=spark)
+    try:
+        r.run(stop_when_idle=2.0)
+    finally:
+        r.close()
+    assert integrated(tmp_path / "a") == Counter({("a", 2, 50): 1, ("b", 1, 40): 1})
+    letters = [
+        json.loads(x)
+        for p in (tmp_path / "state" / "dead-letters").iterdir()
+        for x in p.read_text().splitlines()
+    ]
+    assert [(x["line"], json.loads(x["record"])["amount"]) for x in letters] == [(3, "x")]
+    records = [json.loads(x) for x in (tmp_path / "state" / "metrics.jsonl").open()]
+    last = [x for x in records if "event" not in x and "step" in x][-1]
+    assert last["sinks"]["gone"] == {"rows": 2, "last_step": 1}
+    assert not list(tmp_path.glob("**/gone*"))
