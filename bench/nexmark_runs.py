@@ -19,7 +19,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import psutil
@@ -65,15 +65,21 @@ class RunFailed(RuntimeError):
     pass
 
 
-def _measured(cmd: list[str], log: Path, cwd: Path = ROOT) -> int:
+def started(cmd: list[str], out: IO[bytes], cwd: Path = ROOT) -> subprocess.Popen[bytes]:
+    """`cmd` started in a session of its own (its process group: it and its JVM), its
+    output to `out`."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TZ": "UTC"}
+    return subprocess.Popen(
+        cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+        start_new_session=True,
+    )  # fmt: skip
+
+
+def measured(cmd: list[str], log: Path, cwd: Path = ROOT) -> int:
     """Run `cmd` to its end (its output to `log`); the peak of its processes' summed RSS."""
     peak = [0]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TZ": "UTC"}
     with open(log, "wb") as out:
-        p = subprocess.Popen(
-            cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-            start_new_session=True,
-        )  # fmt: skip
+        p = started(cmd, out, cwd)
         done = threading.Event()
 
         def sample() -> None:
@@ -135,9 +141,12 @@ def _json_changes(path: Path) -> Rows:
     return _integrated((r["row"], r["weight"]) for r in map(json.loads, lines))
 
 
-def spindle(
-    q: Query, events: Path, work: Path, collect: bool
-) -> tuple[dict[str, Any], Rows | None]:
+def spindle_spec(
+    q: Query, events: Path, work: Path, sink: dict[str, Any], checkpoint: dict[str, Any]
+) -> tuple[Path, Path]:
+    """The query's example spec over the events' files, its view to `sink` (named `out`),
+    with `checkpoint` (the spec's policy), 10 ms trigger: written to `work`; its path and
+    the run's storage location."""
     doc = json.loads(q.spec.model_dump_json(by_alias=True, exclude_none=True))
     doc["source"] = {
         "kind": "files",
@@ -150,17 +159,48 @@ def spindle(
     }
     for t in doc.get("tables", []):
         t["path"] = str(ROOT / t["path"])
+    doc["sinks"] = [{"name": "out", "from": q.name, **sink}]
+    doc["checkpoint"] = checkpoint
+    doc["trigger"] = {"interval": "10ms"}
+    spec = work / "spec.yaml"
+    spec.write_text(yaml.safe_dump(doc))
+    return spec, work / "storage"
+
+
+def driver_command(spec: Path, storage: Path) -> list[str]:
+    return [sys.executable, "-m", "workers.driver", "run", str(spec), "--storage", str(storage)]
+
+
+def metrics(storage: Path) -> list[dict[str, Any]]:
+    """A Spindle run's metrics records (`metrics.jsonl`), a torn last line left out."""
+    path = storage / "metrics.jsonl"
+    out = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            break
+    return out
+
+
+def files_output(out: Path) -> Rows:
+    """A `files` sink's output (Parquet), integrated."""
+    table = pq.read_table(out).drop_columns([STEP])
+    weights = table.column(WEIGHT).to_pylist()
+    data = table.drop_columns([WEIGHT]).to_pylist()
+    return _integrated(zip((r.values() for r in data), weights, strict=True))
+
+
+def spindle(
+    q: Query, events: Path, work: Path, collect: bool
+) -> tuple[dict[str, Any], Rows | None]:
     out = work / "out"
     # The timed run's sink reads the view and drops it, as Flink's blackhole and Spark's noop.
     sink = {"kind": "files", "path": str(out)} if collect else {"kind": "discard"}
-    doc["sinks"] = [{"name": "out", "from": q.name, **sink}]
-    doc["checkpoint"] = {"every_steps": None, "every": CHECKPOINT_S}
-    doc["trigger"] = {"interval": "10ms"}
-    spec, storage = work / "spec.yaml", work / "storage"
-    spec.write_text(yaml.safe_dump(doc))
-    cmd = [sys.executable, "-m", "workers.driver", "run", str(spec), "--storage", str(storage)]
-    peak = _measured([*cmd, "--stop-when-idle", "3"], work / "driver.log")
-    recs = [json.loads(x) for x in (storage / "metrics.jsonl").read_text().splitlines()]
+    checkpoint = {"every_steps": None, "every": CHECKPOINT_S}
+    spec, storage = spindle_spec(q, events, work, sink, checkpoint)
+    peak = measured([*driver_command(spec, storage), "--stop-when-idle", "3"], work / "driver.log")
+    recs = metrics(storage)
     steps = [r for r in recs if "step" in r]
     batches = [r for r in recs if r.get("event") == "batch"]
     started = next(r for r in recs if r.get("event") == "started")
@@ -173,13 +213,7 @@ def spindle(
         "peak_rss_bytes": peak,
         "state_bytes": steps[-1]["state_bytes"],
     }
-    rows = None
-    if collect:
-        table = pq.read_table(out).drop_columns([STEP])
-        weights = table.column(WEIGHT).to_pylist()
-        data = table.drop_columns([WEIGHT]).to_pylist()
-        rows = _integrated(zip((r.values() for r in data), weights, strict=True))
-    return result, rows
+    return result, files_output(out) if collect else None
 
 
 def spark(q: Query, events: Path, work: Path, collect: bool) -> tuple[dict[str, Any], Rows | None]:
@@ -199,7 +233,7 @@ def spark(q: Query, events: Path, work: Path, collect: bool) -> tuple[dict[str, 
     }
     config = work / "config.json"
     config.write_text(json.dumps(cfg))
-    peak = _measured([sys.executable, "-m", "bench.nexmark_spark", str(config)], work / "log")
+    peak = measured([sys.executable, "-m", "bench.nexmark_spark", str(config)], work / "log")
     got = json.loads((work / "result.json").read_text())
     if "refused" in got:
         return {"refused": got["refused"]}, None
@@ -257,7 +291,7 @@ def flink(q: Query, events: Path, work: Path, collect: bool) -> tuple[dict[str, 
     config = work / "config.json"
     config.write_text(json.dumps(cfg))
     log = work / "log"
-    peak = _measured([str(FLINK_PYTHON), str(FLINK_SCRIPT), str(config)], log)
+    peak = measured([str(FLINK_PYTHON), str(FLINK_SCRIPT), str(config)], log)
     got = json.loads(log.read_text().strip().splitlines()[-1])
     result = {
         "span_s": got["net_runtime_s"],

@@ -1,8 +1,8 @@
 """The Nexmark benchmark runs end to end at a tiny size on Spindle and Spark and reports every
-figure, each system's output equal to the oracle's (no timing is asserted; four Spark and
-driver processes, one to two minutes: `--full` only). Flink's side needs the benchmark's own
-environment (`make bench-flink`), which the test environment does not have; its statements
-are checked here as text."""
+figure, each system's output equal to the oracle's, and a killed Spindle run recovers to it
+(no timing is asserted; several Spark and driver processes, minutes: `--full` only).
+Flink's side needs the benchmark's own environment (`make bench-flink`), which the test
+environment does not have; its statements are checked here as text."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ import pytest
 
 from bench.nexmark import read_events, run_benchmark, write_events
 from bench.nexmark_queries import flink_events_ddl, flink_statements, load, names, spark_statements
+from bench.nexmark_recovery import CHECKPOINT_STEPS, KILL_AFTER_STEP, recovery
+from oracles.nexmark import oracle
 
 
 @pytest.mark.full
@@ -29,6 +31,20 @@ def test_smoke_report_has_every_figure(tmp_path: Path) -> None:
             assert math.isfinite(fig[key]) and fig[key] > 0, (system, key)
         assert fig["peak_rss_bytes"] > 0
     assert not list(tmp_path.iterdir())  # cleaned up
+
+
+@pytest.mark.full
+def test_a_killed_run_recovers_to_the_oracles_output(tmp_path: Path) -> None:
+    """q5's driver and JVM SIGKILLed after step 4 of 12; the second run restores a
+    checkpoint and ends equal to the oracle over every event (two Spark starts)."""
+    write_events(tmp_path / "ev", 24_000, 2_000)
+    q = load("q5")
+    want = oracle(q.name, q.spec.sql or "", {"events": read_events(tmp_path / "ev")})
+    fig = recovery(q, tmp_path / "ev", want, tmp_path / "work")
+    assert fig["correct"] is True, fig
+    assert fig["killed_in_step"] > KILL_AFTER_STEP
+    assert fig["restored_step"] % CHECKPOINT_STEPS == 0 and fig["restored_step"] >= 3
+    assert fig["first_step_s"] > 0 and fig["phases_ms"]["storage_restore"] >= 0
 
 
 def test_events_files_hold_every_event_and_the_sentinel(tmp_path: Path) -> None:
