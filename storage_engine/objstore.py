@@ -235,15 +235,17 @@ class ObjectStore:
             return None
         return int(st.size or 0)
 
-    def list(self, prefix: str = "") -> list[ObjectInfo]:
+    def list(self, prefix: str = "", recursive: bool = True) -> list[ObjectInfo]:
+        """`recursive=False`: only the objects at `prefix`'s level, not under its "folders"."""
         cut = len(self._key(""))
         try:
             with self._errors(prefix):
                 return [
                     ObjectInfo(str(o.object_name)[cut:], int(o.size or 0))
                     for o in self._client.list_objects(
-                        self.bucket, prefix=self._key(prefix), recursive=True
+                        self.bucket, prefix=self._key(prefix), recursive=recursive
                     )
+                    if not o.is_dir
                 ]
         except ObjectMissingError:
             return []  # no bucket yet: nothing in it (a writer's claim creates it)

@@ -106,7 +106,7 @@ class ObjectFiles(InputFiles):
 
     def names(self) -> list[str]:
         with self._errors():
-            listed = self.store.list()
+            listed = self.store.list(recursive=False)
         return sorted(o.key for o in listed if "/" not in o.key and _visible(o.key))
 
     def url(self, name: str) -> str:
