@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -65,7 +66,7 @@ def _steps(storage: Path) -> list[dict[str, Any]]:
     return [r for r in runs.metrics(storage) if "step" in r and "event" not in r]
 
 
-def _wait_for_step(p: Any, storage: Path, step: int) -> None:
+def _wait_for_step(p: subprocess.Popen[bytes], storage: Path, step: int) -> None:
     deadline = time.monotonic() + WAIT_S
     while not any(r["step"] >= step for r in _steps(storage)):
         if p.poll() is not None:

@@ -191,8 +191,8 @@ def plan(spark: SparkSession, spec: S.PipelineSpec) -> Plan:
 
 
 def _live(spec: S.PipelineSpec, sql: SqlPlan | None) -> dict[str, set[str]]:
-    """Per SQL table, the columns its views need (`sql.liveness`); every column of each
-    table when the spec has no SQL."""
+    """Per SQL table, the columns its views need (`sql.liveness`); none when the spec has
+    no SQL (nothing is pruned then)."""
     if sql is None:
         return {}
     read = {s.from_ for s in spec.sinks}
