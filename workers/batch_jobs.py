@@ -20,7 +20,8 @@ from pyspark.sql import functions as F
 from pipeline_spec import model as S
 
 from .file_batches import CORRUPT, FileBatches
-from .plan import Plan, ddl
+from .json_lines import parses_in_driver
+from .plan import Plan, arrow_schema, ddl
 from .pre_aggregation import JobTables, MicroBatch, PreAggregation, min_event_us
 from .sources import END, SOURCE
 
@@ -37,6 +38,10 @@ class BatchJobs:
         self.last_rows_in = 0  # the previous step's, for the `auto` policy
         # The first batch's tables, computed while the query started (`Runner._read_ahead`).
         self.ready: tuple[bool, JobTables] | None = None
+        src = spec.source
+        self._made_in_driver = not isinstance(src, S.FilesSource) or (
+            src.format == "json" and parses_in_driver(arrow_schema(plan.source_schema))
+        )
         # pre-aggregated? -> a files batch's jobs (`_jobs_of`)
         self._jobs: dict[bool, tuple[DataFrame | None, DataFrame | None]] = {}
 
@@ -56,13 +61,14 @@ class BatchJobs:
         return pre if self.last_rows_in >= PRE_AGGREGATE_MIN_ROWS else None
 
     def skips_spark(self) -> bool:
-        """Whether this step's rows, made in the driver (a log or datagen source), go to the
-        circuit as they are (`arrow_batch`): the transform is the identity, only the stream
-        is read (no join side) and it is not pre-aggregated, as in every SQL pipeline,
-        whose views filter and project in the engine. Spark would only copy them."""
+        """Whether this step's rows, made in the driver (a log, datagen or Kafka source, or
+        JSON files that Arrow parses as Spark would: `json_lines`), go to the circuit as
+        they are (`arrow_batch`): the transform is the identity, only the stream is read (no
+        join side) and it is not pre-aggregated, as in every SQL pipeline, whose views
+        filter and project in the engine. Spark would only copy them."""
         t = self.spec.transform
         return (
-            not isinstance(self.spec.source, S.FilesSource)
+            self._made_in_driver
             and t.where is None
             and [e.strip() for e in t.select] == ["*"]
             and list(self.plan.inputs) == [SOURCE]
@@ -76,6 +82,8 @@ class BatchJobs:
             return MicroBatch(None, 0, None, {}, None)
         schema = self.plan.input_schemas[SOURCE]
         table = rows.drop_columns([END]).rename_columns(schema.names).cast(schema)
+        if self.plan.padded is not None:
+            table = _padded(table, self.plan.padded)
         et = self.plan.event_time
         oldest = None if et is None else min_event_us(table.column(et))
         end = pc.max(rows.column(END)).as_py() if rows.num_rows else 0

@@ -218,9 +218,9 @@ class Runner:
                 {"ts": time.time(), "event": "sink_ahead", "sink": name, "held": held, "redo": redo}
             )
         # The first batch, read while the query starts: the run's first step
-        # (`_first_step_ahead`); with several input tables, the query reads the first. A log
-        # source's rows that skip Spark need no read-ahead: the driver reads them as its
-        # first step (`_first_in_driver`).
+        # (`_first_step_ahead`); with several input tables, the query reads the first. Rows
+        # the driver reads (a log source's, JSON files') need no read-ahead: the driver
+        # reads them as its first step (`_first_in_driver`).
         self._first_in_driver = not self.plan.tables and self.jobs.skips_spark()
         self._ahead = (
             None
@@ -275,8 +275,8 @@ class Runner:
             start, end = self.offsets[t], ends.get(t, self.offsets[t])
             if not advanced(start, end):
                 continue
-            if r.jobs.skips_spark():
-                batches[t] = r.jobs.arrow_batch(*r.input.arrow(start, end))
+            if r.jobs.skips_spark() and (made := r.input.arrow(start, end)) is not None:
+                batches[t] = r.jobs.arrow_batch(*made)
             elif (rows := r.input.rows(count(start), count(end))) is not None:
                 batches[t] = r.jobs.micro_batch(rows)
         self._step(batches, t0, ends)
@@ -509,7 +509,7 @@ class Runner:
                 continue
             if self._first_in_driver:
                 self._first_in_driver = False
-                end = self.input.log_step_end(self.offset)
+                end = self.input.driver_step_end(self.offset)
                 if end is not None:
                     self._driver_step({self._table: end})
                     if self._max_steps_reached():

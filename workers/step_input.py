@@ -19,6 +19,7 @@ from storage_engine.input_log import InputLog
 
 from .file_batches import FileBatches
 from .input_files import open_input_files
+from .json_lines import read_json_lines
 from .kafka_source import KafkaTable
 from .plan import Plan, arrow_schema, ddl
 from .pre_aggregation import JobTables
@@ -49,6 +50,7 @@ class StepInput:
             open_input_files(src.path, src.table, roots) if isinstance(src, S.FilesSource) else None
         )
         self._names: list[str] = []  # the files source's last listing
+        self._fetched: tuple[list[str], list[str]] | None = None  # names, local paths
         self.kafka = KafkaTable(src) if isinstance(src, S.KafkaSource) else None
         # The query's trigger asks the driver where steps end (`step_ends.py`); the answers
         # come on a thread of their own, through a Kafka consumer of their own.
@@ -87,7 +89,15 @@ class StepInput:
         """Point `files` at these files (of the step ending at `end`), fetched if remote."""
         assert self.listing is not None and self.files is not None
         shown = [self.listing.url(n) for n in names]
-        self.files.read(self.listing.fetch(names), end, shown)
+        self.files.read(self._fetch(names), end, shown)
+
+    def _fetch(self, names: list[str]) -> list[str]:
+        """Local paths of these files, fetched if remote (again only if they are not the
+        last ones fetched: a step the driver did not parse goes to Spark)."""
+        assert self.listing is not None
+        if self._fetched is None or self._fetched[0] != names:
+            self._fetched = (names, self.listing.fetch(names))
+        return self._fetched[1]
 
     def step_end_socket(self) -> str:
         """Where the query's trigger asks for a files or Kafka table's step ends
@@ -123,7 +133,7 @@ class StepInput:
         yet."""
         src = self.source
         if isinstance(src, S.LogSource):
-            end = self.log_step_end(start) if end is None else end
+            end = self.driver_step_end(start) if end is None else end
             if end is None or end <= start:
                 return None  # the query waits for records
             frame: list[DataFrame] = []
@@ -151,29 +161,43 @@ class StepInput:
     def driver_frame(self, start: int, end: int) -> DataFrame:
         """A log or datagen source's rows [start, end) (`arrow`) as a Spark DataFrame."""
         schema = StructType([*self.plan.source_schema.fields, StructField(END, LongType())])
-        return self.spark.createDataFrame(self.arrow(start, end)[0], schema=schema)
+        made = self.arrow(start, end)
+        assert made is not None  # a log or datagen source's rows
+        return self.spark.createDataFrame(made[0], schema=schema)
 
-    def arrow(self, start: Offset, end: Offset) -> tuple[pa.Table, pa.Table | None]:
+    def arrow(self, start: Offset, end: Offset) -> tuple[pa.Table, pa.Table | None] | None:
         """A log, datagen or Kafka source's rows [start, end), as its reader gives them (the
         log's records, `log_batches`; generated rows, `datagen_batches`; `KafkaTable.read`),
-        made in the driver, with `__end`; and the records that did not parse (Kafka's)."""
+        or a JSON files source's (`read_json_lines`), made in the driver, with `__end`; and
+        the records that did not parse (Kafka's). None: Spark must read these files
+        (`rows`)."""
         if self.kafka is not None:
             assert isinstance(start, dict) and isinstance(end, dict)
             return self.kafka.read(start, end)
         start, end = count(start), count(end)
+        if self.listing is not None:
+            paths = self._fetch(self._file_names(end)[start:end])
+            rows = read_json_lines(paths, arrow_schema(self.plan.source_schema))
+            if rows is None:
+                return None
+            return rows.append_column(END, pa.array([end] * rows.num_rows, pa.int64())), None
         if isinstance(self.source, S.LogSource):
             batches = list(log_batches(self.input_log(), start, end))
         else:
             batches = list(datagen_batches(self.plan.spark_options, start, end, end))
         return pa.Table.from_batches(batches, schema=batches[0].schema), None
 
-    def log_step_end(self, start: int) -> int | None:
-        """A log source's first step from `start`: the end of the records in the log now, as
-        many as a step takes (None: no record yet, or not a log)."""
+    def driver_step_end(self, start: int) -> int | None:
+        """Where a step from `start` that the driver reads before the query starts ends: a
+        log source's records in the log now, or a files source's files, as many as a step
+        takes (None: no input yet, or another source)."""
         src = self.source
-        if not isinstance(src, S.LogSource):
+        if isinstance(src, S.FilesSource):
+            end = count(self.step_end(start))
+        elif isinstance(src, S.LogSource):
+            end = min(self.input_log().end(), start + src.max_records_per_step)
+        else:
             return None
-        end = min(self.input_log().end(), start + src.max_records_per_step)
         return end if end > start else None
 
     def waiting(self, offset: Offset) -> bool:

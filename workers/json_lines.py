@@ -1,0 +1,114 @@
+"""A `files` table's JSON-lines files parsed in the driver by Arrow's JSON reader, when that
+gives exactly the rows Spark's JSON reader would (`FileBatches`); otherwise nothing, and
+Spark reads the step.
+
+Spark stays the reference: a step is taken here only when every file is canonical JSON
+lines — each line one object, alone (its first byte `{`, its last `}`), lines ending at
+`\\n` or `\\r\\n`, no blank line, valid UTF-8 (a leading BOM dropped, as Spark does) — and
+Arrow parses every line into the schema's types, one row per line. Anything else goes to
+Spark, which decides what is a dead letter: a value that does not convert, a line Arrow
+reads otherwise (Spark reads only a line's first object; Arrow would read them all), a
+number Spark takes and Arrow does not (`1e400`). Arrow's reader also crashes the process on
+a first value `null`, which the line check keeps from it. tests/workers/test_json_lines.py
+compares both readers over a corpus of edge cases.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.json as pjson
+
+_BOM = b"\xef\xbb\xbf"
+# Column types whose JSON values Arrow converts exactly as Spark does, or refuses (a 32-bit
+# float is left out: Arrow rounds through a double, Spark rounds once).
+_TYPES = (
+    pa.bool_(),
+    pa.int8(),
+    pa.int16(),
+    pa.int32(),
+    pa.int64(),
+    pa.float64(),
+    pa.string(),
+    pa.timestamp("us", tz="UTC"),
+)
+# The driver holds a file's bytes and its rows at once, where Spark streams them.
+MAX_FILE_BYTES = 256 << 20
+
+
+def parses_in_driver(schema: pa.Schema) -> bool:
+    """Whether a JSON table of these columns can be read here (`read_json_lines`)."""
+    return all(f.type in _TYPES for f in schema)
+
+
+def read_json_lines(paths: Sequence[str], schema: pa.Schema) -> pa.Table | None:
+    """The rows of JSON-lines files (in order) as `schema`'s columns, or None if Spark must
+    read them (see the module's docstring)."""
+    tables = []
+    for path in paths:
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size > MAX_FILE_BYTES:
+                return None
+            data = f.read()
+        table = _parse(data, schema)
+        if table is None:
+            return None
+        tables.append(table)
+    return pa.concat_tables(tables) if tables else schema.empty_table()
+
+
+def _parse(data: bytes, schema: pa.Schema) -> pa.Table | None:
+    data = data.removeprefix(_BOM)
+    if b"\r" in data:
+        data = data.replace(b"\r\n", b"\n")
+        if b"\r" in data:
+            return None  # Spark ends lines at a lone \r too
+    if not data.isascii():
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    lines = _object_lines(data)
+    if lines is None:
+        return None
+    if lines == 0:
+        return schema.empty_table()
+    try:
+        table = pjson.read_json(
+            io.BytesIO(data),
+            parse_options=pjson.ParseOptions(
+                explicit_schema=schema, unexpected_field_behavior="ignore"
+            ),
+        )
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return None
+    # Each line begins with an object, so it gave at least one row: as many rows as lines
+    # means each line is that object alone.
+    if table.num_rows != lines:
+        return None
+    return table.select(schema.names)
+
+
+def _object_lines(data: bytes) -> int | None:
+    """The number of lines if every line begins with `{` and ends with `}` (lines end at
+    `\\n`; the last may not), else None."""
+    n = len(data) - 1 if data.endswith(b"\n") else len(data)
+    if n <= 0:
+        return 0 if n == 0 else None
+    if data[:1] != b"{" or data[n - 1 : n] != b"}":
+        return None
+    ends = []
+    i = data.find(b"\n", 0, n)
+    while i >= 0:
+        ends.append(i)
+        i = data.find(b"\n", i + 1, n)
+    if ends:
+        at = np.array(ends)
+        raw = np.frombuffer(data, np.uint8)
+        if not ((raw[at - 1] == ord("}")).all() and (raw[at + 1] == ord("{")).all()):
+            return None
+    return len(ends) + 1
