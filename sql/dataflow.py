@@ -295,7 +295,8 @@ class Dataflow:
         partials: Mapping[str, pa.Table] | None = None,
     ) -> dict[str, pa.Table]:
         """Every view's delta for these input deltas (tables absent: no change), with the
-        view's column names and `__weight`; rows that cancel out are left out. (No
+        view's column names and `__weight`; rows that cancel out are left out (a delta
+        holding only insertions is given as it is: equal rows may come one by one). (No
         operator takes pre-aggregated input: `partials` must be empty.)"""
         if partials:
             raise ValueError("a SQL dataflow takes rows, not pre-aggregated input")
@@ -312,7 +313,10 @@ class Dataflow:
         out = {}
         for name, view in self.views.items():
             t = values[id(view.root)]
-            t = consolidate(t, view.root.schema)
+            if t.num_rows == 0 or pc.min(t.column(WEIGHT)).as_py() <= 0:
+                t = consolidate(t, view.root.schema)
+            else:
+                t = t.select([*view.root.schema.names, WEIGHT])
             out[name] = t.rename_columns([*view.names, WEIGHT])
         return out
 

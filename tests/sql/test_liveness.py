@@ -5,6 +5,7 @@ restores."""
 from __future__ import annotations
 
 import random
+from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
@@ -127,7 +128,12 @@ def _nulled(batch: dict[str, pa.Table], live: dict[str, set[str]]) -> dict[str, 
 
 
 def _rows(t: pa.Table) -> list[tuple[object, ...]]:
-    return sorted((tuple(r.values()) for r in t.to_pylist()), key=repr)
+    """A delta's rows with their summed weights (an insert-only delta may repeat a row)."""
+    summed: Counter[tuple[object, ...]] = Counter()
+    for r in t.to_pylist():
+        w = r.pop(WEIGHT)
+        summed[tuple(r.values())] += w
+    return sorted(((*r, w) for r, w in summed.items() if w != 0), key=repr)
 
 
 @pytest.mark.parametrize(
