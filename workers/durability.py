@@ -100,6 +100,15 @@ class DurabilityWatch:
             log.warning("the object store is reachable again")
             self._emit(_event("remote_available", "the object store is reachable again"))
 
+    def offsets_not_uploaded(self, step: int, error: BaseException) -> None:
+        """The offset log's entries from `step` could not be put in the object store."""
+        self._report(
+            "upload_failed",
+            f"the offsets of step {step} were not uploaded: {error}; they are kept local and "
+            "uploaded when the object store is back",
+            step=step,
+        )
+
     def _report(self, kind: str, message: str, **fields: Any) -> None:
         self._troubled = True
         log.error("%s", message)

@@ -6,18 +6,32 @@ run replays the logged steps after its checkpoint with their logged offsets befo
 new input, so every sink can rely on "same step, same output" (a sink that cannot roll back,
 such as a Kafka transaction already committed, skips a step it holds). Entries up to the
 oldest checkpoint's step are deleted as retention deletes checkpoints.
+
+With an object store (the run's checkpoint tier), each entry is also put there, as
+`offsets/step-<step:012d>.json` beside the checkpoints, before the step runs: a run restored
+on another machine from the store's checkpoints redoes the same steps with the same input
+(a Kafka, Delta or Postgres sink holds them already). A run whose local log is absent takes
+the store's entries. While the store cannot be reached, entries are kept local and put, in
+order, once it can (retried with backoff, not on every step); the first failure of each
+outage is reported (`on_error`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 
 from pipeline_spec.offsets import Offset, parse
 from storage_engine import PosixFileLayer
+from storage_engine.errors import StorageError
 from storage_engine.fileio import FileLayer, write_durably
+from storage_engine.objstore import ObjectStoreLike
+
+log = logging.getLogger("spindle.runner")
 
 DIRECTORY = "offsets"
 _PREFIX, _SUFFIX = "step-", ".json"
@@ -28,10 +42,42 @@ class OffsetLog:
     {<table>: {"start": a, "end": b}}}`: the step read offsets [a, b) of each input table
     (counts, or a Kafka table's offsets per partition: `pipeline_spec.offsets`)."""
 
-    def __init__(self, storage: str, fs: FileLayer | None = None) -> None:
+    def __init__(
+        self,
+        storage: str,
+        fs: FileLayer | None = None,
+        store: ObjectStoreLike | None = None,
+        on_error: Callable[[int, BaseException], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.directory = os.path.join(storage, DIRECTORY)
         self._fs = fs or PosixFileLayer()
+        self._store = store
+        self._on_error = on_error
+        self._clock = clock
+        self._unsent: set[int] = set()  # entries the store has not got yet
+        self._doomed: set[int] = set()  # entries the store should not have any more
+        self._retry_at = 0.0
+        self._backoff = 0.0
+        if store is not None and not os.path.isdir(self.directory):
+            self._pull(store)
         self._steps = set(self._listed())
+
+    def _pull(self, store: ObjectStoreLike) -> None:
+        """Take the store's entries: this machine has no log of its own. If the store
+        cannot be read, the run goes on without them (its sinks then report steps they
+        hold that it cannot redo: `steps_held_beyond`)."""
+        try:
+            names = [o.key.rpartition("/")[2] for o in store.list(DIRECTORY + "/")]
+            wanted = [n for n in names if n.startswith(_PREFIX) and n.endswith(_SUFFIX)]
+            got = [(n, store.get_bytes(f"{DIRECTORY}/{n}")) for n in wanted]
+        except StorageError as e:
+            log.warning("the offset log in the object store could not be read: %s", e)
+            return
+        if got:
+            os.makedirs(self.directory, exist_ok=True)
+        for name, data in got:
+            write_durably(self._fs, os.path.join(self.directory, name), [data])
 
     def _listed(self) -> list[int]:
         if not os.path.isdir(self.directory):
@@ -83,6 +129,42 @@ class OffsetLog:
         }
         write_durably(self._fs, self._path(step), [json.dumps(doc).encode()])
         self._steps.add(step)
+        if self._store is not None:
+            self._unsent.add(step)
+            self._doomed.discard(step)
+            self.mirror()
+
+    def mirror(self) -> bool:
+        """Bring the store's entries in line with the local log (put, in step order, the
+        entries it lacks; delete those deleted here), unless a failure's backoff is still
+        running; True if the store is in line."""
+        store = self._store
+        if store is None or not (self._unsent or self._doomed):
+            return True
+        if self._clock() < self._retry_at:
+            return False
+        try:
+            for step in sorted(self._unsent):
+                with contextlib.suppress(FileNotFoundError):  # deleted since: not needed
+                    store.put_file(self._key(step), self._path(step))
+                self._unsent.discard(step)
+            if self._doomed:
+                store.remove([self._key(s) for s in sorted(self._doomed)])
+                self._doomed.clear()
+        except StorageError as e:
+            if not self._backoff:
+                log.warning("offsets not in the object store yet (%s): kept local", e)
+                if self._on_error is not None:
+                    self._on_error(min(self._unsent or self._doomed), e)
+            wait = store.settings.retry_max_wait_s
+            self._backoff = min(wait, max(self._backoff * 2, wait / 8))
+            self._retry_at = self._clock() + self._backoff
+            return False
+        self._backoff = 0.0
+        return True
+
+    def _key(self, step: int) -> str:
+        return f"{DIRECTORY}/{_PREFIX}{step:012d}{_SUFFIX}"
 
     def truncate_through(self, step: int) -> int:
         """Delete the entries of steps up to `step` (those no checkpoint a run may restore
@@ -96,6 +178,9 @@ class OffsetLog:
         with contextlib.suppress(FileNotFoundError):
             os.remove(self._path(step))
         self._steps.discard(step)
+        if self._store is not None:
+            self._unsent.discard(step)
+            self._doomed.add(step)
 
 
 __all__ = ["DIRECTORY", "OffsetLog"]

@@ -203,7 +203,9 @@ class Runner:
         self.error: BaseException | None = None
         # The steps after the restored one that a previous run logged (`OffsetLog`): each
         # is redone with its logged end offset before the query takes new input.
-        self.offset_log = OffsetLog(storage)
+        self.offset_log = OffsetLog(
+            storage, store=remote, on_error=self.durability.offsets_not_uploaded
+        )
         self._table = spec.source.table
         for t, r in self._readers.items():
             self.offsets[t] = r.input.first_offset(self.offsets[t])
