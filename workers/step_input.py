@@ -5,6 +5,7 @@ while its query starts (`read_ahead`)."""
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -163,6 +164,7 @@ class StepInput:
         schema = StructType([*self.plan.source_schema.fields, StructField(END, LongType())])
         made = self.arrow(start, end)
         assert made is not None  # a log or datagen source's rows
+        _collect_frames()
         return self.spark.createDataFrame(made[0], schema=schema)
 
     def arrow(self, start: Offset, end: Offset) -> tuple[pa.Table, pa.Table | None] | None:
@@ -260,6 +262,23 @@ class StepInput:
         for part in (self.files, self.listing, self.kafka, self._ends_kafka):
             if part is not None:
                 part.close()
+
+
+def _collect_frames() -> None:
+    """Free the DataFrames of the steps before, and with them their rows in the JVM.
+
+    A DataFrame made from the driver's rows holds them in its plan (a LocalRelation), and
+    Py4J caches each method called on a Java object on the object itself, with a
+    reference back: a cycle, so the JVM keeps the Dataset until Python's cyclic collector
+    runs, which, in a long-lived process, it seldom does. The JVM's heap then fills with
+    earlier steps' rows until it spends its time in GC and fails. A collection before each
+    such frame frees them; the objects that exist when the first one is made (the run's
+    modules, its Spark session and plan) are frozen first, so later collections only look
+    at what the steps made.
+    """
+    gc.collect()
+    if not gc.get_freeze_count():
+        gc.freeze()
 
 
 __all__ = ["StepInput"]
