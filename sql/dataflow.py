@@ -33,6 +33,7 @@ from storage_engine.circuit import Aggregate as EngineAggregate
 from storage_engine.circuit import (
     Circuit,
     Distinct,
+    EmitFinal,
     GroupAggregate,
     Join,
     Operator,
@@ -46,6 +47,7 @@ from storage_engine.location import StorageLocation
 from storage_engine.schema import WEIGHT
 
 from . import plan as P
+from .errors import Problem, SqlError
 from .evaluate import evaluate, evaluate_predicate
 from .expr import Literal
 from .planner import PlannedView
@@ -66,6 +68,15 @@ class _Stateful:
     output: list[str] | None = None
     # Per operator input, the bound of its leading key (see `watermarks.py`).
     leads: dict[str, Bound] = dataclasses.field(default_factory=dict)
+
+
+@dataclass
+class _Final:
+    """A view's `emit_final` stage: its rows held until the bound of `column` passes them."""
+
+    op: EmitFinal
+    columns: list[str]  # the view root's columns as the operator names them
+    bound: Bound
 
 
 def _positional(schema: pa.Schema, prefix: str) -> tuple[pa.Schema, dict[str, str]]:
@@ -101,7 +112,9 @@ class Dataflow:
         tables = {f.name for n in self._order if isinstance(n, P.Scan) for f in n.schema}
         used = {f.name for n in self._order if not isinstance(n, P.Scan) for f in n.schema}
         self._internal = frozenset(used - tables)
-        self.circuit = Circuit([s.op for s in self._stateful.values()], self._upstream())
+        self._final = self._finals()
+        ops = [*(s.op for s in self._stateful.values()), *(f.op for f in self._final.values())]
+        self.circuit = Circuit(ops, self._upstream())
         self.operators = self.circuit.operators
         self._first = True
 
@@ -148,6 +161,34 @@ class Dataflow:
         if op is not None:
             self._stateful[id(node)] = op
 
+    def _finals(self) -> dict[str, _Final]:
+        """The `emit_final` stage of each view that has one; SqlError if its column has no
+        bound (nothing would ever be final)."""
+        out: dict[str, _Final] = {}
+        problems = []
+        for name, view in self.views.items():
+            if view.emit_final is None:
+                continue
+            col = view.root.schema.names[view.names.index(view.emit_final)]
+            bound = self._bounds[id(view.root)].get(col)
+            if bound is None:
+                problems.append(
+                    Problem(
+                        f"view {name!r}: emit_final column {view.emit_final!r} is not bounded "
+                        "by a watermark, so no row of it would ever be final: it must come "
+                        "from a table's event time (a window's bounds, a GROUP BY or join "
+                        "key on it; docs/sql.md, Event time and watermarks)",
+                        *view.at,
+                    )
+                )
+                continue
+            schema, c = _positional(view.root.schema, "c")
+            op = EmitFinal(f"{name}.final", schema, c[col])
+            out[name] = _Final(op, schema.names, bound)
+        if problems:
+            raise SqlError(problems)
+        return out
+
     def _upstream(self) -> dict[str, str]:
         """Per operator id, what its fingerprint covers (`Circuit(upstream=...)`): its layout
         and its plan node down to the input tables."""
@@ -160,6 +201,10 @@ class Dataflow:
             text = json.dumps(st.op.describe(), sort_keys=True, default=str)
             out[st.op.id] = f"{text}|{self._describe(node, fps, _Canon(self._internal), top=True)}"
             fps[id(node)] = fingerprint([{"operator": out[st.op.id]}])
+        for name, final in self._final.items():
+            text = json.dumps(final.op.describe(), sort_keys=True, default=str)
+            root = self.views[name].root
+            out[final.op.id] = f"{text}|{self._describe(root, fps, _Canon(self._internal))}"
         return out
 
     def _describe(
@@ -313,12 +358,24 @@ class Dataflow:
         out = {}
         for name, view in self.views.items():
             t = values[id(view.root)]
-            if t.num_rows == 0 or pc.min(t.column(WEIGHT)).as_py() <= 0:
+            if name in self._final:
+                t = self._emit_final(self._final[name], t, view.root.schema)
+            elif t.num_rows == 0 or pc.min(t.column(WEIGHT)).as_py() <= 0:
                 t = consolidate(t, view.root.schema)
             else:
                 t = t.select([*view.root.schema.names, WEIGHT])
             out[name] = t.rename_columns([*view.names, WEIGHT])
         return out
+
+    def _emit_final(self, final: _Final, delta: pa.Table, schema: pa.Schema) -> pa.Table:
+        """The view's rows that this step's watermark made final (its `delta` held)."""
+        if delta.num_rows:
+            final.op.apply({"in": delta.rename_columns([*final.columns, WEIGHT])})
+        at = self.watermarks.value(final.bound)
+        if at is None:
+            return empty_delta(schema)
+        out = final.op.release(pa.scalar(at, pa.int64()).cast(_TS).as_py())
+        return out.rename_columns([*schema.names, WEIGHT])
 
     def _forget(self) -> None:
         """Let each operator whose leading key is bounded drop the state below the bound."""

@@ -20,7 +20,7 @@ _MAPS = ("filter", "project")
 class GraphNode:
     id: str
     kind: str  # table, filter, project, window, aggregate, join, distinct, top_n, negate,
-    # union, view, sink, or an operator spec's kind
+    # union, view, emit_final, sink, or an operator spec's kind
     label: str
     view: str | None = None  # the view whose plan holds the node
     operator: str | None = None  # a stateful operator's id (its metrics' key)
@@ -65,10 +65,16 @@ def pipeline_graph(spec: S.PipelineSpec) -> Graph:
         nid = ids[id(node)] = op_id or f"{view}.{kind}{per_view[view]}"
         nodes[nid] = GraphNode(nid, kind, label, view, op_id)
         edges += [(ids[id(c)], nid) for c in P.children(node)]
+    outputs = dict(views)
     for name, v in sql.views.items():
         nodes[views[name]] = GraphNode(views[name], "view", name, name)
         edges.append((ids[id(v.root)], views[name]))
-    return _with_sinks(Graph(list(nodes.values()), edges), spec, views)
+        if v.emit_final is not None:  # between the view and its sinks, not its readers
+            op = f"{name}.final"
+            nodes[op] = GraphNode(op, "emit_final", f"emit final on {v.emit_final}", name, op)
+            edges.append((views[name], op))
+            outputs[name] = op
+    return _with_sinks(Graph(list(nodes.values()), edges), spec, outputs)
 
 
 def _describe(node: P.Node) -> tuple[str, str]:

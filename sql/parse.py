@@ -1,6 +1,7 @@
 """A pipeline's SQL text becomes its views: `CREATE VIEW name AS query` statements separated
 by semicolons, parsed by sqlglot's Spark dialect. Every error names its line and column in
-the whole text.
+the whole text. A view may carry properties, as Feldera's do: `CREATE VIEW name WITH
+('emit_final' = 'column') AS query`.
 
 Flink's and Feldera's window table functions are written `TABLE(HOP(TABLE bid, ...))`; the
 Spark dialect does not read the inner `TABLE` keyword, so it is blanked out (same length:
@@ -32,6 +33,7 @@ _SESSION_PARTITION = re.compile(
     re.IGNORECASE,
 )
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+PROPERTIES = ("emit_final",)  # the view properties Spindle knows
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,10 @@ class View:
     query: exp.Query
     line: int
     column: int
+    properties: tuple[tuple[str, str], ...] = ()
+
+    def property(self, name: str) -> str | None:
+        return dict(self.properties).get(name)
 
 
 @dataclass(frozen=True)
@@ -103,13 +109,16 @@ def parse(text: str) -> Script:
     views: list[View] = []
     for tokens in _statements(source):
         line, col = position(text, tokens[0].start)
-        header = _header(tokens)
+        header = _header(tokens, text)
         if header is None:
             problems.append(
                 Problem("only CREATE VIEW name AS SELECT ... statements are allowed", line, col)
             )
             continue
-        name, body = header
+        if isinstance(header, Problem):
+            problems.append(header)
+            continue
+        name, body, properties = header
         if not _NAME.match(name):
             problems.append(
                 Problem("a view's name must be a plain name (letters, digits, _)", line, col)
@@ -133,7 +142,7 @@ def parse(text: str) -> Script:
         if any(v.name == name for v in views):
             problems.append(Problem(f"view {name!r} is defined twice", line, col))
             continue
-        views.append(View(name, query, line, col))
+        views.append(View(name, query, line, col, properties))
     if not views and not problems:
         problems.append(Problem("no view: write at least one CREATE VIEW name AS SELECT ..."))
     if problems:
@@ -141,12 +150,53 @@ def parse(text: str) -> Script:
     return Script(text, views)
 
 
-def _header(tokens: list[Token]) -> tuple[str, int] | None:
-    """(view name, offset where its query starts) of `CREATE VIEW name AS`, or None."""
-    words = [t.text.upper() for t in tokens[:5]]
-    if len(tokens) < 5 or words[:2] != ["CREATE", "VIEW"] or words[3] != "AS":
+Header = tuple[str, int, tuple[tuple[str, str], ...]]
+
+
+def _header(tokens: list[Token], text: str) -> Header | Problem | None:
+    """(view name, offset where its query starts, properties) of `CREATE VIEW name [WITH
+    ('key' = 'value', ...)] AS`; None if the statement is no view definition; a Problem
+    naming a malformed or unknown property."""
+    words = [t.text.upper() for t in tokens[:4]]
+    if len(tokens) < 5 or words[:2] != ["CREATE", "VIEW"] or words[3] not in ("AS", "WITH"):
         return None
-    return tokens[2].text.lower(), tokens[4].start
+    name, at = tokens[2].text.lower(), 3
+    properties: list[tuple[str, str]] = []
+    if words[3] == "WITH":
+        at, got = _properties(tokens, 4, text)
+        if isinstance(got, Problem):
+            return got
+        properties = got
+    if at + 1 >= len(tokens) or tokens[at].text.upper() != "AS":
+        return None
+    return name, tokens[at + 1].start, tuple(properties)
+
+
+def _properties(
+    tokens: list[Token], at: int, text: str
+) -> tuple[int, list[tuple[str, str]] | Problem]:
+    """The `('key' = 'value', ...)` list at `at`, and where the tokens after it start."""
+    kinds = [t.token_type for t in tokens]
+    out: list[tuple[str, str]] = []
+    wanted = [TokenType.STRING, TokenType.EQ, TokenType.STRING]
+    if at < len(kinds) and kinds[at] == TokenType.L_PAREN:
+        at += 1
+        while kinds[at : at + 3] == wanted:
+            key, value = tokens[at].text, tokens[at + 2].text
+            if key.lower() not in PROPERTIES:
+                line, col = position(text, tokens[at].start)
+                known = ", ".join(repr(p) for p in PROPERTIES)
+                return at, Problem(f"unknown view property {key!r} (known: {known})", line, col)
+            out.append((key.lower(), value))
+            at += 3
+            if at < len(kinds) and kinds[at] == TokenType.COMMA:
+                at += 1
+            elif at < len(kinds) and kinds[at] == TokenType.R_PAREN:
+                return at + 1, out
+            else:
+                break
+    line, col = position(text, tokens[min(at, len(tokens) - 1)].start)
+    return at, Problem("view properties are written WITH ('name' = 'value', ...)", line, col)
 
 
 def _syntax(e: ParseError, line: int, col: int) -> Problem:

@@ -52,11 +52,14 @@ _AGGS: dict[type[exp.Expr], AggFunc] = {
 
 @dataclass(frozen=True)
 class PlannedView:
-    """A view's plan: its root node and the user's column names, in the root's order."""
+    """A view's plan: its root node and the user's column names, in the root's order;
+    the column its `emit_final` property names, and where the view is (line, column)."""
 
     name: str
     root: Node
     names: tuple[str, ...]
+    emit_final: str | None = None
+    at: tuple[int, int] = (0, 0)
 
 
 @dataclass(frozen=True)
@@ -112,7 +115,20 @@ class Planner:
                 )
                 self._failed.add(view.name)
                 continue
-            self.views[view.name] = PlannedView(view.name, rel.node, names)
+            final = view.property("emit_final")
+            if final is not None and final not in names:
+                problems.append(
+                    Problem(
+                        f"view {view.name!r}: emit_final names {final!r}, not one of its "
+                        f"columns ({', '.join(names)})",
+                        view.line,
+                        view.column,
+                    )
+                )
+                self._failed.add(view.name)
+                continue
+            at = (view.line, view.column)
+            self.views[view.name] = PlannedView(view.name, rel.node, names, final, at)
         if problems:
             raise SqlError(problems)
         return self.views

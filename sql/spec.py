@@ -12,6 +12,7 @@ import pyarrow as pa
 from pipeline_spec import model as S
 from pipeline_spec.datagen import DATAGEN_SCHEMAS
 
+from .dataflow import Dataflow
 from .errors import SqlError
 from .parse import parse
 from .planner import PlannedView, plan
@@ -90,6 +91,11 @@ def plan_spec(spec: S.PipelineSpec) -> SqlPlan:
     for where, src in spec.input_fields():
         if src.event_time is not None:
             event_time[src.table] = _event_time(src.event_time, tables[src.table], where)
+    if any(v.emit_final for v in views.values()):
+        try:  # an emit_final column needs a watermark's bound, which the dataflow derives
+            Dataflow(views, event_time=event_time)
+        except SqlError as e:
+            raise S.SpecError([("sql", str(p)) for p in e.problems]) from None
     return SqlPlan(tables, views, event_time)
 
 

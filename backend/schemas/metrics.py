@@ -70,7 +70,7 @@ class DataflowNode(Out):
     id: str
     kind: str = Field(
         description="table, filter, project, window, aggregate, join, distinct, top_n, "
-        "negate, union, view, sink; or an operator spec's kind"
+        "negate, union, view, emit_final, sink; or an operator spec's kind"
     )
     label: str
     view: str | None = Field(None, description="the view whose SQL holds the node")

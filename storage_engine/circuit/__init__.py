@@ -3,6 +3,7 @@
 from .aggregate import AggFunc, Aggregate, GroupAggregate
 from .circuit import Circuit, OperatorMetrics, Stepper
 from .distinct import Distinct
+from .final import EmitFinal
 from .join import Join
 from .operator import CircuitError, Operator, PartialForm
 from .session import SessionWindows
@@ -15,6 +16,7 @@ __all__ = [
     "Circuit",
     "CircuitError",
     "Distinct",
+    "EmitFinal",
     "GroupAggregate",
     "Join",
     "Operator",

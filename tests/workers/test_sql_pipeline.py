@@ -130,7 +130,8 @@ def test_late_rows_are_dropped_counted_and_the_watermark_survives_a_resume(
 ) -> None:
     """Files of clicks in event-time order but for one file of stragglers: with 2 s of
     lateness its rows more than 2 s behind the newest are dropped and counted in the step
-    records; the watermark of the first run's checkpoint drops them in the second run."""
+    records; the watermark of the first run's checkpoint drops them in the second run. The
+    same windows in an `emit_final` view reach its sink once each, when closed."""
     seconds = [range(0, 10), range(10, 20), [3, 12, 18, 21], range(22, 30)]
     (tmp_path / "in").mkdir()
     for i, secs in enumerate(seconds):
@@ -140,14 +141,17 @@ def test_late_rows_are_dropped_counted_and_the_watermark_survives_a_resume(
         tmp_path,
         """CREATE VIEW w AS SELECT window_start, count(*) AS n
            FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(ts), INTERVAL '5' SECOND))
-           GROUP BY window_start""",
+           GROUP BY window_start;
+           CREATE VIEW wf WITH ('emit_final' = 'window_end') AS SELECT window_end, count(*) AS n
+           FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(ts), INTERVAL '5' SECOND))
+           GROUP BY window_end""",
     )
     doc["source"].update(
         table="clicks",
         schema={"user": "string", "ts": "timestamp"},
         event_time={"column": "ts", "lateness": "2s"},
     )
-    doc["sinks"] = [doc["sinks"][0] | {"from": "w"}]
+    doc["sinks"] = [doc["sinks"][0] | {"from": "w"}, doc["sinks"][1] | {"from": "wf"}]
     doc["checkpoint"] = {"every_steps": 1}
     s = parse_spec(doc)
     for steps in (2, None):  # the stragglers come in the second run
@@ -167,6 +171,12 @@ def test_late_rows_are_dropped_counted_and_the_watermark_survives_a_resume(
     records = [json.loads(x) for x in (tmp_path / "state" / "metrics.jsonl").open()]
     steps = {r["step"]: r for r in records if "event" not in r and "step" in r}
     assert sum(r["late_rows"] for r in steps.values()) == 2
+    # Final watermark 29 - 2 = 27 s: the windows ending at 5-25 s are closed, each sent
+    # once as an insertion; the one ending at 30 s is held.
+    final = [json.loads(x) for f in sorted((tmp_path / "b").iterdir()) for x in f.open()]
+    assert all(r[WEIGHT] == 1 for r in final)
+    got_final = [(datetime.fromisoformat(r["window_end"]).second, r["n"]) for r in final]
+    assert sorted(got_final) == [(ws + 5, n) for ws, n in sorted(want.items()) if ws + 5 <= 25]
 
 
 def test_only_live_columns_are_read_and_a_discard_sink_counts_its_rows(

@@ -613,7 +613,7 @@ export interface components {
             input?: components["schemas"]["InputOut"] | null;
             /**
              * Kind
-             * @description table, filter, project, window, aggregate, join, distinct, top_n, negate, union, view, sink; or an operator spec's kind
+             * @description table, filter, project, window, aggregate, join, distinct, top_n, negate, union, view, emit_final, sink; or an operator spec's kind
              */
             kind: string;
             /** Label */
