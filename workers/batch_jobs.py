@@ -39,8 +39,10 @@ class BatchJobs:
         # The first batch's tables, computed while the query started (`Runner._read_ahead`).
         self.ready: tuple[bool, JobTables] | None = None
         src = spec.source
-        self._made_in_driver = not isinstance(src, S.FilesSource) or (
-            src.format == "json" and parses_in_driver(arrow_schema(plan.source_schema))
+        self._made_in_driver = (
+            not isinstance(src, S.FilesSource)
+            or src.format == "parquet"
+            or (src.format == "json" and parses_in_driver(arrow_schema(plan.source_schema)))
         )
         # pre-aggregated? -> a files batch's jobs (`_jobs_of`)
         self._jobs: dict[bool, tuple[DataFrame | None, DataFrame | None]] = {}
@@ -62,10 +64,11 @@ class BatchJobs:
 
     def skips_spark(self) -> bool:
         """Whether this step's rows, made in the driver (a log, datagen or Kafka source, or
-        JSON files that Arrow parses as Spark would: `json_lines`), go to the circuit as
-        they are (`arrow_batch`): the transform is the identity, only the stream is read (no
-        join side) and it is not pre-aggregated, as in every SQL pipeline, whose views
-        filter and project in the engine. Spark would only copy them."""
+        JSON or Parquet files that Arrow reads as Spark would: `json_lines`,
+        `parquet_files`), go to the circuit as they are (`arrow_batch`): the transform is
+        the identity, only the stream is read (no join side) and it is not pre-aggregated,
+        as in every SQL pipeline, whose views filter and project in the engine. Spark would
+        only copy them."""
         t = self.spec.transform
         return (
             self._made_in_driver

@@ -22,6 +22,7 @@ from .file_batches import FileBatches
 from .input_files import open_input_files
 from .json_lines import read_json_lines
 from .kafka_source import KafkaTable
+from .parquet_files import read_parquet_files
 from .plan import Plan, arrow_schema, ddl
 from .pre_aggregation import JobTables
 from .progress import ReadAhead
@@ -170,16 +171,18 @@ class StepInput:
     def arrow(self, start: Offset, end: Offset) -> tuple[pa.Table, pa.Table | None] | None:
         """A log, datagen or Kafka source's rows [start, end), as its reader gives them (the
         log's records, `log_batches`; generated rows, `datagen_batches`; `KafkaTable.read`),
-        or a JSON files source's (`read_json_lines`), made in the driver, with `__end`; and
-        the records that did not parse (Kafka's). None: Spark must read these files
-        (`rows`)."""
+        or a JSON or Parquet files source's (`read_json_lines`, `read_parquet_files`), made
+        in the driver, with `__end`; and the records that did not parse (Kafka's). None:
+        Spark must read these files (`rows`)."""
         if self.kafka is not None:
             assert isinstance(start, dict) and isinstance(end, dict)
             return self.kafka.read(start, end)
         start, end = count(start), count(end)
         if self.listing is not None:
             paths = self._fetch(self._file_names(end)[start:end])
-            rows = read_json_lines(paths, arrow_schema(self.plan.source_schema))
+            parquet = isinstance(self.source, S.FilesSource) and self.source.format == "parquet"
+            read = read_parquet_files if parquet else read_json_lines
+            rows = read(paths, arrow_schema(self.plan.source_schema))
             if rows is None:
                 return None
             return rows.append_column(END, pa.array([end] * rows.num_rows, pa.int64())), None

@@ -1,0 +1,56 @@
+"""A `files` table's Parquet files read in the driver by Arrow, when that gives exactly the
+rows Spark's Parquet reader would (`FileBatches`); otherwise nothing, and Spark reads the
+step.
+
+Spark stays the reference. A step is taken here only when, in every file, each column the
+table reads is there under exactly its name (Spark matches names regardless of case, so a
+name present in two cases is left to it) with exactly the column's Arrow type: Spark's
+conversions (an int32 column read as bigint, milliseconds as microseconds, INT96 or
+zone-less timestamps, a column absent from a file read as nulls) are not repeated here.
+A file Arrow cannot open or read goes to Spark too, which decides what that means.
+tests/workers/test_parquet_files.py compares both readers over a corpus of such files.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+# The driver holds a step's rows at once, where Spark streams them.
+MAX_FILE_BYTES = 256 << 20
+
+
+def read_parquet_files(paths: Sequence[str], schema: pa.Schema) -> pa.Table | None:
+    """The rows of Parquet files (in order) as `schema`'s columns, or None if Spark must
+    read them (see the module's docstring)."""
+    tables = []
+    for path in paths:
+        try:
+            if os.path.getsize(path) > MAX_FILE_BYTES:
+                return None
+            with pq.ParquetFile(path) as f:
+                if not _same_columns(f.schema_arrow, schema):
+                    return None
+                table = f.read(columns=schema.names, use_threads=False)
+        except (OSError, pa.ArrowException):
+            return None
+        tables.append(table.select(schema.names))
+    if not tables:
+        return schema.empty_table()
+    return pa.concat_tables(tables).cast(schema)
+
+
+def _same_columns(found: pa.Schema, wanted: pa.Schema) -> bool:
+    lowered = [n.lower() for n in found.names]
+    for f in wanted:
+        if found.names.count(f.name) != 1 or lowered.count(f.name.lower()) != 1:
+            return False
+        if found.field(f.name).type != f.type:
+            return False
+    return True
+
+
+__all__ = ["read_parquet_files"]
