@@ -161,6 +161,11 @@ class Dataflow:
         if op is not None:
             self._stateful[id(node)] = op
 
+    def final_operator(self, view: str) -> str | None:
+        """The id of the view's `emit_final` operator (None: the view has none)."""
+        final = self._final.get(view)
+        return None if final is None else final.op.id
+
     def _finals(self) -> dict[str, _Final]:
         """The `emit_final` stage of each view that has one; SqlError if its column has no
         bound (nothing would ever be final)."""
@@ -371,20 +376,24 @@ class Dataflow:
         """The view's rows that this step's watermark made final (its `delta` held)."""
         if delta.num_rows:
             final.op.apply({"in": delta.rename_columns([*final.columns, WEIGHT])})
-        at = self.watermarks.value(final.bound)
+        at = self._bound_value(final.bound)
         if at is None:
             return empty_delta(schema)
-        out = final.op.release(pa.scalar(at, pa.int64()).cast(_TS).as_py())
-        return out.rename_columns([*schema.names, WEIGHT])
+        return final.op.release(at).rename_columns([*schema.names, WEIGHT])
+
+    def _bound_value(self, bound: Bound) -> Any:
+        """The bound's value now, as a value of the bounded (timestamp) column; None before
+        the watermark has one."""
+        at = self.watermarks.value(bound)
+        return None if at is None else pa.scalar(at, pa.int64()).cast(_TS).as_py()
 
     def _forget(self) -> None:
         """Let each operator whose leading key is bounded drop the state below the bound."""
         for st in self._stateful.values():
             for name, bound in st.leads.items():
-                at = self.watermarks.value(bound)
-                if at is None:
-                    continue
-                st.op.forget_below(name, pa.scalar(at, pa.int64()).cast(_TS).as_py())
+                at = self._bound_value(bound)
+                if at is not None:
+                    st.op.forget_below(name, at)
 
     def _value(
         self,

@@ -69,8 +69,7 @@ def pipeline_graph(spec: S.PipelineSpec) -> Graph:
     for name, v in sql.views.items():
         nodes[views[name]] = GraphNode(views[name], "view", name, name)
         edges.append((ids[id(v.root)], views[name]))
-        if v.emit_final is not None:  # between the view and its sinks, not its readers
-            op = f"{name}.final"
+        if (op := flow.final_operator(name)) is not None:  # before the sinks, not readers
             nodes[op] = GraphNode(op, "emit_final", f"emit final on {v.emit_final}", name, op)
             edges.append((views[name], op))
             outputs[name] = op

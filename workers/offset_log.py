@@ -89,7 +89,7 @@ class OffsetLog:
         )
 
     def _path(self, step: int) -> str:
-        return os.path.join(self.directory, f"{_PREFIX}{step:012d}{_SUFFIX}")
+        return os.path.join(self.directory, _name(step))
 
     def read(self, step: int) -> dict[str, tuple[Offset, Offset]] | None:
         """Step `step`'s offsets per table, or None if it is not logged (or unreadable)."""
@@ -152,10 +152,11 @@ class OffsetLog:
                 store.remove([self._key(s) for s in sorted(self._doomed)])
                 self._doomed.clear()
         except StorageError as e:
-            if not self._backoff:
-                log.warning("offsets not in the object store yet (%s): kept local", e)
+            if not self._backoff:  # the first failure of an outage
                 if self._on_error is not None:
                     self._on_error(min(self._unsent or self._doomed), e)
+                else:
+                    log.warning("offsets not in the object store yet (%s): kept local", e)
             wait = store.settings.retry_max_wait_s
             self._backoff = min(wait, max(self._backoff * 2, wait / 8))
             self._retry_at = self._clock() + self._backoff
@@ -164,7 +165,7 @@ class OffsetLog:
         return True
 
     def _key(self, step: int) -> str:
-        return f"{DIRECTORY}/{_PREFIX}{step:012d}{_SUFFIX}"
+        return f"{DIRECTORY}/{_name(step)}"
 
     def truncate_through(self, step: int) -> int:
         """Delete the entries of steps up to `step` (those no checkpoint a run may restore
@@ -181,6 +182,10 @@ class OffsetLog:
         if self._store is not None:
             self._unsent.discard(step)
             self._doomed.add(step)
+
+
+def _name(step: int) -> str:
+    return f"{_PREFIX}{step:012d}{_SUFFIX}"
 
 
 __all__ = ["DIRECTORY", "OffsetLog"]
