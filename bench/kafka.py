@@ -14,7 +14,8 @@ SeaweedFS server started here, as `bench.commit` does). Each variant is a SQL pi
 input is read. Per variant: events per second over the steps (first step's start to the last
 step's end: Spark's start-up excluded, reported apart), the median and p99 step, and the
 ratios Kafka / files, Kafka Avro / Kafka JSON and object-store files / files. Each reads
-at most `per_step` records (files: as many files) a step.
+at most `per_step` records (files: as many files) a step. One more variant reads the first
+10,000 events 100 a step: its step is the latency a trickle of records sees.
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ from .report import Log, clean, engine_revision, log_to_stderr, machine_info, qu
 
 # events, events per step (= records per file)
 PROFILES = {"full": (1_000_000, 100_000), "quick": (300_000, 50_000), "smoke": (4_000, 1_000)}
+# The small-steps variant: this many of the events, this many a step (a trickle of records,
+# where a step's time is the latency a consumer of the output sees).
+SMALL_STEPS = (10_000, 100)
 USERS = 10_000
 PARTITIONS = 2
 SQL = (
@@ -201,13 +205,16 @@ def run_benchmark(
         topic, out = f"clicks-{uuid.uuid4().hex[:6]}", f"per-user-{uuid.uuid4().hex[:6]}"
         broker.create_topic(topic, PARTITIONS)
         broker.create_topic(f"{topic}-avro", PARTITIONS)
-        for t in ("out-kafka", "out-avro", "out-files", "out-s3"):
+        broker.create_topic(f"{topic}-small", PARTITIONS)
+        for t in ("out-kafka", "out-small", "out-avro", "out-files", "out-s3"):
             broker.create_topic(f"{out}-{t}", 1)
         log(f"producing {events} events")
         t0 = time.perf_counter()
         _produce(broker, topic, values)
         report["produce_events_per_s"] = events / (time.perf_counter() - t0)
         _produce(broker, f"{topic}-avro", _avro(records))
+        small, small_step = min(events, SMALL_STEPS[0]), SMALL_STEPS[1]
+        _produce(broker, f"{topic}-small", values[:small])
         files = work / "files"
         files.mkdir()
         for i in range(0, events, per_step):
@@ -230,6 +237,11 @@ def run_benchmark(
         log("kafka source")
         report["kafka"] = run_variant(
             work, _spec("bench-kafka", kafka, broker, f"{out}-out-kafka"), events, spark
+        )
+        log("kafka source, small steps")
+        trickle = {**kafka, "topics": [f"{topic}-small"], "max_records_per_step": small_step}
+        report["kafka_small_steps"] = run_variant(
+            work, _spec("bench-kafka-small", trickle, broker, f"{out}-out-small"), small, spark
         )
         log("kafka source, avro")
         avro = {
@@ -286,7 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        for side in ("kafka", "kafka_avro", "files", "object_files"):
+        for side in ("kafka", "kafka_small_steps", "kafka_avro", "files", "object_files"):
             r = report[side]
             print(f"{side}: {r['events_per_s']:.0f} events/s, p50 step {r['p50_step_ms']:.0f} ms")
         print(f"kafka / files: x{report['throughput_ratio']:.2f}")

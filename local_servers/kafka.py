@@ -52,6 +52,12 @@ class KafkaBroker:
         return f"127.0.0.1:{self.port}"
 
     @property
+    def pid(self) -> int:
+        """The broker's process (the leader of its own process group)."""
+        assert self._proc is not None, "the broker is not started"
+        return self._proc.pid
+
+    @property
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 

@@ -13,7 +13,7 @@ from bench.kafka import run_benchmark
 def test_smoke_report_has_every_figure(tmp_path: Path) -> None:
     report = run_benchmark("smoke", base_dir=str(tmp_path))
     json.dumps(report)
-    for side in ("kafka", "kafka_avro", "files", "object_files"):
+    for side in ("kafka", "kafka_small_steps", "kafka_avro", "files", "object_files"):
         r = report[side]
         assert r["steps"] >= 4  # every event read (the benchmark checks the count)
         for key in ("events_per_s", "p50_step_ms", "p99_step_ms", "open_s"):
