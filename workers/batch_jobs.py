@@ -16,11 +16,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from pipeline_spec import model as S
 
+from . import csv_lines, json_lines
 from .file_batches import CORRUPT, FileBatches
-from .json_lines import parses_in_driver
 from .plan import Plan, arrow_schema, ddl
 from .pre_aggregation import JobTables, MicroBatch, PreAggregation, min_event_us
 from .sources import END, SOURCE
@@ -39,10 +40,11 @@ class BatchJobs:
         # The first batch's tables, computed while the query started (`Runner._read_ahead`).
         self.ready: tuple[bool, JobTables] | None = None
         src = spec.source
+        parses = {"json": json_lines.parses_in_driver, "csv": csv_lines.parses_in_driver}
         self._made_in_driver = (
             not isinstance(src, S.FilesSource)
             or src.format == "parquet"
-            or (src.format == "json" and parses_in_driver(arrow_schema(plan.source_schema)))
+            or parses[src.format](arrow_schema(plan.source_schema))
         )
         # pre-aggregated? -> a files batch's jobs (`_jobs_of`)
         self._jobs: dict[bool, tuple[DataFrame | None, DataFrame | None]] = {}
@@ -64,11 +66,11 @@ class BatchJobs:
 
     def skips_spark(self) -> bool:
         """Whether this step's rows, made in the driver (a log, datagen or Kafka source, or
-        JSON or Parquet files that Arrow reads as Spark would: `json_lines`,
-        `parquet_files`), go to the circuit as they are (`arrow_batch`): the transform is
-        the identity, only the stream is read (no join side) and it is not pre-aggregated,
-        as in every SQL pipeline, whose views filter and project in the engine. Spark would
-        only copy them."""
+        JSON, CSV or Parquet files that Arrow reads as Spark would: `json_lines`,
+        `csv_lines`, `parquet_files`), go to the circuit as they are (`arrow_batch`): the
+        transform is the identity, only the stream is read (no join side) and it is not
+        pre-aggregated, as in every SQL pipeline, whose views filter and project in the
+        engine. Spark would only copy them."""
         t = self.spec.transform
         return (
             self._made_in_driver
@@ -240,23 +242,26 @@ class BatchJobs:
                 F.col(CORRUPT).alias("__line"),
                 F.col(END),
             )
-        line = F.col("__line")
-        parsed = df.withColumn("__p", F.from_csv(line, ddl(self.plan.source_schema)))
-        raw = [F.get(F.split(line, ","), i) for i in range(len(fields))]  # NULL if short
-        bad = F.size(F.split(line, ",")) != len(fields)
-        for f, r in zip(fields, raw, strict=True):
-            value = F.col(f"__p.`{f.name}`")
-            present = r.isNotNull() & (F.lower(F.trim(r)) != "null") & (F.trim(r) != "")
-            bad = bad | (present & value.isNull())
-        bad = bad | F.col("__p").isNull()
-        return parsed.select(
-            *[F.col(f"__p.`{f.name}`").alias(f.name) for f in fields],
-            bad.alias("__bad"),
-            "__file",
-            "__lineno",
-            "__line",
-            END,
-        )
+        return csv_fields(df, self.plan.source_schema, ["__file", "__lineno", "__line", END])
+
+
+def csv_fields(lines: DataFrame, schema: StructType, keep: list[str]) -> DataFrame:
+    """CSV lines (`__line`) parsed as `schema`'s columns, then `__bad` (the line has the
+    wrong number of fields or a non-empty value, not `null`, does not convert), then the
+    columns `keep` of `lines`. (`csv_lines` reads plain files to the same rows.)"""
+    fields = schema.fields
+    line = F.col("__line")
+    parsed = lines.withColumn("__p", F.from_csv(line, ddl(schema)))
+    raw = [F.get(F.split(line, ","), i) for i in range(len(fields))]  # NULL if short
+    bad = F.size(F.split(line, ",")) != len(fields)
+    for f, r in zip(fields, raw, strict=True):
+        value = F.col(f"__p.`{f.name}`")
+        present = r.isNotNull() & (F.lower(F.trim(r)) != "null") & (F.trim(r) != "")
+        bad = bad | (present & value.isNull())
+    bad = bad | F.col("__p").isNull()
+    return parsed.select(
+        *[F.col(f"__p.`{f.name}`").alias(f.name) for f in fields], bad.alias("__bad"), *keep
+    )
 
 
 def _padded(rows: pa.Table, schema: pa.Schema) -> pa.Table:

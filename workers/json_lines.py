@@ -16,12 +16,13 @@ compares both readers over a corpus of edge cases.
 from __future__ import annotations
 
 import io
-import os
 from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.json as pjson
+
+from .driver_files import read_files
 
 _BOM = b"\xef\xbb\xbf"
 # Column types whose JSON values Arrow converts exactly as Spark does, or refuses (a 32-bit
@@ -36,8 +37,6 @@ _TYPES = (
     pa.string(),
     pa.timestamp("us", tz="UTC"),
 )
-# The driver holds a file's bytes and its rows at once, where Spark streams them.
-MAX_FILE_BYTES = 256 << 20
 
 
 def parses_in_driver(schema: pa.Schema) -> bool:
@@ -48,17 +47,7 @@ def parses_in_driver(schema: pa.Schema) -> bool:
 def read_json_lines(paths: Sequence[str], schema: pa.Schema) -> pa.Table | None:
     """The rows of JSON-lines files (in order) as `schema`'s columns, or None if Spark must
     read them (see the module's docstring)."""
-    tables = []
-    for path in paths:
-        with open(path, "rb") as f:
-            if os.fstat(f.fileno()).st_size > MAX_FILE_BYTES:
-                return None
-            data = f.read()
-        table = _parse(data, schema)
-        if table is None:
-            return None
-        tables.append(table)
-    return pa.concat_tables(tables) if tables else schema.empty_table()
+    return read_files(paths, schema, _parse)
 
 
 def _parse(data: bytes, schema: pa.Schema) -> pa.Table | None:

@@ -19,8 +19,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-# The driver holds a step's rows at once, where Spark streams them.
-MAX_FILE_BYTES = 256 << 20
+from .driver_files import MAX_FILE_BYTES
 
 
 def read_parquet_files(paths: Sequence[str], schema: pa.Schema) -> pa.Table | None:

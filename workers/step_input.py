@@ -18,6 +18,7 @@ from pipeline_spec import model as S
 from pipeline_spec.offsets import Offset, count, total
 from storage_engine.input_log import InputLog
 
+from .csv_lines import read_csv_files
 from .file_batches import FileBatches
 from .input_files import open_input_files
 from .json_lines import read_json_lines
@@ -30,6 +31,8 @@ from .sources import END, datagen_batches, log_batches
 from .step_ends import StepEndServer
 
 log = logging.getLogger("spindle.runner")
+# A files table's reader in the driver, by format: its rows, or None when Spark must read.
+_READERS = {"json": read_json_lines, "csv": read_csv_files, "parquet": read_parquet_files}
 
 
 class StepInput:
@@ -171,17 +174,17 @@ class StepInput:
     def arrow(self, start: Offset, end: Offset) -> tuple[pa.Table, pa.Table | None] | None:
         """A log, datagen or Kafka source's rows [start, end), as its reader gives them (the
         log's records, `log_batches`; generated rows, `datagen_batches`; `KafkaTable.read`),
-        or a JSON or Parquet files source's (`read_json_lines`, `read_parquet_files`), made
-        in the driver, with `__end`; and the records that did not parse (Kafka's). None:
-        Spark must read these files (`rows`)."""
+        or a JSON, CSV or Parquet files source's (`read_json_lines`, `read_csv_files`,
+        `read_parquet_files`), made in the driver, with `__end`; and the records that did
+        not parse (Kafka's). None: Spark must read these files (`rows`)."""
         if self.kafka is not None:
             assert isinstance(start, dict) and isinstance(end, dict)
             return self.kafka.read(start, end)
         start, end = count(start), count(end)
         if self.listing is not None:
             paths = self._fetch(self._file_names(end)[start:end])
-            parquet = isinstance(self.source, S.FilesSource) and self.source.format == "parquet"
-            read = read_parquet_files if parquet else read_json_lines
+            assert isinstance(self.source, S.FilesSource)
+            read = _READERS[self.source.format]
             rows = read(paths, arrow_schema(self.plan.source_schema))
             if rows is None:
                 return None

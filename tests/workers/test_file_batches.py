@@ -235,7 +235,8 @@ def test_the_first_step_is_the_batch_read_ahead_and_the_query_starts_after_it(
     """A run reads its first batch while its query starts: the files present then, up to
     max_files_per_step (2). Its first step is that batch, with no Spark job of its own; the
     query starts at the batch's end, so a file that arrived meanwhile is the next step's.
-    (CSV files: JSON files that Arrow parses skip Spark, and the read-ahead with it.)"""
+    (A `where` keeps the steps in Spark: files the driver reads skip Spark, and the read-ahead
+    with it.)"""
     d = tmp_path / "in"
     d.mkdir()
     rows = [[(f"u{(f + i) % 3}", f * 100 + i) for i in range(20)] for f in range(2)]
@@ -245,8 +246,9 @@ def test_the_first_step_is_the_batch_read_ahead_and_the_query_starts_after_it(
         (d / f"part-{f}.csv").write_text("\n".join(lines) + "\n")
 
     write(0)
+    doc = {**_doc(tmp_path, "csv"), "transform": {"where": "amount >= 0"}}
     r = Runner(
-        parse_spec(_doc(tmp_path, "csv")),
+        parse_spec(doc),
         str(tmp_path / "state"),
         base_dir=str(tmp_path),
         spark=spark,
