@@ -69,7 +69,7 @@ NOTES = [
     "spindle_sql: the same query written as a SQL view (sql: CREATE VIEW per_customer AS "
     "SELECT customer, count(*), sum(amount) ... GROUP BY customer), run right after the "
     "operator form; sql_throughput_ratio and sql_p50_batch_ms_ratio compare the two. SQL "
-    "pipelines get no partial aggregation in Spark yet: the engine aggregates every row.",
+    "pipelines get no partial aggregation in Spark: the engine aggregates every row.",
     "Both sides read the same JSON-lines files, one file per micro-batch, and compute "
     "count(*) and sum(amount) per customer; both checkpoint after every micro-batch.",
     "Spindle: workers.runner with the files source (read by Spark's JSON reader), the "
