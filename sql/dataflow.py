@@ -5,8 +5,8 @@ Linear operators run on the delta alone: `Filter` and `Project` evaluate their e
 on Arrow (`evaluate.py`), `UnionAll` concatenates. Stateful ones are the engine's circuit
 operators, keeping their state in the storage location: `Aggregate` a `GroupAggregate`,
 `Join` a `Join` (ΔA⋈B + A⋈ΔB + ΔA⋈ΔB), `Distinct` a `Distinct`, `TopN` a `TopN`,
-`Sessions` a `SessionWindows`. A node read by several views (a view read by others) is
-computed once per step.
+`RowsOver` a `RowsOver`, `Sessions` a `SessionWindows`. A node read by several views (a
+view read by others) is computed once per step.
 
 Operator ids are `<view>.<kind><n>`, numbered in the order the view's plan is walked
 (inputs first, left before right): the same SQL gives the same ids, so a restored checkpoint
@@ -38,6 +38,7 @@ from storage_engine.circuit import (
     Join,
     Operator,
     OperatorMetrics,
+    RowsOver,
     SessionWindows,
     TopN,
 )
@@ -262,7 +263,7 @@ class Dataflow:
                 **({"right": rb[rk]} if rk in rb else {}),
             }
             return _Stateful(op, ("left", "right"), (left.names, right.names), leads=leads)
-        if not isinstance(node, P.Aggregate | P.TopN | P.Sessions | P.Distinct):
+        if not isinstance(node, P.Aggregate | P.TopN | P.RowsOver | P.Sessions | P.Distinct):
             return None
         schema, c = _positional(node.input.schema, "c")
         bounds = self._bounds[id(node.input)]
@@ -284,7 +285,7 @@ class Dataflow:
             node.keys
             if isinstance(node, P.Aggregate)
             else node.partition
-            if isinstance(node, P.TopN)
+            if isinstance(node, P.TopN | P.RowsOver)
             else tuple(node.input.schema.names)
         )
         keys = _bounded_first(keyed, bounds)
@@ -303,6 +304,15 @@ class Dataflow:
             op_id = f"{view}.top{next(counter)}"
             partition = [c[k] for k in keys]
             op = TopN(op_id, schema, partition, order, node.limit, "rank", input="in")
+        elif isinstance(node, P.RowsOver):
+            order = [(c[col], desc) for col, desc in node.order]
+            aggs = [
+                EngineAggregate(f"a{j}", a.func, c[a.column] if a.column else None)
+                for j, a in enumerate(node.aggs)
+            ]
+            op_id = f"{view}.over{next(counter)}"
+            partition = [c[k] for k in keys]
+            op = RowsOver(op_id, schema, partition, order, node.preceding, aggs, input="in")
         else:
             columns = [c[k] for k in keys] if keys != keyed else None
             op = Distinct(f"{view}.distinct{next(counter)}", schema, columns, input="in")

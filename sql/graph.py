@@ -97,6 +97,9 @@ def _describe(node: P.Node) -> tuple[str, str]:
         return "distinct", "distinct"
     if isinstance(node, P.TopN):
         return "top_n", f"top {node.limit}"
+    if isinstance(node, P.RowsOver):
+        rows = "all rows" if node.preceding is None else f"{node.preceding + 1} rows"
+        return "aggregate", f"{node.aggs[0].func} over {rows}"
     if isinstance(node, P.Negate):
         return "negate", "negate"
     return "union", "union all"

@@ -168,6 +168,23 @@ class TopN:
 
 
 @dataclass(frozen=True)
+class RowsOver:
+    """`AGG(x) OVER (PARTITION BY ... ORDER BY ... ROWS BETWEEN n PRECEDING AND CURRENT
+    ROW)`: each input row with `aggs` over its partition's rows from `preceding` rows
+    before it (None: all) to itself, in `order`."""
+
+    input: Node
+    partition: tuple[str, ...]
+    order: tuple[tuple[str, bool], ...]  # (column, descending)
+    preceding: int | None
+    aggs: tuple[AggCall, ...]
+
+    @property
+    def schema(self) -> pa.Schema:
+        return pa.schema([*self.input.schema, *(pa.field(a.name, a.type) for a in self.aggs)])
+
+
+@dataclass(frozen=True)
 class Negate:
     """The input with every weight negated: subtraction, as `UnionAll(a, Negate(b))`."""
 
@@ -201,6 +218,7 @@ Node = (
     | Join
     | Distinct
     | TopN
+    | RowsOver
     | Negate
     | UnionAll
 )
@@ -227,6 +245,7 @@ __all__ = [
     "Negate",
     "Node",
     "Project",
+    "RowsOver",
     "Scan",
     "Sessions",
     "TopN",

@@ -38,7 +38,7 @@ from .plan import (
     ViewRef,
     Windows,
 )
-from .ranking import rank_bounds, top_n, window_items
+from .ranking import is_row_number, over_rows, rank_bounds, top_n, window_items
 from .windows import is_session, session_args, window_args, window_call
 
 _AGGS: dict[type[exp.Expr], AggFunc] = {
@@ -222,20 +222,27 @@ class Planner:
         if having is not None:
             aggs += _aggregates(having.this)
         windows = window_items(items)
-        if windows and (group is not None or aggs or len(windows) > 1):
+        ranks = [w for w in windows if is_row_number(w)]
+        if windows and (group is not None or aggs or (ranks and len(windows) > 1)):
+            first = "ROW_NUMBER()" if ranks else "an aggregate OVER a window"
             raise self._error(
                 windows[-1],
-                "ROW_NUMBER() goes alone in its SELECT, without GROUP BY (aggregate in a "
+                f"{first} goes alone in its SELECT, without GROUP BY (aggregate in a "
                 "subquery first)",
             )
         if group is not None or aggs:
             rel, scope = self._aggregate(q, rel, items, aggs)
         elif windows:
-            ranked, rank = top_n(
-                self.script, Scope(rel.fields), rel.node, windows[0], bounds, self._fresh
-            )
-            rel = _Relation(ranked, rel.fields)
-            scope = Scope(rel.fields, rank)
+            if ranks:
+                windowed, found = top_n(
+                    self.script, Scope(rel.fields), rel.node, ranks[0], bounds, self._fresh
+                )
+            else:
+                windowed, found = over_rows(
+                    self.script, Scope(rel.fields), rel.node, windows, self._fresh, self._agg_call
+                )
+            rel = _Relation(windowed, rel.fields)
+            scope = Scope(rel.fields, found)
         else:
             scope = Scope(rel.fields)
         compiler = Compiler(self.script, scope)

@@ -1,4 +1,6 @@
-"""Top-N per group, written as Spark and Flink users write it:
+"""Window functions over a partition's rows, written as Spark and Flink users write them.
+
+Top-N per group:
 
     SELECT ... FROM (
       SELECT ..., ROW_NUMBER() OVER (PARTITION BY p ORDER BY o DESC) AS rn FROM t
@@ -7,6 +9,15 @@
 The outer query's bound on the rank (`bounds`) is handed to the inner SELECT, whose
 ROW_NUMBER becomes a `plan.TopN` with that limit. A ROW_NUMBER without such a bound would
 rank every row of a group, and a change at the top would renumber all of them: refused.
+
+Aggregates over a frame of rows (`over_rows`), each a `plan.RowsOver`:
+
+    SELECT ..., avg(x) OVER (PARTITION BY p ORDER BY o ROWS BETWEEN 10 PRECEDING AND
+    CURRENT ROW) AS a FROM t             -- or UNBOUNDED PRECEDING; ROWS n PRECEDING
+
+Only ROWS frames ending at the current row: a RANGE frame (the default with ORDER BY)
+includes the current row's peers, and a frame ending after it makes a row's value depend
+on rows that have not arrived.
 """
 
 from __future__ import annotations
@@ -20,7 +31,7 @@ from .compile import Compiler, Scope, key
 from .errors import Problem, SqlError
 from .expr import Column, Expr
 from .parse import Script
-from .plan import Node, Project, TopN
+from .plan import AggCall, Node, Project, RowsOver, TopN
 
 
 def rank_bounds(where: exp.Expr | None) -> dict[str, int]:
@@ -55,6 +66,11 @@ def window_items(items: list[exp.Expr]) -> list[exp.Expr]:
     return [i for i in items if isinstance(i.this if isinstance(i, exp.Alias) else i, exp.Window)]
 
 
+def is_row_number(item: exp.Expr) -> bool:
+    window = item.this if isinstance(item, exp.Alias) else item
+    return isinstance(window.this, exp.RowNumber)
+
+
 def top_n(
     script: Script,
     scope: Scope,
@@ -85,25 +101,111 @@ def top_n(
     order = window.args.get("order")
     if order is None or not order.expressions:
         raise error(window, "ROW_NUMBER() needs ORDER BY in its OVER clause")
-    compiler = Compiler(script, scope)
-    computed: list[tuple[str, Expr]] = []
-
-    def column(e: exp.Expr) -> str:
-        compiled = compiler(e)
-        if isinstance(compiled, Column):
-            return compiled.name
-        internal = fresh()
-        computed.append((internal, compiled))
-        return internal
-
-    partition = tuple(column(p) for p in window.args.get("partition_by") or [])
-    ordering = tuple((column(o.this), bool(o.args.get("desc"))) for o in order.expressions)
-    if computed:
-        keep = tuple((f.name, Column(f.name, f.type)) for f in node.schema)
-        node = Project(node, keep + tuple(computed))
+    columns = _Columns(Compiler(script, scope), fresh)
+    partition = tuple(columns(p) for p in window.args.get("partition_by") or [])
+    ordering = tuple((columns(o.this), bool(o.args.get("desc"))) for o in order.expressions)
     rank = fresh()
-    ranked = TopN(node, partition, ordering, limit, rank)
+    ranked = TopN(columns.project(node), partition, ordering, limit, rank)
     return ranked, {key(window): Column(rank, pa.int32())}
 
 
-__all__ = ["rank_bounds", "top_n", "window_items"]
+class _Columns:
+    """Expressions as input columns: a column as itself, anything else computed into a
+    fresh column by a projection before the window (`project`)."""
+
+    def __init__(self, compiler: Compiler, fresh: Callable[[], str]) -> None:
+        self.compiler, self.fresh = compiler, fresh
+        self.computed: list[tuple[str, Expr]] = []
+
+    def __call__(self, e: exp.Expr | Expr) -> str:
+        compiled = self.compiler(e) if isinstance(e, exp.Expr) else e
+        if isinstance(compiled, Column):
+            return compiled.name
+        internal = self.fresh()
+        self.computed.append((internal, compiled))
+        return internal
+
+    def project(self, node: Node) -> Node:
+        if not self.computed:
+            return node
+        keep = tuple((f.name, Column(f.name, f.type)) for f in node.schema)
+        node = Project(node, keep + tuple(self.computed))
+        self.computed = []
+        return node
+
+
+def over_rows(
+    script: Script,
+    scope: Scope,
+    node: Node,
+    items: list[exp.Expr],
+    fresh: Callable[[], str],
+    agg_call: Callable[[exp.Expr, Compiler], tuple[AggCall, Expr | None]],
+) -> tuple[Node, dict[str, Column]]:
+    """`node` with a `RowsOver` per window item (an aggregate OVER a ROWS frame), and each
+    item's column by the window expression's text (for the select list)."""
+
+    def error(at: exp.Expr, message: str) -> SqlError:
+        line, col = script.at(at)
+        return SqlError([Problem(message, line, col)])
+
+    found: dict[str, Column] = {}
+    for item in items:
+        window = item.this if isinstance(item, exp.Alias) else item
+        assert isinstance(window, exp.Window)
+        order = window.args.get("order")
+        if order is None or not order.expressions:
+            raise error(window, f"{key(window.this)} OVER (...) needs ORDER BY")
+        preceding = _preceding(window, error)
+        columns = _Columns(Compiler(script, scope), fresh)
+        call, arg = agg_call(window.this, columns.compiler)
+        if call.distinct:
+            raise error(window, "DISTINCT is not supported in an aggregate OVER a window")
+        _check_type(call, arg, window, error)
+        column = None if arg is None else columns(arg)
+        partition = tuple(columns(p) for p in window.args.get("partition_by") or [])
+        ordering = tuple((columns(o.this), bool(o.args.get("desc"))) for o in order.expressions)
+        call = AggCall(call.name, call.func, column, call.type)
+        node = RowsOver(columns.project(node), partition, ordering, preceding, (call,))
+        found[key(window)] = Column(call.name, call.type)
+    return node, found
+
+
+def _preceding(window: exp.Window, error: Callable[[exp.Expr, str], SqlError]) -> int | None:
+    """The rows before the current one in the window's frame (None: unbounded)."""
+    spec = window.args.get("spec")
+    frame = "ROWS BETWEEN n PRECEDING (or UNBOUNDED PRECEDING) AND CURRENT ROW"
+    if spec is None or str(spec.args.get("kind") or "").upper() != "ROWS":
+        raise error(window, f"an aggregate OVER a window needs a frame of rows: {frame}")
+    start, side = spec.args.get("start"), str(spec.args.get("start_side") or "").upper()
+    end = spec.args.get("end")
+    if end is not None and str(end).upper() != "CURRENT ROW":
+        raise error(window, f"the frame must end at the current row: {frame}")
+    if isinstance(start, str) and start.upper() == "UNBOUNDED" and side == "PRECEDING":
+        return None
+    if isinstance(start, str) and start.upper() == "CURRENT ROW":
+        return 0
+    if isinstance(start, exp.Literal) and not start.is_string and side == "PRECEDING":
+        text = str(start.this)
+        if text.isdigit():
+            return int(text)
+    raise error(window, f"the frame must start n rows before the current row: {frame}")
+
+
+def _check_type(
+    call: AggCall,
+    arg: Expr | None,
+    window: exp.Window,
+    error: Callable[[exp.Expr, str], SqlError],
+) -> None:
+    if arg is None:
+        return
+    t = arg.type
+    numeric = pa.types.is_integer(t) or pa.types.is_floating(t)
+    temporal = pa.types.is_timestamp(t) or pa.types.is_date(t)
+    if call.func == "count" or numeric or (call.func in ("min", "max") and temporal):
+        return
+    raise error(window, f"{call.func} OVER a window of rows of {t} is not supported")
+
+
+__all__ = ["is_row_number", "over_rows", "rank_bounds", "top_n", "window_items"]

@@ -6,6 +6,7 @@ from .distinct import Distinct
 from .final import EmitFinal
 from .join import Join
 from .operator import CircuitError, Operator, PartialForm
+from .over import RowsOver
 from .session import SessionWindows
 from .top_n import TopN
 from .window import WindowAggregate
@@ -22,6 +23,7 @@ __all__ = [
     "Operator",
     "OperatorMetrics",
     "PartialForm",
+    "RowsOver",
     "SessionWindows",
     "Stepper",
     "TopN",

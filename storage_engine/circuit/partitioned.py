@@ -67,7 +67,8 @@ class PartitionedOperator(Operator):
         self._rows.insert(change)
         before, after = self._result(to_table(old)), self._result(to_table(new))
         before = before.set_column(before.num_columns - 1, WEIGHT, pc.negate(before.column(WEIGHT)))
-        return consolidate(pa.concat_tables([after, before]), self._out)
+        # Either may be `empty_delta` (its weight not nullable): their schemas are unified.
+        return consolidate(pa.concat_tables([after, before], promote_options="default"), self._out)
 
     def forget_below(self, input: str, bound: Any) -> None:
         """Partitions below `bound` in the first partition column are final: their rows go."""
@@ -95,6 +96,20 @@ class PartitionedOperator(Operator):
     def _result(self, rows: pa.Table) -> pa.Table:
         """The output (with `__weight`) for these partitions' rows (`__weight`: each row's
         multiplicity; the partition columns first, `__all` when there are none)."""
+
+    def _ordered(
+        self, rows: pa.Table, order_by: Sequence[tuple[str, bool]]
+    ) -> tuple[pa.Table, np.ndarray[Any, np.dtype[np.int64]]] | None:
+        """The live rows of `rows` (once per unit of weight, without it) sorted by partition,
+        then `order_by`, then the other columns ascending: a total order, so what depends on
+        it depends on the rows alone. With where each partition starts; None if no row."""
+        rows = live(rows)
+        if rows.num_rows == 0:
+            return None
+        order = list(order_by)
+        order += [(c, False) for c in self.input_schema.names if c not in dict(order_by)]
+        rows = self._sorted(rows, order)
+        return rows, self._starts(rows)
 
     def _sorted(self, rows: pa.Table, order: Sequence[tuple[str, bool]]) -> pa.Table:
         """`rows` sorted by partition, then by `order` ((column, descending) pairs); NULLs

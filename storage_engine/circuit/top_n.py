@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from ..schema import WEIGHT
 from .operator import CircuitError, empty_delta, require_columns
-from .partitioned import PartitionedOperator, live
+from .partitioned import PartitionedOperator
 
 
 class TopN(PartitionedOperator):
@@ -55,13 +55,10 @@ class TopN(PartitionedOperator):
 
     def _result(self, rows: pa.Table) -> pa.Table:
         """The first `limit` rows of each partition, ranked, each with weight 1."""
-        rows = live(rows)
-        if rows.num_rows == 0:
+        ordered = self._ordered(rows, self.order_by)
+        if ordered is None:
             return empty_delta(self._out)
-        order = list(self.order_by)
-        order += [(c, False) for c in self.input_schema.names if c not in dict(self.order_by)]
-        rows = self._sorted(rows, order)
-        starts = self._starts(rows)
+        rows, starts = ordered
         lengths = np.diff(np.append(starts, rows.num_rows))
         rank = np.arange(rows.num_rows) - np.repeat(starts, lengths) + 1
         top = rank <= self.limit

@@ -24,6 +24,7 @@ from storage_engine.circuit import (
     Distinct,
     GroupAggregate,
     Join,
+    RowsOver,
     SessionWindows,
     TopN,
     WindowAggregate,
@@ -278,6 +279,67 @@ def test_top_n_matches_the_model(tmp_path: Path, seed: int) -> None:
         for r, w in step:
             live[r] += w
         assert out == model_top_n(live, 2), f"step {i}"
+        if i == 20:
+            loc.commit(step=i)
+            loc.close()
+            c, loc = open_circuit(tmp_path, make)
+    loc.close()
+
+
+def model_rows_over(live: Counter[Row], preceding: int | None) -> Counter[Row]:
+    """Per g: rows by x ascending, then y ascending (NULLs first; duplicates counted),
+    each with count(*), count(x), sum(x), avg(y), min(x), max(y) over the frame of rows
+    from `preceding` before it (None: all) to itself; sum, avg, min, max of no value: NULL."""
+    groups: dict[Any, list[Row]] = {}
+    for r, m in live.items():
+        groups.setdefault(r[0], []).extend([r] * m)
+    out: Counter[Row] = Counter()
+    for rows in groups.values():
+        rows.sort(key=lambda r: (r[1] is not None, r[1] or 0, r[2] is not None, r[2] or 0.0))
+        for i, r in enumerate(rows):
+            frame = rows[0 if preceding is None else max(0, i - preceding) : i + 1]
+            xs = [f[1] for f in frame if f[1] is not None]
+            ys = [f[2] for f in frame if f[2] is not None]
+            aggs = (
+                len(frame),
+                len(xs),
+                sum(xs) if xs else None,
+                sum(ys) / len(ys) if ys else None,
+                min(xs) if xs else None,
+                max(ys) if ys else None,
+            )
+            out[(*r, *aggs)] += 1
+    return out
+
+
+@pytest.mark.parametrize(
+    ("seed", "preceding"), [(s, p) for s in range(trials(3, 2)) for p in (2, None)]
+)
+def test_rows_over_matches_the_model(tmp_path: Path, seed: int, preceding: int | None) -> None:
+    """Aggregates over frames of rows per group, across retractions, duplicates, ties and
+    NULLs in the order, and a restore."""
+    rng = random.Random(seed)
+    steps = history(rng, 40, agg_row)
+    aggs = [
+        Aggregate("n", "count"),
+        Aggregate("nx", "count", "x"),
+        Aggregate("sx", "sum", "x"),
+        Aggregate("ay", "avg", "y"),
+        Aggregate("mx", "min", "x"),
+        Aggregate("My", "max", "y"),
+    ]
+
+    def make() -> Circuit:
+        return Circuit([RowsOver("over", SCHEMA, ["g"], [("x", False)], preceding, aggs)])
+
+    c, loc = open_circuit(tmp_path, make, "none")
+    live: Counter[Row] = Counter()
+    out: Counter[Row] = Counter()
+    for i, step in enumerate(steps):
+        integrate(out, c.step({"source": table(step, SCHEMA)})["over"])
+        for r, w in step:
+            live[r] += w
+        assert out == model_rows_over(live, preceding), f"step {i}"
         if i == 20:
             loc.commit(step=i)
             loc.close()

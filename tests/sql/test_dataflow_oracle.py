@@ -109,6 +109,23 @@ QUERIES: dict[str, str] = {
     "top_1_of_aggregate": """CREATE VIEW per_k AS SELECT g, k, sum(v) AS s FROM t GROUP BY g, k;
         CREATE VIEW out AS SELECT g, k FROM (SELECT g, k, ROW_NUMBER() OVER
         (PARTITION BY g ORDER BY s DESC, k) AS r FROM per_k WHERE s IS NOT NULL) WHERE r = 1""",
+    "over_rows": """CREATE VIEW out AS SELECT g, k, v,
+        sum(v) OVER (PARTITION BY g ORDER BY d ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) AS s,
+        count(*) OVER (PARTITION BY g ORDER BY d ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) AS n,
+        avg(v * d) OVER (PARTITION BY g ORDER BY d ROWS 3 PRECEDING) AS a,
+        min(v) OVER (PARTITION BY g ORDER BY d ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS lo,
+        max(d) OVER (PARTITION BY g ORDER BY d ROWS BETWEEN 4 PRECEDING AND CURRENT ROW) AS hi
+        FROM t""",
+    "over_unbounded": """CREATE VIEW out AS SELECT k, v, d,
+        count(v) OVER (PARTITION BY k ORDER BY v DESC, d
+            ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS c,
+        max(v) OVER (PARTITION BY k ORDER BY v, d ROWS UNBOUNDED PRECEDING) AS m,
+        sum(d) OVER (ORDER BY d ROWS BETWEEN CURRENT ROW AND CURRENT ROW) AS me FROM t""",
+    "over_an_aggregate": """CREATE VIEW per_k AS SELECT g, k, sum(v) AS s FROM t GROUP BY g, k;
+        CREATE VIEW out AS SELECT g, k, s, avg(s) OVER (PARTITION BY g ORDER BY k
+            ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS moving FROM per_k""",
+    "over_b_times": """CREATE VIEW out AS SELECT auction, price, ts, max(ts) OVER (
+        PARTITION BY auction ORDER BY price, ts ROWS 2 PRECEDING) AS latest FROM b""",
     "union": "CREATE VIEW out AS SELECT k FROM t WHERE v > 10 UNION SELECT k FROM u",
     "view_read_twice": """CREATE VIEW per_g AS SELECT g, k, count(*) AS n FROM t GROUP BY g, k;
         CREATE VIEW out AS SELECT a.g, a.k AS k1, b.k AS k2, a.n + b.n AS n FROM per_g a
@@ -204,7 +221,8 @@ def test_view_equals_batch_query(name: str, tmp_path: Path) -> None:
             integral[tuple(_norm(v) for v in r.values())] += w
         assert all(w > 0 for w in (+integral).values())
         assert +integral == integral, f"negative weights after step {step}"
-        assert integral == _oracle(sql, live), f"step {step}"
+        want = _oracle(sql, live)
+        assert integral == want, f"step {step}: {+integral - want} not {want - integral}"
         if step == 5:
             loc.commit(step=5)
             saved = (step, Counter(integral), {t: Counter(c) for t, c in live.items()})

@@ -137,6 +137,40 @@ def problem(text: str) -> tuple[str, int, int]:
             1,
             38,
         ),
+        (
+            "CREATE VIEW v AS SELECT sum(price) OVER (PARTITION BY bidder ORDER BY date_time) "
+            "FROM bid",
+            "an aggregate OVER a window needs a frame of rows: ROWS BETWEEN n PRECEDING",
+            1,
+            25,
+        ),
+        (
+            "CREATE VIEW v AS\nSELECT auction, avg(price) OVER (PARTITION BY bidder) FROM bid",
+            "avg(price) OVER (...) needs ORDER BY",
+            2,
+            17,
+        ),
+        (
+            "CREATE VIEW v AS SELECT sum(price) OVER (ORDER BY date_time "
+            "ROWS BETWEEN 1 PRECEDING AND 1 FOLLOWING) FROM bid",
+            "the frame must end at the current row",
+            1,
+            25,
+        ),
+        (
+            "CREATE VIEW v AS SELECT max(channel) OVER (ORDER BY date_time ROWS 2 PRECEDING) "
+            "FROM bid",
+            "max OVER a window of rows of string is not supported",
+            1,
+            25,
+        ),
+        (
+            "CREATE VIEW v AS SELECT auction, count(*) AS n,\n"
+            "  sum(price) OVER (ORDER BY date_time ROWS 2 PRECEDING) FROM bid GROUP BY auction",
+            "an aggregate OVER a window goes alone in its SELECT, without GROUP BY",
+            2,
+            3,
+        ),
     ],
 )
 def test_mistakes_are_named_at_their_place(text: str, message: str, line: int, column: int) -> None:

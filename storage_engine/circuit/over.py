@@ -1,0 +1,178 @@
+"""Aggregates over a window of rows (SQL's `AGG(x) OVER (PARTITION BY p ORDER BY o ROWS
+BETWEEN n PRECEDING AND CURRENT ROW)`, or `UNBOUNDED PRECEDING`): every input row comes out
+with the aggregates of its partition's rows from `n` rows before it (all, if unbounded) to
+itself, in the order; correct under retractions.
+
+State: `<id>.rows`, every live input row keyed by its partition columns (a multiset); each
+touched partition's rows are computed before and after the delta (`PartitionedOperator`),
+so the rows whose aggregates changed (those within `n` rows after an inserted or deleted
+one) are retracted and emitted again. Ties in the order are broken by the other columns,
+ascending, so each frame is a function of the partition's rows alone (SQL leaves it
+unspecified). NULLs come first in ascending order and last in descending order, as in
+Spark; aggregates skip NULL values, and one over no value is NULL (count: 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..schema import WEIGHT
+from .aggregate import Aggregate
+from .operator import CircuitError, empty_delta, require_columns
+from .partitioned import PartitionedOperator
+
+
+class RowsOver(PartitionedOperator):
+    def __init__(
+        self,
+        op_id: str,
+        input_schema: pa.Schema,
+        partition_by: Sequence[str],
+        order_by: Sequence[tuple[str, bool]],
+        preceding: int | None,
+        aggregates: Sequence[Aggregate],
+        input: str = "source",
+    ) -> None:
+        """`order_by`: (column, descending) pairs; `preceding`: the frame's rows before
+        the current one (None: unbounded); `aggregates`: output columns, after the input's."""
+        if preceding is not None and preceding < 0:
+            raise CircuitError(f"operator {op_id!r}: the frame cannot end before it starts")
+        require_columns(op_id, input_schema, [c for c, _ in order_by], "order columns")
+        fields = []
+        for a in aggregates:
+            if a.name in input_schema.names:
+                raise CircuitError(f"operator {op_id!r}: {a.name!r} is an input column")
+            fields.append(pa.field(a.name, _type(op_id, input_schema, a)))
+        super().__init__(
+            op_id, input_schema, partition_by, pa.schema([*input_schema, *fields]), input
+        )
+        self.order_by, self.preceding = list(order_by), preceding
+        self.aggregates = list(aggregates)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "kind": "rows_over",
+            "id": self.id,
+            "input": self.inputs[0],
+            "columns": [(f.name, str(f.type)) for f in self.input_schema],
+            "partition_by": self.partition_by,
+            "order_by": self.order_by,
+            "preceding": self.preceding,
+            "aggregates": [(a.name, a.func, a.column) for a in self.aggregates],
+        }
+
+    def _result(self, rows: pa.Table) -> pa.Table:
+        """Every live row (once per unit of its weight) with its frame's aggregates."""
+        ordered = self._ordered(rows, self.order_by)
+        if ordered is None:
+            return empty_delta(self._out)
+        rows, starts = ordered
+        frames = _Frames(starts, rows.num_rows, self.preceding)
+        out = rows.select(self.input_schema.names)
+        added = list(self._out)[len(self.input_schema) :]
+        for a, f in zip(self.aggregates, added, strict=True):
+            col = None if a.column is None else rows.column(a.column)
+            out = out.append_column(f, frames.aggregate(a.func, col, f.type))
+        return out.append_column(WEIGHT, pa.array(np.ones(out.num_rows, np.int64)))
+
+
+class _Frames:
+    """Row i's frame in rows sorted by partition: positions lo[i] to i."""
+
+    def __init__(self, starts: np.ndarray[Any, Any], n: int, preceding: int | None) -> None:
+        lengths = np.diff(np.append(starts, n))
+        self.starts, self.lengths, self.preceding = starts, lengths, preceding
+        first = np.repeat(starts, lengths)
+        at = np.arange(n)
+        self.lo = first if preceding is None else np.maximum(first, at - preceding)
+        self.at = at
+
+    def _window_sum(self, values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """Each frame's sum of integers `values` (exact: int64 sums wrap in between, not in
+        the end)."""
+        prefix = np.concatenate([np.zeros(1, np.int64), np.cumsum(values)])
+        return prefix[self.at + 1] - prefix[self.lo]  # type: ignore[no-any-return]
+
+    def aggregate(self, func: str, col: pa.ChunkedArray | None, t: pa.DataType) -> pa.Array:
+        if col is None:  # count(*)
+            return pa.array(self.at - self.lo + 1, pa.int64())
+        valid = pc.is_valid(col).to_numpy(zero_copy_only=False)
+        counts = self._window_sum(valid.astype(np.int64))
+        if func == "count":
+            return pa.array(counts, pa.int64())
+        empty = counts == 0
+        if func in ("sum", "avg"):
+            if pa.types.is_floating(col.type):
+                sums = self._each(_numbers(col, 0.0, np.float64), 0.0, np.add)
+            else:
+                sums = self._window_sum(_numbers(col, 0, np.int64))
+            result = sums / np.maximum(counts, 1) if func == "avg" else sums
+            return pa.array(result, t, mask=empty)
+        storage = _storage(col.type)
+        fill: Any
+        if pa.types.is_floating(storage):
+            wide, fill = pa.float64(), np.inf if func == "min" else -np.inf
+        else:
+            bounds = np.iinfo(np.int64)
+            wide, fill = pa.int64(), bounds.max if func == "min" else bounds.min
+        values = _numbers(col.cast(storage).cast(wide), fill, wide.to_pandas_dtype())
+        extremes = self._each(values, fill, np.minimum if func == "min" else np.maximum)
+        return pc.cast(pa.array(extremes, mask=empty), storage, safe=False).view(t)
+
+    def _each(self, values: np.ndarray[Any, Any], fill: Any, op: np.ufunc) -> np.ndarray[Any, Any]:
+        """Each frame's `op`-reduction of `values`, partition by partition, so that a row's
+        result depends on its frame's values alone, bit for bit (a floating-point sum over
+        all the rows sorted would also depend on the other partitions of the step)."""
+        out = np.empty_like(values)
+        for s, n in zip(self.starts, self.lengths, strict=True):
+            part = values[s : s + n]
+            if self.preceding is None:
+                out[s : s + n] = op.accumulate(part)
+                continue
+            width = min(self.preceding + 1, n)
+            padded = np.concatenate([np.full(width - 1, fill, values.dtype), part])
+            windows = np.lib.stride_tricks.sliding_window_view(padded, width)
+            out[s : s + n] = op.reduce(windows, axis=1)
+        return out
+
+
+def _numbers(col: pa.ChunkedArray, fill: Any, dtype: Any) -> np.ndarray[Any, Any]:
+    """The column's values as `dtype`, NULLs as `fill`."""
+    filled = pc.fill_null(col, pa.scalar(fill, col.type)) if col.null_count else col
+    return np.asarray(filled.to_numpy(zero_copy_only=False), dtype)
+
+
+def _storage(t: pa.DataType) -> pa.DataType:
+    """The numbers a temporal type is stored as (int64 or int32); others as they are."""
+    if pa.types.is_timestamp(t) or pa.types.is_duration(t) or pa.types.is_date64(t):
+        return pa.int64()
+    if pa.types.is_date32(t):
+        return pa.int32()
+    return t
+
+
+def _type(op_id: str, schema: pa.Schema, a: Aggregate) -> pa.DataType:
+    if a.func == "count":
+        return pa.int64()
+    if a.column is None:
+        raise CircuitError(f"operator {op_id!r}: {a.func} needs a column")
+    require_columns(op_id, schema, [a.column], "aggregated columns")
+    t = schema.field(a.column).type
+    numeric = pa.types.is_integer(t) or pa.types.is_floating(t)
+    if a.func == "avg" and numeric:
+        return pa.float64()
+    if a.func == "sum" and numeric:
+        return pa.float64() if pa.types.is_floating(t) else pa.int64()
+    if a.func in ("min", "max") and (numeric or _storage(t) != t):
+        return t
+    raise CircuitError(
+        f"operator {op_id!r}: {a.func} over a window of rows of {t} is not supported"
+    )
+
+
+__all__ = ["RowsOver"]
