@@ -221,9 +221,9 @@ class Runner:
             )
         # The first batch, read while the query starts: the run's first step
         # (`_first_step_ahead`); with several input tables, the query reads the first. Rows
-        # the driver reads (a log source's, JSON files') need no read-ahead: the driver
-        # reads them as its first step (`_first_in_driver`).
-        self._first_in_driver = not self.plan.tables and self.jobs.skips_spark()
+        # the driver reads (log sources', files the driver parses) need no read-ahead: the
+        # driver reads them as its first step, every table's (`_first_in_driver`).
+        self._first_in_driver = all(r.jobs.skips_spark() for r in self._readers.values())
         self._ahead = (
             None
             if self.plan.tables or self._first_in_driver
@@ -511,9 +511,12 @@ class Runner:
                 continue
             if self._first_in_driver:
                 self._first_in_driver = False
-                end = self.input.driver_step_end(self.offset)
-                if end is not None:
-                    self._driver_step({self._table: end})
+                ends = [
+                    (t, r.input.driver_step_end(self.offsets[t])) for t, r in self._readers.items()
+                ]
+                taken: dict[str, Offset] = {t: e for t, e in ends if e is not None}
+                if taken:
+                    self._driver_step(taken)
                     if self._max_steps_reached():
                         break
                     continue

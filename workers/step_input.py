@@ -195,11 +195,13 @@ class StepInput:
             batches = list(datagen_batches(self.plan.spark_options, start, end, end))
         return pa.Table.from_batches(batches, schema=batches[0].schema), None
 
-    def driver_step_end(self, start: int) -> int | None:
+    def driver_step_end(self, start: Offset) -> int | None:
         """Where a step from `start` that the driver reads before the query starts ends: a
         log source's records in the log now, or a files source's files, as many as a step
         takes (None: no input yet, or another source)."""
         src = self.source
+        if not isinstance(start, int):
+            return None  # a Kafka table's: the query reads it
         if isinstance(src, S.FilesSource):
             end = count(self.step_end(start))
         elif isinstance(src, S.LogSource):

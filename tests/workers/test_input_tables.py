@@ -105,8 +105,13 @@ def test_each_table_advances_and_resumes_by_its_own_offsets(
         first = dict(r.offsets)
     finally:
         r.close()
-    # Three steps, each table at most its step's worth: 1 file, 7 records.
+    # Three steps, each table at most its step's worth: 1 file, 7 records. The first is
+    # read by the driver, both tables', before the query starts (a JSON file and a log).
     assert first["orders"] == 3 and first["regions"] == 12
+    records = [json.loads(x) for x in (state / "metrics.jsonl").read_text().splitlines()]
+    (started,) = [x for x in records if x.get("event") == "started"]
+    assert "query_start" not in started["phases_ms"]
+    assert next(x["rows_in"] for x in records if "step" in x) == 150 + 7
     logged = OffsetLog(str(state)).read(3)
     assert logged is not None and logged.keys() == {"orders", "regions"}
 
