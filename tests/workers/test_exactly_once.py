@@ -92,28 +92,10 @@ def run(
     """One run of the runner; SIGKILLed after `kill_after` seconds if given, counted from
     its start or from its `after_steps`-th step (in its metrics file), so that the kill
     lands among the steps however long Spark took to start."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "workers.driver",
-        "run",
-        str(spec_path),
-        "--storage",
-        str(tmp / "state"),
-        "--stop-when-idle",
-        "4",
-        *args,
-    ]
     err = tmp / "run.err"
     metrics = tmp / "state" / "metrics.jsonl"
     steps_before = _steps(metrics)
-    p = subprocess.Popen(
-        cmd,
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=err.open("w"),
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    p = start_run(tmp, spec_path, "--stop-when-idle", "4", *args)
     try:
         if after_steps and kill_after is not None:
             _wait_for_steps(metrics, steps_before + after_steps, p)
@@ -126,6 +108,30 @@ def run(
         return None
     assert p.returncode == 0, err.read_text()[-3000:]
     return p.returncode
+
+
+def start_run(
+    tmp: Path, spec_path: Path, *args: str, err: str = "run.err"
+) -> subprocess.Popen[bytes]:
+    """`python -m workers.driver run` of the spec with its storage in `tmp / "state"`,
+    standard error to `tmp / err`."""
+    storage = str(tmp / "state")
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "workers.driver",
+            "run",
+            str(spec_path),
+            "--storage",
+            storage,
+            *args,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=(tmp / err).open("w"),
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
 
 
 def _steps(metrics: Path) -> int:

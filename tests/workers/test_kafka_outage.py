@@ -16,7 +16,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -26,7 +25,7 @@ from typing import Any
 from local_servers.kafka import KafkaBroker
 from workers.kafka_sink import STEP
 
-from .test_exactly_once import ROOT, _steps, _wait_for_steps
+from .test_exactly_once import _steps, _wait_for_steps, start_run
 from .test_kafka_sink import consume_all, oracle, spec
 from .test_kafka_source import orders, produce
 from .test_sql_pipeline import integrated
@@ -35,23 +34,7 @@ IDLE_S = 15  # a run ends after this long without a step: longer than the short 
 
 
 def _start(tmp: Path, spec_path: Path, log: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "workers.driver",
-            "run",
-            str(spec_path),
-            "--storage",
-            str(tmp / "state"),
-            "--stop-when-idle",
-            str(IDLE_S),
-        ],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=(tmp / log).open("w"),
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    return start_run(tmp, spec_path, "--stop-when-idle", str(IDLE_S), err=log)
 
 
 def _away(broker: KafkaBroker, seconds: float) -> None:
