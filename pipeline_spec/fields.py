@@ -7,7 +7,6 @@ import os
 import re
 from typing import Annotated, Any
 
-import pyarrow as pa
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 DSN_VARIABLE = re.compile(r"\$\{(\w+)\}")
@@ -114,34 +113,6 @@ class EventTime(SpecModel):
 
 
 EVENT_TIME_DOC = "pipelines with `sql`: the table's event-time column and lateness"
-
-
-# Spark SQL type names a log stream's columns may have, and their Arrow types (as Spark maps
-# them: UTC microsecond timestamps, 32-bit dates). The ingest API parses records with these
-# without a Spark session.
-LOG_TYPES: dict[str, pa.DataType] = {
-    "string": pa.string(),
-    "boolean": pa.bool_(),
-    "tinyint": pa.int8(),
-    "smallint": pa.int16(),
-    "int": pa.int32(),
-    "integer": pa.int32(),
-    "bigint": pa.int64(),
-    "long": pa.int64(),
-    "float": pa.float32(),
-    "double": pa.float64(),
-    "date": pa.date32(),
-    "timestamp": pa.timestamp("us", tz="UTC"),
-}
-
-
-def check_log_types(columns: dict[str, str]) -> dict[str, str]:
-    """`columns` (column -> type) if every type is one of `LOG_TYPES`: the types of tables
-    parsed without Spark (log and Kafka sources)."""
-    for col, t in columns.items():
-        if t.strip().lower() not in LOG_TYPES:
-            raise ValueError(f"{col}: type {t!r} is not one of {', '.join(LOG_TYPES)}")
-    return columns
 
 
 def check_sink_variables(text: str) -> str:

@@ -12,7 +12,6 @@ from pydantic import Field, field_validator, model_validator
 from .fields import (
     DSN_VARIABLE_PREFIX,
     EVENT_TIME_DOC,
-    LOG_TYPES,
     MAX_COUNT,
     MAX_ROWS,
     NAME_RE,
@@ -20,9 +19,9 @@ from .fields import (
     TABLE_RE,
     EventTime,
     SpecModel,
-    check_log_types,
     check_sink_variables,
 )
+from .types import TYPE_NAMES_DOC, arrow_schema, check_types
 
 # Kafka's legal topic names.
 TOPIC_RE = r"^[A-Za-z0-9._-]{1,249}$"
@@ -77,7 +76,7 @@ class KafkaSource(SpecModel):
     schema_: dict[str, str] = Field(
         alias="schema",
         min_length=1,
-        description=f"the value's column -> type, one of {', '.join(LOG_TYPES)}",
+        description=f"the value's column -> type, one of {TYPE_NAMES_DOC}",
     )
     metadata: dict[str, MetadataKind] = Field(
         default_factory=dict,
@@ -124,7 +123,7 @@ class KafkaSource(SpecModel):
     @field_validator("schema_")
     @classmethod
     def _types(cls, v: dict[str, str]) -> dict[str, str]:
-        return check_log_types(v)
+        return check_types(v)
 
     @field_validator("properties")
     @classmethod
@@ -165,7 +164,7 @@ class KafkaSource(SpecModel):
         return {**self.schema_, **{c: METADATA_TYPES[m] for c, m in self.metadata.items()}}
 
     def arrow_schema(self) -> pa.Schema:
-        return pa.schema([(c, LOG_TYPES[t.strip().lower()]) for c, t in self.columns().items()])
+        return arrow_schema(self.columns())
 
 
 def _check_properties(v: dict[str, str]) -> dict[str, str]:

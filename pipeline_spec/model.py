@@ -39,7 +39,6 @@ from .exits import SPEC_ERROR_HEADING
 from .fields import (
     DROP_STATE_RE,
     EVENT_TIME_DOC,
-    LOG_TYPES,
     MAX_COUNT,
     MAX_ROWS,
     NAME_RE,
@@ -50,12 +49,12 @@ from .fields import (
     FilePath,
     PositiveSeconds,
     Seconds,
-    check_log_types,
 )
 from .fields import SpecModel as _Model
 from .kafka import KafkaSink, KafkaSource
 from .offsets import Offset
 from .sinks import DeltaSink, DiscardSink, FilesSink, PostgresSink, Sink, ViewSink
+from .types import TYPE_NAMES_DOC, arrow_schema, check_types
 
 # -- sources -----------------------------------------------------------------------------
 
@@ -117,17 +116,17 @@ class LogSource(_Model):
     schema_: dict[str, str] = Field(
         alias="schema",
         min_length=1,
-        description=f"column -> type, one of {', '.join(LOG_TYPES)}",
+        description=f"column -> type, one of {TYPE_NAMES_DOC}",
     )
     max_records_per_step: int = Field(100_000, gt=0, le=MAX_ROWS)
 
     @field_validator("schema_")
     @classmethod
     def _types(cls, v: dict[str, str]) -> dict[str, str]:
-        return check_log_types(v)
+        return check_types(v)
 
     def arrow_schema(self) -> pa.Schema:
-        return pa.schema([(c, LOG_TYPES[t.strip().lower()]) for c, t in self.schema_.items()])
+        return arrow_schema(self.schema_)
 
     def log_dir(self, storage: str | os.PathLike[str]) -> str:
         """Where the stream's input log lives: in the pipeline's storage location (the
@@ -497,7 +496,6 @@ def json_schema() -> str:
 # one entry point (`from pipeline_spec import model as S`).
 __all__ = [
     "DROP_STATE_RE",
-    "LOG_TYPES",
     "DeltaSink",
     "DiscardSink",
     "EventTime",

@@ -13,11 +13,12 @@ import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
+from pipeline_spec.types import arrow_type
+
 from . import functions as F
 from .errors import Problem, SqlError
 from .expr import Call, Case, Cast, Column, Expr, Literal
 from .parse import Script
-from .types import TYPE_NAMES
 
 _BINARY: dict[type[exp.Expr], str] = {
     exp.Add: "+",
@@ -183,7 +184,9 @@ class Compiler:
 
     def _binary(self, node: exp.Expr) -> Expr:
         fn = _BINARY[type(node)]
-        return self.call(node, fn, [self(node.this), self(node.expression)])
+        out = self.call(node, fn, [self(node.this), self(node.expression)])
+        # `a NOT LIKE b` is Like(negate=True) to the parser, not Not(Like(...)).
+        return self.call(node, "not", [out]) if node.args.get("negate") else out
 
     def _paren(self, node: exp.Expr) -> Expr:
         return self(node.this)
@@ -252,13 +255,11 @@ class Compiler:
 
     def _cast(self, node: exp.Expr) -> Expr:
         arg = self(node.this)
-        to = node.args["to"]
-        name = to.sql(dialect="spark").lower()
-        target = TYPE_NAMES.get(name)
-        if target is None and name.startswith("decimal"):
-            target = _decimal_type(name)
-        if target is None:
-            raise self.error(node, f"cannot cast to {name}: not a supported type")
+        name = node.args["to"].sql(dialect="spark").lower()
+        try:
+            target = arrow_type(name)
+        except ValueError as e:
+            raise self.error(node, f"cannot cast to {name}: {e}") from None
         if not F.cast_type_ok(arg.type, target):
             raise self.error(node, f"cannot cast {arg.type} to {name}")
         return Cast(arg, target)
@@ -297,18 +298,6 @@ class Compiler:
 
 def _cast_to(e: Expr, t: pa.DataType) -> Expr:
     return e if e.type == t else Cast(e, t)
-
-
-def _decimal_type(name: str) -> pa.DataType | None:
-    inside = name[len("decimal") :].strip("() ")
-    try:
-        parts = [int(x) for x in inside.split(",")] if inside else [10, 0]
-    except ValueError:
-        return None
-    precision, scale = [*parts, 0][:2]
-    if not 1 <= precision <= 38 or not 0 <= scale <= precision:
-        return None
-    return pa.decimal128(precision, scale)
 
 
 _HANDLERS: dict[type[exp.Expr], Callable[[Compiler, exp.Expr], Expr]] = {

@@ -11,12 +11,12 @@ import pyarrow as pa
 
 from pipeline_spec import model as S
 from pipeline_spec.datagen import DATAGEN_SCHEMAS
+from pipeline_spec.types import arrow_type
 
 from .dataflow import Dataflow
 from .errors import SqlError
 from .parse import parse
 from .planner import PlannedView, plan
-from .types import TYPE_NAMES
 from .watermarks import EventTime
 
 
@@ -50,17 +50,10 @@ def table_schema(source: S.InputSource, where: str = "source") -> pa.Schema:
         raise S.SpecError([(f"{where}.schema", "give the columns and types of the input")])
     fields = []
     for name, kind in pairs:
-        t = TYPE_NAMES.get(kind.strip().lower())
-        if t is None:
-            raise S.SpecError(
-                [
-                    (
-                        f"{where}.schema.{name}",
-                        f"type {kind!r}: SQL tables take {', '.join(sorted(TYPE_NAMES))}",
-                    )
-                ]
-            )
-        fields.append(pa.field(name, t))
+        try:
+            fields.append(pa.field(name, arrow_type(kind)))
+        except ValueError as e:
+            raise S.SpecError([(f"{where}.schema.{name}", str(e))]) from None
     return pa.schema(fields)
 
 

@@ -132,6 +132,9 @@ QUERIES: dict[str, str] = {
         JOIN per_g b ON a.g = b.g AND a.k < b.k""",
     "nested": """CREATE VIEW out AS SELECT m, count(*) AS groups FROM
         (SELECT k, max(v) AS m FROM t GROUP BY k) GROUP BY m""",
+    "not_like": """CREATE VIEW out AS SELECT t.k, t.g, u.name, count(*) FILTER (WHERE
+        u.name NOT LIKE 'b%') AS n FROM t LEFT JOIN u ON t.k = u.k AND u.name NOT LIKE '%o%'
+        WHERE t.g NOT LIKE 'a%' OR NOT (t.g NOT LIKE 'b') GROUP BY t.k, t.g, u.name""",
     "with": """CREATE VIEW out AS WITH big AS (SELECT k, v FROM t WHERE v > 20)
         SELECT k, count(*) AS n FROM big GROUP BY k""",
 }
