@@ -20,6 +20,7 @@ from sqlglot.dialects.spark import Spark
 from sqlglot.errors import ParseError, SqlglotError, TokenError
 from sqlglot.tokenizer_core import Token, TokenType
 
+from . import grammar
 from .errors import Problem, SqlError, position
 
 _WINDOW_TVF = re.compile(r"(\b(?:TUMBLE|HOP|SESSION)\s*\(\s*)(TABLE)(\s)", re.IGNORECASE)
@@ -145,9 +146,12 @@ def parse(text: str) -> Script:
         views.append(View(name, query, line, col, properties))
     if not views and not problems:
         problems.append(Problem("no view: write at least one CREATE VIEW name AS SELECT ..."))
+    script = Script(text, views)
+    for view in views:
+        problems += grammar.check(view.query, script.at)
     if problems:
         raise SqlError(problems)
-    return Script(text, views)
+    return script
 
 
 Header = tuple[str, int, tuple[tuple[str, str], ...]]
