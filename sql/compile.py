@@ -73,12 +73,15 @@ _EXTRACT = {
 
 @dataclass(frozen=True)
 class Field:
-    """A column visible in a query: `qualifier.name` to the user, `internal` in the plan."""
+    """A column visible in a query: `qualifier.name` to the user, `internal` in the plan.
+    A `qualified_only` one is named only with its qualifier (a side's column of a JOIN ...
+    USING, whose plain name is the joined column's)."""
 
     qualifier: str | None
     name: str
     internal: str
     type: pa.DataType
+    qualified_only: bool = False
 
 
 class Scope:
@@ -100,7 +103,8 @@ class Scope:
         return [
             f
             for f in self.fields
-            if f.name == name and (qualifier is None or f.qualifier == qualifier)
+            if f.name == name
+            and (f.qualifier == qualifier if qualifier is not None else not f.qualified_only)
         ]
 
 
