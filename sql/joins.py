@@ -182,11 +182,12 @@ class Joins:
         return Relation(Project(joined.node, tuple(outputs)), [*shown, *fields])
 
     def key_columns(self, node: Node, keys: Sequence[Expr]) -> tuple[Node, list[str]]:
-        """`node` with each key expression as a column (plain columns as they are), and the
-        key columns' names."""
-        names, extra = [], []
+        """`node` with each key expression as a column (plain columns as they are, but for
+        a second use), and the key columns' names, all different."""
+        names: list[str] = []
+        extra = []
         for k in keys:
-            if isinstance(k, Column):
+            if isinstance(k, Column) and k.name not in names:  # a column twice: a copy
                 names.append(k.name)
             else:
                 internal = self.fresh()
