@@ -198,9 +198,10 @@ QUERIES: dict[str, str] = {
     "nested_subqueries": """CREATE VIEW out AS SELECT k, name FROM u WHERE k IN
         (SELECT k FROM t WHERE v IN (SELECT price FROM b WHERE auction = 2)
          AND d > (SELECT avg(d) FROM t t2 WHERE t2.k = t.k))""",
-    "repeated_columns": """CREATE VIEW out AS SELECT a.k, b.name, count(*) OVER
-        (PARTITION BY a.k, a.k ORDER BY a.v, a.v DESC, a.d ROWS 1 PRECEDING) AS o
-        FROM t a JOIN u b ON a.k = b.k AND a.k = b.k""",
+    "repeated_columns": """CREATE VIEW per AS SELECT a.k, a.v, a.d, count(*) AS n
+        FROM t a JOIN u b ON a.k = b.k AND a.k = b.k GROUP BY a.k, a.v, a.d;
+        CREATE VIEW out AS SELECT k, n, sum(n) OVER (PARTITION BY k, k
+        ORDER BY v, v DESC, d ROWS 1 PRECEDING) AS o FROM per""",
     "with": """CREATE VIEW out AS WITH big AS (SELECT k, v FROM t WHERE v > 20)
         SELECT k, count(*) AS n FROM big GROUP BY k""",
 }
