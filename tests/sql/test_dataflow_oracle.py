@@ -202,6 +202,12 @@ QUERIES: dict[str, str] = {
         FROM t a JOIN u b ON a.k = b.k AND a.k = b.k GROUP BY a.k, a.v, a.d;
         CREATE VIEW out AS SELECT k, n, sum(n) OVER (PARTITION BY k, k
         ORDER BY v, v DESC, d ROWS 1 PRECEDING) AS o FROM per""",
+    "intervals": """CREATE VIEW out AS SELECT auction, second(ts) AS sec,
+        count(*) AS n FROM b WHERE ts + INTERVAL '30' SECOND > TIMESTAMP '2026-01-01 00:01:00'
+        AND CAST(ts AS DATE) - INTERVAL '1' DAY < DATE '2026-01-01'
+        AND ts - INTERVAL '1' MONTH < TIMESTAMP '2025-12-01 00:00:50'
+        AND extract(year FROM CAST(ts AS DATE) + INTERVAL 2 YEARS) = 2028
+        GROUP BY auction, second(ts)""",
     "with": """CREATE VIEW out AS WITH big AS (SELECT k, v FROM t WHERE v > 20)
         SELECT k, count(*) AS n FROM big GROUP BY k""",
 }
