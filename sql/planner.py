@@ -23,7 +23,7 @@ from .compile import Compiler, Field, Scope, key
 from .errors import Problem, SqlError
 from .expr import Case, Cast, Column, Expr, Literal
 from .grouping import grouped
-from .joins import Joins, conjuncts
+from .joins import Joins, conjuncts, with_implied
 from .parse import Script
 from .plan import (
     AggCall,
@@ -238,7 +238,7 @@ class Planner:
         nodes = [n for n in nodes if all(n is not c.node for c in correlated)]
         plain = [n for n in nodes if not has_subquery(n)]
         if len(units) > 1:
-            rel = joins.combine(units, plain, q)
+            rel = joins.combine(units, with_implied(plain), q)
         elif where is not None and len(plain) == len(conjuncts(where.this)):
             rel = units[0]  # one filter above the joins, as written
             pred = Compiler(self.script, Scope(rel.fields))(where.this)

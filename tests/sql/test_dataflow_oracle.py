@@ -144,6 +144,9 @@ QUERIES: dict[str, str] = {
         FROM (SELECT g, count(*) AS n FROM t GROUP BY g) x,
              (SELECT g, max(v) AS m FROM t WHERE v > 10 GROUP BY g) y
         WHERE x.g = y.g AND x.n > 1""",
+    "comma_join_key_in_every_or_branch": """CREATE VIEW out AS SELECT t.k, u.name
+        FROM t, u WHERE (t.k = u.k AND t.v > 30) OR (u.k = t.k AND u.name = 'bob')
+        OR (t.k = u.k AND t.g IS NULL)""",
     "cross_join": """CREATE VIEW out AS SELECT count(*) AS n, sum(t.v) AS s, u.name
         FROM t, u WHERE t.v > 30 AND u.k < 3 GROUP BY u.name""",
     "cross_join_keyword": """CREATE VIEW out AS SELECT t.k, u.name FROM t CROSS JOIN u
