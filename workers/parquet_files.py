@@ -4,9 +4,12 @@ step.
 
 Spark stays the reference. A step is taken here only when, in every file, each column the
 table reads is there under exactly its name (Spark matches names regardless of case, so a
-name present in two cases is left to it) with exactly the column's Arrow type: Spark's
-conversions (an int32 column read as bigint, milliseconds as microseconds, INT96 or
-zone-less timestamps, a column absent from a file read as nulls) are not repeated here.
+name present in two cases is left to it) with exactly the column's Arrow type, or a decimal
+that widens into it as Spark 4's (vectorized) reader widens it: no smaller scale and no
+fewer integral digits (decimal(15, 2) read as decimal(17, 4) or (38, 2); measured). Spark's
+other conversions (an int32 column read as bigint, milliseconds as microseconds, INT96 or
+zone-less timestamps, a column absent from a file read as nulls) are not repeated here, nor
+a narrower decimal, which Spark's reader refuses (the step fails naming the file).
 A file Arrow cannot open or read goes to Spark too, which decides what that means.
 tests/workers/test_parquet_files.py compares both readers over a corpus of such files.
 """
@@ -36,10 +39,10 @@ def read_parquet_files(paths: Sequence[str], schema: pa.Schema) -> pa.Table | No
                 table = f.read(columns=schema.names, use_threads=False)
         except (OSError, pa.ArrowException):
             return None
-        tables.append(table.select(schema.names))
+        tables.append(table.select(schema.names).cast(schema))  # decimals widened exactly
     if not tables:
         return schema.empty_table()
-    return pa.concat_tables(tables).cast(schema)
+    return pa.concat_tables(tables)
 
 
 def _same_columns(found: pa.Schema, wanted: pa.Schema) -> bool:
@@ -47,9 +50,20 @@ def _same_columns(found: pa.Schema, wanted: pa.Schema) -> bool:
     for f in wanted:
         if found.names.count(f.name) != 1 or lowered.count(f.name.lower()) != 1:
             return False
-        if found.field(f.name).type != f.type:
+        t = found.field(f.name).type
+        if t != f.type and not _widens(t, f.type):
             return False
     return True
+
+
+def _widens(t: pa.DataType, to: pa.DataType) -> bool:
+    """Whether Spark's Parquet reader reads decimal `t` as decimal `to`, exactly."""
+    return (
+        isinstance(t, pa.Decimal128Type)
+        and isinstance(to, pa.Decimal128Type)
+        and to.scale >= t.scale
+        and to.precision - to.scale >= t.precision - t.scale
+    )
 
 
 __all__ = ["read_parquet_files"]

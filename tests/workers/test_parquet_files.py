@@ -7,7 +7,7 @@ Spark."""
 from __future__ import annotations
 
 import datetime as dt
-from decimal import Decimal
+from decimal import ROUND_DOWN, Decimal
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +82,18 @@ CASES: list[tuple[str, Any, bool]] = [
      False),
     ("other decimal", lambda p: pq.write_table(_table(_with("m", pa.decimal128(12, 2))), p),
      False),
+    ("decimal as int64", lambda p: pq.write_table(_table(), p, store_decimal_as_integer=True),
+     True),
+    ("narrower decimal", lambda p: pq.write_table(_table(_with("m", pa.decimal128(9, 1)),
+        [{**r, "m": r["m"] and r["m"].quantize(Decimal("0.1"), ROUND_DOWN)} for r in ROWS]), p),
+     True),
+    ("narrower decimal as int32", lambda p: pq.write_table(_table(
+        _with("m", pa.decimal128(5, 0)), [{**r, "m": r["m"] and Decimal(-99999)} for r in ROWS]),
+        p, store_decimal_as_integer=True), True),
+    ("decimal of a larger scale", lambda p: pq.write_table(
+        _table(_with("m", pa.decimal128(10, 3)), [{**r, "m": None} for r in ROWS]), p), False),
+    ("decimal of fewer integral digits", lambda p: pq.write_table(
+        _table(_with("m", pa.decimal128(10, 1)), [{**r, "m": None} for r in ROWS]), p), False),
     ("double for float", lambda p: pq.write_table(_table(_with("r", pa.float64())), p), False),
     ("upper case", lambda p: pq.write_table(_renamed("s", "S"), p), False),
     ("two cases", lambda p: pq.write_table(
@@ -119,7 +131,7 @@ def test_the_driver_gives_sparks_rows_or_leaves_the_file_to_spark(
         assert got.schema == SCHEMA
         # As text, where NaN equals NaN and -0.0 differs from 0.0.
         assert repr(got.to_pylist()) == repr(_spark_rows(spark, path)), name
-    assert len(taken) == 6
+    assert len(taken) == 9
 
 
 def test_several_files_are_read_in_order(tmp_path: Path) -> None:
