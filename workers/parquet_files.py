@@ -8,8 +8,9 @@ name present in two cases is left to it) with exactly the column's Arrow type, o
 that widens into it as Spark 4's (vectorized) reader widens it: no smaller scale and no
 fewer integral digits (decimal(15, 2) read as decimal(17, 4) or (38, 2); measured). Spark's
 other conversions (an int32 column read as bigint, milliseconds as microseconds, INT96 or
-zone-less timestamps, a column absent from a file read as nulls) are not repeated here, nor
-a narrower decimal, which Spark's reader refuses (the step fails naming the file).
+zone-less timestamps, a column absent from a file read as nulls) are not repeated here. A
+narrower decimal is refused by Spark's reader, naming only its scratch link to the file:
+here it fails the step naming the file and the column (`NarrowerDecimal`).
 A file Arrow cannot open or read goes to Spark too, which decides what that means.
 tests/workers/test_parquet_files.py compares both readers over a corpus of such files.
 """
@@ -25,15 +26,36 @@ import pyarrow.parquet as pq
 from .driver_files import MAX_FILE_BYTES
 
 
+class NarrowerDecimal(ValueError):
+    """File `index` of a step has a decimal column that Spark's Parquet reader does not read
+    as the table's decimal type (a larger scale or more integral digits)."""
+
+    def __init__(
+        self, index: int, file: str, column: str, found: pa.DataType, wanted: pa.DataType
+    ) -> None:
+        super().__init__(file, column, found, wanted)
+        self.index, self.column, self.found, self.wanted = index, column, found, wanted
+        self.file = file  # its path; a caller that fetched it names it as listed
+
+    def __str__(self) -> str:
+        f, w = self.found, self.wanted
+        return (
+            f"{self.file}: column {self.column!r} is decimal({f.precision},{f.scale}), the table "
+            f"declares decimal({w.precision},{w.scale}): Spark's Parquet reader does not "
+            "narrow a decimal; declare one with at least the file's scale and integral digits"
+        )
+
+
 def read_parquet_files(paths: Sequence[str], schema: pa.Schema) -> pa.Table | None:
     """The rows of Parquet files (in order) as `schema`'s columns, or None if Spark must
-    read them (see the module's docstring)."""
+    read them (see the module's docstring); NarrowerDecimal for a file Spark would fail on."""
     tables = []
-    for path in paths:
+    for i, path in enumerate(paths):
         try:
             if os.path.getsize(path) > MAX_FILE_BYTES:
                 return None
             with pq.ParquetFile(path) as f:
+                _check_decimals(i, path, f.schema_arrow, schema)
                 if not _same_columns(f.schema_arrow, schema):
                     return None
                 table = f.read(columns=schema.names, use_threads=False)
@@ -56,6 +78,14 @@ def _same_columns(found: pa.Schema, wanted: pa.Schema) -> bool:
     return True
 
 
+def _check_decimals(index: int, path: str, found: pa.Schema, wanted: pa.Schema) -> None:
+    for f in wanted:
+        if isinstance(f.type, pa.Decimal128Type) and f.name in found.names:
+            t = found.field(f.name).type
+            if pa.types.is_decimal(t) and t != f.type and not _widens(t, f.type):
+                raise NarrowerDecimal(index, path, f.name, t, f.type)
+
+
 def _widens(t: pa.DataType, to: pa.DataType) -> bool:
     """Whether Spark's Parquet reader reads decimal `t` as decimal `to`, exactly."""
     return (
@@ -66,4 +96,4 @@ def _widens(t: pa.DataType, to: pa.DataType) -> bool:
     )
 
 
-__all__ = ["read_parquet_files"]
+__all__ = ["NarrowerDecimal", "read_parquet_files"]
