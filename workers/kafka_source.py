@@ -333,7 +333,9 @@ class _AvroValues:
     """Avro values decoded with the table's writer schema (`avro_schema`), after the
     Confluent framing (magic byte 0, 4-byte schema id, not looked up) if `avro_framing` says
     so. A value that does not decode, or does not decode to exactly its bytes, or whose
-    fields do not convert to the columns' types, does not parse."""
+    fields do not convert to the columns' types, does not parse. A decimal column takes an
+    Avro decimal (at the writer's scale), an int or long, or a numeric string, converted
+    as Spark converts decimal text (`decimal_text`: HALF_UP to the column's scale)."""
 
     def __init__(self, src: KafkaSource, value_schema: pa.Schema) -> None:
         import fastavro

@@ -121,6 +121,17 @@ def spark_avg(total: Decimal | None, n: int, scale: int) -> Decimal | None:
         return (Decimal(total) / n).quantize(Decimal(1).scaleb(-scale))
 
 
+def with_spark_avg(con: duckdb.DuckDBPyConnection, result: str) -> None:
+    """`spark_avg(sum as text, count, scale)` in DuckDB, giving a DECIMAL of type `result`."""
+    con.create_function(
+        "spark_avg",
+        lambda s, n, scale: None if s is None else spark_avg(Decimal(s), n, scale),
+        ["VARCHAR", "BIGINT", "INTEGER"],
+        result,
+        null_handling="special",
+    )
+
+
 def _money(rng: random.Random, hi: int) -> Decimal | None:
     return None if rng.random() < 0.1 else Decimal(rng.randint(0, hi)).scaleb(-2)
 
@@ -147,13 +158,7 @@ def _norm(row: tuple[Any, ...]) -> tuple[Any, ...]:
 
 def _oracle(query: str, live: dict[str, Rows]) -> Rows:
     con = duckdb.connect()
-    con.create_function(
-        "spark_avg",
-        lambda s, n, scale: None if s is None else spark_avg(Decimal(s), n, scale),
-        ["VARCHAR", "BIGINT", "INTEGER"],
-        "DECIMAL(38, 10)",  # wider than any average's scale here: the value is kept
-        null_handling="special",
-    )
+    with_spark_avg(con, "DECIMAL(38, 10)")  # wider than any average here: exact
     for name, schema in TABLES.items():
         rows = [r for r, w in live[name].items() for _ in range(w)]
         con.register(name, delta_table(schema, rows, [1] * len(rows)).drop_columns([WEIGHT]))

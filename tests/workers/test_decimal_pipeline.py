@@ -26,7 +26,7 @@ from pipeline_spec.types import arrow_schema
 from workers import csv_lines, json_lines
 from workers.runner import Runner
 
-from ..sql.test_decimal_oracle import spark_avg
+from ..sql.test_decimal_oracle import with_spark_avg
 from .test_sql_pipeline import integrated
 
 MONEY = "decimal(15,2)"
@@ -142,13 +142,7 @@ def write_files(tmp: Path, batch: int) -> None:
 
 def oracle(tmp: Path, view: str) -> Counter[tuple[Any, ...]]:
     con = duckdb.connect()
-    con.create_function(
-        "spark_avg",
-        lambda s, n, scale: None if s is None else spark_avg(Decimal(s), n, scale),
-        ["VARCHAR", "BIGINT", "INTEGER"],
-        "DECIMAL(38, 6)",  # every average here has scale 6, as the sink writes them
-        null_handling="special",
-    )
+    with_spark_avg(con, "DECIMAL(38, 6)")  # every average here has scale 6, as written
 
     def columns(schema: dict[str, str]) -> str:
         types = {"bigint": "BIGINT", "string": "VARCHAR", MONEY: "DECIMAL(15, 2)"}
