@@ -67,8 +67,8 @@ def _parse(data: bytes, schema: pa.Schema) -> pa.Table | None:
     body = None if lines is None else _after_header(lines)
     if body is None:
         return None
-    if not body.strip(b"\n"):
-        return schema.empty_table()
+    if body.count(b"\n") == len(body):
+        return schema.empty_table()  # empty lines only
     quoted = b'"' in body
     try:
         strings = pcsv.read_csv(

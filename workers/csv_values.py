@@ -95,12 +95,16 @@ def _decimals(values: pa.Array, t: pa.Decimal128Type) -> pa.Array | None:
     """Plain decimals rounded as Spark's `Decimal(BigDecimal(text), p, s)` rounds them."""
     if not _valid(values, _matches(values, _DECIMAL)):
         return None
+    try:
+        return pc.cast(values, t)  # exact unless a value has more places than the scale
+    except pa.ArrowInvalid:
+        pass  # then it raises (or when an integer part is too long: so does the rounding)
     length = pc.utf8_length(values)
     point = pc.find_substring(values, ".")
     fraction = pc.if_else(pc.less(point, 0), 0, pc.subtract(pc.subtract(length, point), 1))
     places = pc.max(fraction).as_py() or 0
     if places <= t.scale:
-        return pc.cast(values, t)  # exact: Arrow raises if an integer part is too long
+        return None
     # More places than the scale: read them all, round half away from zero, then narrow
     # (Arrow raises when a rounded value has more than p digits).
     whole = pc.max(pc.if_else(pc.less(point, 0), length, point)).as_py() or 0
