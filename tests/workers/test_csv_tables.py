@@ -18,9 +18,8 @@ import duckdb
 from pyspark.sql import SparkSession
 
 from pipeline_spec.model import parse_spec
-from workers.runner import Runner
 
-from .test_sql_pipeline import integrated
+from .test_sql_pipeline import integrated, run_and_resume
 
 SQL = """
 CREATE VIEW per_segment AS
@@ -167,12 +166,7 @@ def test_views_over_quoted_csv_tables_equal_duckdb_across_a_resume(
 ) -> None:
     bad, line = _write_input(tmp_path)
     s = parse_spec(_spec(tmp_path))
-    for steps in (3, None):  # a run that stops after 3 steps, then one to the end
-        r = Runner(s, str(tmp_path / "state"), base_dir=str(tmp_path), spark=spark)
-        try:
-            r.run(max_steps=steps, stop_when_idle=2.0)
-        finally:
-            r.close()
+    run_and_resume(s, tmp_path, spark)
     for view in VIEWS:
         expected = _oracle(tmp_path, view)
         assert len(expected) > 3, view
