@@ -18,18 +18,14 @@ from dataclasses import dataclass
 import pyarrow as pa
 from sqlglot import exp
 
-from storage_engine.circuit.decimals import avg_type, sum_type
-
 from . import functions as F
-from .compile import Compiler, Field, Scope, key
+from .aggregates import Aggregates, aggregates
+from .compile import Compiler, Field, Scope
 from .errors import Problem, SqlError
-from .expr import Case, Cast, Column, Expr, Literal
-from .grouping import grouped
+from .expr import Cast, Column, Expr, Literal
 from .joins import Joins, conjuncts, with_implied
 from .parse import Script
 from .plan import (
-    AggCall,
-    AggFunc,
     Distinct,
     Filter,
     Node,
@@ -44,14 +40,6 @@ from .ranking import is_row_number, over_rows, rank_bounds, top_n, window_items
 from .relation import Relation
 from .subqueries import Correlated, Subqueries, correlations, has_subquery
 from .windows import is_session, session_args, window_args, window_call
-
-_AGGS: dict[type[exp.Expr], AggFunc] = {
-    exp.Count: "count",
-    exp.Sum: "sum",
-    exp.Avg: "avg",
-    exp.Min: "min",
-    exp.Max: "max",
-}
 
 
 @dataclass(frozen=True)
@@ -274,9 +262,9 @@ class Planner:
         items = self._expand_star(q, rel)
         having = q.args.get("having")
         group = q.args.get("group")
-        aggs = [a for item in items for a in _aggregates(item)]
+        aggs = [a for item in items for a in aggregates(item)]
         if having is not None:
-            aggs += _aggregates(having.this)
+            aggs += aggregates(having.this)
         windows = window_items(items)
         ranks = [w for w in windows if is_row_number(w)]
         if windows and (group is not None or aggs or (ranks and len(windows) > 1)):
@@ -288,7 +276,9 @@ class Planner:
             )
         keys: list[Column] = []
         if group is not None or aggs or extra:
-            rel, scope, keys = self._aggregate(q, rel, items, aggs, extra)
+            rel, scope, keys = Aggregates(self.script, self._fresh).group(
+                q, rel, items, aggs, extra
+            )
         elif windows:
             if ranks:
                 windowed, found = top_n(
@@ -296,7 +286,12 @@ class Planner:
                 )
             else:
                 windowed, found = over_rows(
-                    self.script, Scope(rel.fields), rel.node, windows, self._fresh, self._agg_call
+                    self.script,
+                    Scope(rel.fields),
+                    rel.node,
+                    windows,
+                    self._fresh,
+                    Aggregates(self.script, self._fresh).call,
                 )
             rel = Relation(windowed, rel.fields)
             scope = Scope(rel.fields, found)
@@ -441,149 +436,6 @@ class Planner:
         return Relation(node, fields)
 
     # -- GROUP BY --
-
-    def _aggregate(
-        self,
-        q: exp.Select,
-        rel: Relation,
-        items: list[exp.Expr],
-        aggs: list[exp.Expr],
-        extra: Sequence[Expr] = (),
-    ) -> tuple[Relation, Scope, list[Column]]:
-        """GROUP BY, and the aggregates: the grouped relation, the scope its clauses see,
-        and the columns of the `extra` keys (grouped by first)."""
-        below = Compiler(self.script, Scope(rel.fields))
-        aliases = {item.alias.lower(): item.this for item in items if isinstance(item, exp.Alias)}
-        group = q.args.get("group")
-        keys: list[tuple[exp.Expr | None, Expr]] = [(None, e) for e in extra]
-        for g in group.expressions if group is not None else []:
-            if isinstance(g, exp.Literal) and not g.is_string:  # a select item's position
-                g = self._ordinal(g, items)
-            try:
-                keys.append((g, below(g)))
-            except SqlError:
-                alias = g.name.lower() if isinstance(g, exp.Column) and not g.table else None
-                if alias is None or alias not in aliases:
-                    raise
-                keys.append((aliases[alias], below(aliases[alias])))
-        computed: list[tuple[str, Expr]] = []
-        key_cols: list[str] = []
-        visible: list[Field] = []
-        substitutes: dict[str, Column] = {}
-        extra_cols: list[Column] = []
-        for group_item, e in keys:
-            if isinstance(e, Column):
-                name = e.name
-            else:
-                name = self._fresh()
-                computed.append((name, e))
-            if name not in key_cols:
-                key_cols.append(name)
-            if group_item is None:
-                extra_cols.append(Column(name, e.type))
-                continue
-            substitutes[key(group_item)] = Column(name, e.type)
-            visible += [f for f in rel.fields if f.internal == name]
-        calls: list[AggCall] = []
-        seen: dict[str, Column] = {}
-        for a in aggs:
-            k = key(a)
-            if k in seen:
-                continue
-            call, arg = self._agg_call(a, below)
-            if arg is not None:
-                if isinstance(arg, Column):
-                    call = AggCall(call.name, call.func, arg.name, call.type, call.distinct)
-                else:
-                    col = self._fresh()
-                    computed.append((col, arg))
-                    call = AggCall(call.name, call.func, col, call.type, call.distinct)
-            calls.append(call)
-            seen[k] = Column(call.name, call.type)
-        node = rel.node
-        if computed:
-            keep = tuple((f.name, Column(f.name, f.type)) for f in node.schema)
-            node = Project(node, keep + tuple(computed))
-        agg = grouped(node, tuple(key_cols), tuple(calls), self._fresh)
-        hidden = "not in GROUP BY and not aggregated"
-        scope = Scope(visible, {**substitutes, **seen}, hidden)
-        return Relation(agg, visible), scope, extra_cols
-
-    def _ordinal(self, g: exp.Literal, items: list[exp.Expr]) -> exp.Expr:
-        """The select item that `GROUP BY n` names (Spark's group-by ordinal)."""
-        text = str(g.this)
-        if not text.isdigit() or not 1 <= int(text) <= len(items):
-            raise self._error(
-                g, f"GROUP BY {text}: a position in the select list is 1 to {len(items)}"
-            )
-        item = items[int(text) - 1]
-        chosen = item.this if isinstance(item, exp.Alias) else item
-        if _aggregates(chosen):
-            raise self._error(g, f"GROUP BY {text} names an aggregate")
-        return chosen
-
-    def _agg_call(self, a: exp.Expr, below: Compiler) -> tuple[AggCall, Expr | None]:
-        cond: Expr | None = None
-        node = a
-        if isinstance(a, exp.Filter):
-            node = a.this
-            cond = below(a.expression.this)
-            self._boolean(a, cond, "FILTER")
-        func = _AGGS.get(type(node))
-        if func is None:
-            raise self._error(a, f"aggregate {key(a)} is not supported (docs/sql.md)")
-        inner = node.this
-        distinct = isinstance(inner, exp.Distinct)
-        if distinct:
-            if len(inner.expressions) != 1:
-                raise self._error(a, "count(DISTINCT ...) takes one expression")
-            inner = inner.expressions[0]
-        arg: Expr | None
-        if isinstance(inner, exp.Star) or (func == "count" and inner is None):
-            arg = None
-        else:
-            arg = below(inner)
-        if cond is not None:  # FILTER (WHERE c): the rows where c is not true give NULL
-            value = arg if arg is not None else Literal(1, pa.int32())
-            arg = Case(((cond, value),), None, value.type)
-        name = self._fresh()
-        if func == "count":
-            t: pa.DataType = pa.int64()
-        elif arg is None:
-            raise self._error(a, f"{func} needs an argument")
-        else:
-            t = _agg_type(func, arg.type, a, self)
-        return AggCall(name, func, None, t, distinct), arg
-
-
-def _agg_type(func: AggFunc, t: pa.DataType, node: exp.Expr, planner: Planner) -> pa.DataType:
-    """The result type of `func` over `t` as Spark's: the engine's (`decimals`), whose
-    aggregates compute exactly these."""
-    numeric = pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
-    if func in ("sum", "avg") and not numeric:
-        raise planner._error(node, f"{func} needs a number, not {t}")
-    if func == "avg":
-        return avg_type(t)
-    if func == "sum":
-        return sum_type(t)
-    return t
-
-
-def _aggregates(node: exp.Expr) -> list[exp.Expr]:
-    """The aggregate calls in `node` (a FILTER clause with its aggregate), outermost only."""
-    found: list[exp.Expr] = []
-    todo = [node]
-    while todo:
-        n = todo.pop()
-        if (isinstance(n, exp.Filter) and isinstance(n.this, exp.AggFunc)) or isinstance(
-            n, exp.AggFunc
-        ):
-            found.append(n)
-        elif isinstance(n, exp.Window | exp.Query):  # a subquery's are its own
-            continue
-        else:
-            todo += [c for c in n.iter_expressions()]
-    return found
 
 
 def _output_name(item: exp.Expr) -> str:
