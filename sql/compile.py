@@ -18,6 +18,8 @@ from pipeline_spec.types import arrow_type
 from . import functions as F
 from .errors import Problem, SqlError
 from .expr import Call, Case, Cast, Column, Expr, Literal
+from .functions_base import TIMESTAMP
+from .intervals import IntervalError, interval
 from .parse import Script
 
 _BINARY: dict[type[exp.Expr], str] = {
@@ -52,17 +54,34 @@ _ALIASES = {
     "charlength": "length",
     "regexpextract": "regexp_extract",
     "splitpart": "split_part",
+    "concatws": "concat_ws",
+    "addmonths": "add_months",
+}
+# EXTRACT's fields (Spark's names and abbreviations) and the function giving each.
+_EXTRACT = {
+    **dict.fromkeys(("YEAR", "Y", "YEARS", "YR", "YRS"), "year"),
+    **dict.fromkeys(("QUARTER", "QTR"), "quarter"),
+    **dict.fromkeys(("MONTH", "MON", "MONS", "MONTHS"), "month"),
+    **dict.fromkeys(("WEEK", "W", "WEEKS"), "weekofyear"),
+    **dict.fromkeys(("DAY", "D", "DAYS"), "day"),
+    **dict.fromkeys(("DAYOFWEEK", "DOW"), "dayofweek"),
+    **dict.fromkeys(("DOY",), "dayofyear"),
+    **dict.fromkeys(("HOUR", "H", "HOURS", "HR", "HRS"), "hour"),
+    **dict.fromkeys(("MINUTE", "M", "MIN", "MINS", "MINUTES"), "minute"),
 }
 
 
 @dataclass(frozen=True)
 class Field:
-    """A column visible in a query: `qualifier.name` to the user, `internal` in the plan."""
+    """A column visible in a query: `qualifier.name` to the user, `internal` in the plan.
+    A `qualified_only` one is named only with its qualifier (a side's column of a JOIN ...
+    USING, whose plain name is the joined column's)."""
 
     qualifier: str | None
     name: str
     internal: str
     type: pa.DataType
+    qualified_only: bool = False
 
 
 class Scope:
@@ -84,7 +103,8 @@ class Scope:
         return [
             f
             for f in self.fields
-            if f.name == name and (qualifier is None or f.qualifier == qualifier)
+            if f.name == name
+            and (f.qualifier == qualifier if qualifier is not None else not f.qualified_only)
         ]
 
 
@@ -184,9 +204,77 @@ class Compiler:
 
     def _binary(self, node: exp.Expr) -> Expr:
         fn = _BINARY[type(node)]
+        if isinstance(node, exp.Add | exp.Sub) and (
+            isinstance(node.this, exp.Interval) or isinstance(node.expression, exp.Interval)
+        ):
+            return self._plus_interval(node)
         out = self.call(node, fn, [self(node.this), self(node.expression)])
         # `a NOT LIKE b` is Like(negate=True) to the parser, not Not(Like(...)).
         return self.call(node, "not", [out]) if node.args.get("negate") else out
+
+    def _plus_interval(self, node: exp.Expr) -> Expr:
+        """`x ± INTERVAL ...` (or `INTERVAL ... + x`) with Spark's result: a date stays a
+        date with months or days (add_months, date_add), else becomes a timestamp."""
+        at, other = node.expression, node.this
+        if isinstance(other, exp.Interval):
+            if isinstance(node, exp.Sub):
+                raise self.error(node, "an interval minus a date or timestamp is not defined")
+            at, other = other, at
+        if isinstance(other, exp.Interval):
+            raise self.error(node, "adding intervals together is not supported")
+        try:
+            value = interval(at)
+        except IntervalError as e:
+            raise self.error(at, str(e)) from None
+        if isinstance(node, exp.Sub):
+            value = value.negated()
+        base = self(other)
+        if base.type not in (pa.date32(), TIMESTAMP) and not pa.types.is_null(base.type):
+            raise self.error(
+                node, f"an interval is added to a date or timestamp, not {F.spark_name(base.type)}"
+            )
+        if base.type == pa.date32() and value.kind == "months":
+            return self.call(node, "add_months", [base, Literal(value.months, pa.int32())])
+        if base.type == pa.date32() and value.kind == "days":
+            if not -(2**31) <= value.days < 2**31:
+                raise self.error(at, "interval out of range")
+            return self.call(node, "date_add", [base, Literal(value.days, pa.int32())])
+        months, micros = Literal(value.months, pa.int32()), Literal(value.micros, pa.int64())
+        return self.call(node, "timestamp_plus", [base, months, micros])
+
+    def _extract(self, node: exp.Expr) -> Expr:
+        field = node.this.name.upper() if isinstance(node.this, exp.Var) else ""
+        fn = _EXTRACT.get(field)
+        if fn is None:
+            known = "YEAR, QUARTER, MONTH, WEEK, DAY, DAYOFWEEK, DOY, HOUR, MINUTE"
+            raise self.error(node, f"EXTRACT({field or '?'} FROM ...): use one of {known}")
+        return self.call(node, fn, [self(node.expression)])
+
+    def _trim_spaces(self, node: exp.Expr) -> Expr:
+        position = str(node.args.get("position") or "BOTH").upper()
+        fn = {"LEADING": "ltrim", "TRAILING": "rtrim"}.get(position, "trim")
+        return self.call(node, fn, [self(node.this)])
+
+    def _date_add(self, node: exp.Expr) -> Expr:
+        """date_add and date_sub, which the parser reads as one node (date_sub's days
+        multiplied by -1)."""
+        unit = node.args.get("unit")
+        if not isinstance(unit, exp.Var) or unit.name.upper() != "DAY":
+            raise self.error(node, "date_add and date_sub add days")
+        days = node.expression
+        minus_one = (
+            isinstance(days, exp.Mul)
+            and isinstance(days.expression, exp.Neg)
+            and isinstance(days.expression.this, exp.Literal)
+            and str(days.expression.this.this) == "1"
+        )
+        if minus_one:
+            return self.call(node, "date_sub", [self(node.this), self(days.this)])
+        return self.call(node, "date_add", [self(node.this), self(days)])
+
+    def _unix_timestamp(self, node: exp.Expr) -> Expr:
+        # The format only applies to strings, which unix_timestamp does not take here.
+        return self.call(node, "unix_timestamp", [self(node.this)])
 
     def _paren(self, node: exp.Expr) -> Expr:
         return self(node.this)
@@ -200,7 +288,8 @@ class Compiler:
     def _is(self, node: exp.Expr) -> Expr:
         if not isinstance(node.expression, exp.Null):
             raise self.error(node, "only IS NULL and IS NOT NULL are supported")
-        return self.call(node, "is_null", [self(node.this)])
+        fn = "is_not_null" if node.args.get("negate") else "is_null"
+        return self.call(node, fn, [self(node.this)])
 
     def _neg(self, node: exp.Expr) -> Expr:
         lit = literal(node.this)
@@ -281,18 +370,21 @@ class Compiler:
         return self.call(node, "date_format", [self(this), pattern])
 
     def _function(self, node: exp.Func) -> Expr:
+        args: list[exp.Expr] = []
         if isinstance(node, exp.Anonymous):
             name = str(node.this).lower()
             args = list(node.expressions)
         else:
             name = _ALIASES.get(node.key, node.key)
-            args = []
-            for k in node.arg_types:
+            for k in node.arg_types:  # grammar.py allows only the arguments that are these
                 v = node.args.get(k)
                 if isinstance(v, list):
                     args += v
                 elif isinstance(v, exp.Expr):
                     args.append(v)
+        function = F.FUNCTIONS.get(name)
+        if function is not None and not function.public:
+            raise self.error(node, f"function {name!r} is not supported in views (docs/sql.md)")
         return self.call(node, name, [self(a) for a in args])
 
 
@@ -317,6 +409,10 @@ _HANDLERS: dict[type[exp.Expr], Callable[[Compiler, exp.Expr], Expr]] = {
     exp.TryCast: Compiler._cast,
     exp.TimestampTrunc: Compiler._trunc,
     exp.TimeToStr: Compiler._date_format,
+    exp.Extract: Compiler._extract,
+    exp.Trim: Compiler._trim_spaces,
+    exp.TsOrDsAdd: Compiler._date_add,
+    exp.StrToUnix: Compiler._unix_timestamp,
     **dict.fromkeys(_BINARY, Compiler._binary),
 }
 

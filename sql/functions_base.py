@@ -46,7 +46,9 @@ class Function:
     `literal_type`: for the few functions whose result type depends on the value of a
     literal argument (round over a decimal), the result type given the argument types and
     the literal values (None for arguments that are not literals); `result_type` raises
-    for those calls."""
+    for those calls.
+    `public`: a view may call it by name; the others are what the compiler turns a
+    construct into (a timestamp plus an INTERVAL)."""
 
     name: str
     min_args: int
@@ -56,6 +58,7 @@ class Function:
     lazy: str = "strict"
     safe: bool = False
     literal_type: Callable[[list[pa.DataType], list[Any]], pa.DataType] | None = None
+    public: bool = True
 
 
 # --- type predicates and names ------------------------------------------------------------

@@ -4,6 +4,9 @@ to_date, date_trunc, date_add/date_sub (int days, wrapping as Java's int arithme
 datediff and unix_timestamp. Dates stand for their midnight where a timestamp is needed,
 timestamps for their day where a date is. Strings are not implicitly cast (cast first).
 
+add_months, quarter, dayofyear and weekofyear; `timestamp_plus` (not callable by name), what
+the compiler makes of a timestamp plus an INTERVAL.
+
 date_format with a constant pattern of yyyy, yy, MM, dd, HH, mm, ss, quoted text and
 punctuation. Left out: to_date/unix_timestamp with a format (Java's DateTimeFormatter
 patterns), date_format's other pattern letters, current_date/current_timestamp (not
@@ -22,6 +25,7 @@ import pyarrow.compute as pc
 from . import functions_decimal as dec
 from .functions_base import (
     TIMESTAMP,
+    EvaluationError,
     Function,
     FunctionTypeError,
     Val,
@@ -91,6 +95,70 @@ def _field(fn: str, f: Callable[[Val], Val], needs_time: bool) -> Function:
 
 def _day_of_week(x: Val) -> Val:
     return pc.day_of_week(x, count_from_zero=False, week_start=7)  # Sunday = 1
+
+
+# --- months ---------------------------------------------------------------------------------
+
+def _plus_months(days: np.ndarray, months: np.ndarray) -> np.ndarray:
+    """Dates (days since the epoch) plus whole months, the day of month cut to the new
+    month's length, as Spark's add_months does (2021-01-31 + 1 month: 2021-02-28)."""
+    d = days.astype("datetime64[D]")
+    month = d.astype("datetime64[M]")
+    day = (d - month).astype(np.int64)
+    target = month + months.astype(np.int64)
+    length = ((target + 1).astype("datetime64[D]") - target.astype("datetime64[D]")).astype(
+        np.int64
+    )
+    out: np.ndarray = target.astype("datetime64[D]").astype(np.int64)
+    out = out + np.minimum(day, length - 1)
+    if len(out) and (out.max() >= 2**31 or out.min() < -(2**31)):
+        raise EvaluationError("integer overflow in `add_months`: the date is out of range")
+    return out
+
+
+def _add_months(args: list[Val], n: int) -> Val:
+    if (done := _nulls(args, n, DATE)) is not None:
+        return done
+    (d, dv), (k, kv) = _days(args[0], n), _ints(args[1], n)
+    valid = dv & kv
+    out = _plus_months(np.where(valid, d, 0), np.where(valid, k, 0))
+    result = dec.from_numpy(out.astype(np.int32), valid, I32).cast(DATE)
+    return result[0] if all(is_scalar(a) for a in args) else result
+
+
+_DAY_US = 86_400_000_000
+
+
+def _timestamp_plus(args: list[Val], n: int) -> Val:
+    """A timestamp plus an interval: whole months (day of month cut as add_months does,
+    the time of day kept), then microseconds; Spark's TimestampAddYMInterval and TimeAdd
+    in UTC."""
+    if (done := _nulls(args[:1], n, TIMESTAMP)) is not None:
+        return done
+    months, micros = int(args[1].as_py()), int(args[2].as_py())
+    ts = to_array(_as_timestamp(args[0]), n).cast(pa.int64())
+    valid = dec.valid_mask(ts)
+    us = np.asarray(pc.fill_null(ts, 0).to_numpy(), dtype=np.int64)
+    if months:
+        days = np.floor_divide(us, _DAY_US)
+        moved = _plus_months(days, np.full(len(us), months, dtype=np.int64))
+        us = moved * _DAY_US + (us - days * _DAY_US)
+    if micros:
+        with np.errstate(over="raise"):
+            try:
+                us = us + np.int64(micros)
+            except FloatingPointError:
+                raise EvaluationError("arithmetic overflow in a timestamp + interval") from None
+    result = dec.from_numpy(us, valid, pa.int64()).cast(TIMESTAMP)
+    return result[0] if is_scalar(args[0]) else result
+
+
+def _add_months_type(ts: list[pa.DataType]) -> pa.DataType:
+    if len(ts) != 2 or not (_is_dt(ts[0]) and (is_null(ts[1]) or is_integral(ts[1]))):
+        raise expect("add_months", "a date and an int", ts)
+    if ts[1] == pa.int64():
+        raise expect("add_months", "a date and an int (not a bigint)", ts)
+    return DATE
 
 
 # --- to_date, date_trunc ------------------------------------------------------------------
@@ -253,6 +321,9 @@ def _date_format(args: list[Val], n: int) -> Val:
 def functions() -> list[Function]:
     out = [
         _field("year", pc.year, False),
+        _field("quarter", pc.quarter, False),
+        _field("dayofyear", pc.day_of_year, False),
+        _field("weekofyear", pc.iso_week, False),
         _field("month", pc.month, False),
         _field("day", pc.day, False),
         _field("dayofmonth", pc.day, False),
@@ -265,6 +336,16 @@ def functions() -> list[Function]:
         Function("date_add", 2, 2, _typed("date_add", DATE, "di"), _date_add(1), "nulls", True),
         Function("date_sub", 2, 2, _typed("date_sub", DATE, "di"), _date_add(-1), "nulls", True),
         Function("datediff", 2, 2, _typed("datediff", I32, "dd"), _datediff, "nulls", True),
+        Function("add_months", 2, 2, _add_months_type, _add_months, "nulls"),
+        Function(
+            "timestamp_plus",
+            3,
+            3,
+            lambda ts: TIMESTAMP,
+            _timestamp_plus,
+            "nulls",
+            public=False,
+        ),
         Function(
             "unix_timestamp", 1, 1, _typed("unix_timestamp", pa.int64(), "d"), _unix_timestamp
         ),

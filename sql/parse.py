@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import sqlglot
 from sqlglot import exp
@@ -20,6 +21,7 @@ from sqlglot.dialects.spark import Spark
 from sqlglot.errors import ParseError, SqlglotError, TokenError
 from sqlglot.tokenizer_core import Token, TokenType
 
+from . import grammar
 from .errors import Problem, SqlError, position
 
 _WINDOW_TVF = re.compile(r"(\b(?:TUMBLE|HOP|SESSION)\s*\(\s*)(TABLE)(\s)", re.IGNORECASE)
@@ -45,6 +47,7 @@ class View:
     line: int
     column: int
     properties: tuple[tuple[str, str], ...] = ()
+    columns: tuple[str, ...] = ()  # `CREATE VIEW name (a, b) AS`: its columns' names
 
     def property(self, name: str) -> str | None:
         return dict(self.properties).get(name)
@@ -118,7 +121,7 @@ def parse(text: str) -> Script:
         if isinstance(header, Problem):
             problems.append(header)
             continue
-        name, body, properties = header
+        name, body, properties = header.name, header.body, header.properties
         if not _NAME.match(name):
             problems.append(
                 Problem("a view's name must be a plain name (letters, digits, _)", line, col)
@@ -129,7 +132,7 @@ def parse(text: str) -> Script:
         # then the whole text's.
         padded = re.sub(r"[^\n]", " ", source[:body]) + source[body:end]
         try:
-            query = sqlglot.parse_one(padded, read="spark")
+            query = sqlglot.parse_one(padded, read=_Spark)
         except ParseError as e:
             problems.append(_syntax(e, line, col))
             continue
@@ -142,34 +145,87 @@ def parse(text: str) -> Script:
         if any(v.name == name for v in views):
             problems.append(Problem(f"view {name!r} is defined twice", line, col))
             continue
-        views.append(View(name, query, line, col, properties))
+        views.append(View(name, query, line, col, properties, header.columns))
     if not views and not problems:
         problems.append(Problem("no view: write at least one CREATE VIEW name AS SELECT ..."))
+    script = Script(text, views)
+    for view in views:
+        problems += grammar.check(view.query, script.at)
     if problems:
         raise SqlError(problems)
-    return Script(text, views)
+    return script
 
 
-Header = tuple[str, int, tuple[tuple[str, str], ...]]
+COMMA = "comma"  # a Join's meta key: the join was written with a comma (`FROM a, b`)
 
 
-def _header(tokens: list[Token], text: str) -> Header | Problem | None:
-    """(view name, offset where its query starts, properties) of `CREATE VIEW name [WITH
-    ('key' = 'value', ...)] AS`; None if the statement is no view definition; a Problem
-    naming a malformed or unknown property."""
-    words = [t.text.upper() for t in tokens[:4]]
-    if len(tokens) < 5 or words[:2] != ["CREATE", "VIEW"] or words[3] not in ("AS", "WITH"):
+class _Spark(Spark):
+    """Spark's dialect, marking the joins written with a comma: the parser reads `FROM a,
+    b` as `a CROSS JOIN b`, but a comma binds less tightly than JOIN (`a, b FULL JOIN c`
+    is `a, (b FULL JOIN c)`), so the planner must know which is which."""
+
+    class Parser(Spark.Parser):  # type: ignore[valid-type,misc]
+        def _parse_join(self, *args: Any, **kwargs: Any) -> exp.Join | None:
+            comma = self._curr is not None and self._curr.token_type == TokenType.COMMA
+            join: exp.Join | None = super()._parse_join(*args, **kwargs)
+            if comma and join is not None:
+                join.meta[COMMA] = True
+            return join
+
+
+@dataclass(frozen=True)
+class _Header:
+    name: str
+    body: int  # where the query starts
+    properties: tuple[tuple[str, str], ...]
+    columns: tuple[str, ...]
+
+
+def _header(tokens: list[Token], text: str) -> _Header | Problem | None:
+    """What `CREATE VIEW name [(col, ...)] [WITH ('key' = 'value', ...)] AS` says; None if
+    the statement is no view definition; a Problem naming a malformed column list or
+    property."""
+    words = [t.text.upper() for t in tokens[:3]]
+    if len(tokens) < 5 or words[:2] != ["CREATE", "VIEW"]:
         return None
     name, at = tokens[2].text.lower(), 3
-    properties: list[tuple[str, str]] = []
-    if words[3] == "WITH":
-        at, got = _properties(tokens, 4, text)
+    columns: list[str] = []
+    if tokens[at].token_type == TokenType.L_PAREN:
+        at, got = _column_list(tokens, at + 1, text)
         if isinstance(got, Problem):
             return got
-        properties = got
+        columns = got
+    properties: list[tuple[str, str]] = []
+    if at < len(tokens) and tokens[at].text.upper() == "WITH":
+        at, found = _properties(tokens, at + 1, text)
+        if isinstance(found, Problem):
+            return found
+        properties = found
     if at + 1 >= len(tokens) or tokens[at].text.upper() != "AS":
         return None
-    return name, tokens[at + 1].start, tuple(properties)
+    return _Header(name, tokens[at + 1].start, tuple(properties), tuple(columns))
+
+
+def _column_list(tokens: list[Token], at: int, text: str) -> tuple[int, list[str] | Problem]:
+    """The names of `(a, b, ...)` from `at` (after the parenthesis), and where the tokens
+    after it start."""
+    names: list[str] = []
+    while at < len(tokens):
+        tok = tokens[at]
+        if tok.token_type not in (TokenType.VAR, TokenType.IDENTIFIER) or not _NAME.match(
+            tok.text
+        ):
+            break
+        names.append(tok.text.lower())
+        at += 1
+        if at < len(tokens) and tokens[at].token_type == TokenType.COMMA:
+            at += 1
+        elif at < len(tokens) and tokens[at].token_type == TokenType.R_PAREN:
+            return at + 1, names
+        else:
+            break
+    line, col = position(text, tokens[min(at, len(tokens) - 1)].start)
+    return at, Problem("a view's column list is written (name, name, ...)", line, col)
 
 
 def _properties(

@@ -10,6 +10,7 @@ twice (a self-join) without two columns sharing a name.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,16 +21,15 @@ from sqlglot import exp
 from . import functions as F
 from .compile import Compiler, Field, Scope, key
 from .errors import Problem, SqlError
-from .expr import Call, Case, Cast, Column, Expr, Literal
+from .expr import Case, Cast, Column, Expr, Literal
 from .grouping import grouped
-from .outer_join import outer_join
+from .joins import Joins, conjuncts
 from .parse import Script
 from .plan import (
     AggCall,
     AggFunc,
     Distinct,
     Filter,
-    JoinKind,
     Node,
     Project,
     Scan,
@@ -39,6 +39,7 @@ from .plan import (
     Windows,
 )
 from .ranking import is_row_number, over_rows, rank_bounds, top_n, window_items
+from .relation import Relation
 from .windows import is_session, session_args, window_args, window_call
 
 _AGGS: dict[type[exp.Expr], AggFunc] = {
@@ -60,12 +61,6 @@ class PlannedView:
     names: tuple[str, ...]
     emit_final: str | None = None
     at: tuple[int, int] = (0, 0)
-
-
-@dataclass(frozen=True)
-class _Relation:
-    node: Node
-    fields: list[Field]
 
 
 class Planner:
@@ -103,6 +98,18 @@ class Planner:
                 self._failed.add(view.name)
                 continue
             names = tuple(f.name for f in rel.fields)
+            if view.columns and len(view.columns) != len(names):
+                problems.append(
+                    Problem(
+                        f"view {view.name!r} lists {len(view.columns)} column names for "
+                        f"{len(names)} columns",
+                        view.line,
+                        view.column,
+                    )
+                )
+                self._failed.add(view.name)
+                continue
+            names = view.columns or names
             dupes = sorted({n for n in names if names.count(n) > 1})
             if dupes:
                 problems.append(
@@ -142,7 +149,7 @@ class Planner:
         line, col = self.script.at(node)
         return SqlError([Problem(message, line, col)])
 
-    def _renamed(self, node: Node, names: list[str], qualifier: str | None) -> _Relation:
+    def _renamed(self, node: Node, names: list[str], qualifier: str | None) -> Relation:
         """`node`'s columns under fresh internal names, visible as `qualifier.name`."""
         outputs = []
         fields = []
@@ -150,18 +157,20 @@ class Planner:
             internal = self._fresh()
             outputs.append((internal, Column(f.name, f.type)))
             fields.append(Field(qualifier, name, internal, f.type))
-        return _Relation(Project(node, tuple(outputs)), fields)
+        return Relation(Project(node, tuple(outputs)), fields)
 
     # -- queries --
 
-    def _query(self, q: exp.Expr, ctes: Mapping[str, _Relation]) -> _Relation:
+    def _query(self, q: exp.Expr, ctes: Mapping[str, Relation]) -> Relation:
         with_ = q.args.get("with_")
         if with_ is not None:
             ctes = dict(ctes)
             for cte in with_.expressions:
                 name = cte.alias.lower()
                 rel = self._query(cte.this, ctes)
-                ctes[name] = rel
+                names = self._column_names(cte, [f.name for f in rel.fields])
+                fields = zip(rel.fields, names, strict=True)
+                ctes[name] = Relation(rel.node, [dataclasses.replace(f, name=n) for f, n in fields])
         if isinstance(q, exp.Union):
             return self._union(q, ctes)
         if isinstance(q, exp.Subquery):
@@ -170,7 +179,7 @@ class Planner:
             return self._select(q, ctes)
         raise self._error(q, f"{type(q).__name__.upper()} queries are not supported in views")
 
-    def _union(self, q: exp.Union, ctes: Mapping[str, _Relation]) -> _Relation:
+    def _union(self, q: exp.Union, ctes: Mapping[str, Relation]) -> Relation:
         left, right = self._query(q.this, ctes), self._query(q.expression, ctes)
         if len(left.fields) != len(right.fields):
             raise self._error(
@@ -192,14 +201,14 @@ class Planner:
             node = Distinct(node)
         return self._renamed(node, [f.name for f in left.fields], None)
 
-    def _cast_all(self, rel: _Relation, types: list[pa.DataType]) -> _Relation:
+    def _cast_all(self, rel: Relation, types: list[pa.DataType]) -> Relation:
         outputs = []
         for f, t in zip(rel.fields, types, strict=True):
             col: Expr = Column(f.internal, f.type)
             outputs.append((f.internal, col if f.type == t else Cast(col, t)))
-        return _Relation(Project(rel.node, tuple(outputs)), rel.fields)
+        return Relation(Project(rel.node, tuple(outputs)), rel.fields)
 
-    def _select(self, q: exp.Select, ctes: Mapping[str, _Relation]) -> _Relation:
+    def _select(self, q: exp.Select, ctes: Mapping[str, Relation]) -> Relation:
         for clause in ("order", "limit", "offset"):
             if q.args.get(clause) is not None:
                 raise self._error(
@@ -208,13 +217,18 @@ class Planner:
                     "for the top rows per group use ROW_NUMBER() OVER (...) <= N)",
                 )
         bounds, self._bounds = self._bounds, rank_bounds(q.args.get("where"))
-        rel = self._from(q, ctes)
+        joins = Joins(self.script, self._fresh, lambda item: self._item(item, ctes))
+        units = joins.units(q)
         self._bounds = {}
         where = q.args.get("where")
-        if where is not None:
-            pred = Compiler(self.script, Scope(rel.fields))(where.this)
-            self._boolean(where, pred, "WHERE")
-            rel = _Relation(Filter(rel.node, pred), rel.fields)
+        if len(units) > 1:
+            rel = joins.combine(units, conjuncts(where.this) if where is not None else [], q)
+        else:
+            rel = units[0]
+            if where is not None:  # one filter above the joins, as written
+                pred = Compiler(self.script, Scope(rel.fields))(where.this)
+                self._boolean(where, pred, "WHERE")
+                rel = Relation(Filter(rel.node, pred), rel.fields)
         items = self._expand_star(q, rel)
         having = q.args.get("having")
         group = q.args.get("group")
@@ -241,7 +255,7 @@ class Planner:
                 windowed, found = over_rows(
                     self.script, Scope(rel.fields), rel.node, windows, self._fresh, self._agg_call
                 )
-            rel = _Relation(windowed, rel.fields)
+            rel = Relation(windowed, rel.fields)
             scope = Scope(rel.fields, found)
         else:
             scope = Scope(rel.fields)
@@ -249,7 +263,7 @@ class Planner:
         if having is not None:
             pred = compiler(having.this)
             self._boolean(having, pred, "HAVING")
-            rel = _Relation(Filter(rel.node, pred), rel.fields)
+            rel = Relation(Filter(rel.node, pred), rel.fields)
         outputs, fields = [], []
         for item in items:
             e = compiler(item.this if isinstance(item, exp.Alias) else item)
@@ -259,13 +273,13 @@ class Planner:
         node: Node = Project(rel.node, tuple(outputs))
         if q.args.get("distinct") is not None:
             node = Distinct(node)
-        return _Relation(node, fields)
+        return Relation(node, fields)
 
     def _boolean(self, clause: exp.Expr, pred: Expr, what: str) -> None:
         if pred.type not in (pa.bool_(), pa.null()):
             raise self._error(clause, f"{what} needs a boolean condition, not {pred.type}")
 
-    def _expand_star(self, q: exp.Select, rel: _Relation) -> list[exp.Expr]:
+    def _expand_star(self, q: exp.Select, rel: Relation) -> list[exp.Expr]:
         items: list[exp.Expr] = []
         for item in q.expressions:
             star = isinstance(item, exp.Star) or (
@@ -275,7 +289,11 @@ class Planner:
                 items.append(item)
                 continue
             qualifier = item.table.lower() if isinstance(item, exp.Column) else ""
-            chosen = [f for f in rel.fields if not qualifier or f.qualifier == qualifier]
+            chosen = [
+                f
+                for f in rel.fields
+                if (f.qualifier == qualifier if qualifier else not f.qualified_only)
+            ]
             if not chosen:
                 raise self._error(item, f"{qualifier}.*: no such table in FROM")
             for f in chosen:
@@ -286,16 +304,7 @@ class Planner:
 
     # -- FROM --
 
-    def _from(self, q: exp.Select, ctes: Mapping[str, _Relation]) -> _Relation:
-        from_ = q.args.get("from_")
-        if from_ is None:
-            raise self._error(q, "a view's query needs a FROM clause")
-        rel = self._item(from_.this, ctes)
-        for join in q.args.get("joins") or []:
-            rel = self._join(join, rel, self._item(join.this, ctes))
-        return rel
-
-    def _item(self, item: exp.Expr, ctes: Mapping[str, _Relation]) -> _Relation:
+    def _item(self, item: exp.Expr, ctes: Mapping[str, Relation]) -> Relation:
         alias = item.alias.lower() if item.alias else None
         call = window_call(item)
         if call is not None:
@@ -307,29 +316,43 @@ class Planner:
             qualifier = alias or name
             if name in ctes:
                 rel = ctes[name]
-                return self._renamed(rel.node, [f.name for f in rel.fields], qualifier)
+                names = self._column_names(item, [f.name for f in rel.fields])
+                return self._renamed(rel.node, names, qualifier)
             if name in self._failed:
                 raise SqlError([])  # its own problem is reported
             if name in self.views:
                 v = self.views[name]
-                return self._renamed(ViewRef(name, v.root.schema), list(v.names), qualifier)
+                names = self._column_names(item, list(v.names))
+                return self._renamed(ViewRef(name, v.root.schema), names, qualifier)
             if name in self.tables:
                 schema = self.tables[name]
-                return self._renamed(
-                    Scan(name, schema), [c.lower() for c in schema.names], qualifier
-                )
+                names = self._column_names(item, [c.lower() for c in schema.names])
+                return self._renamed(Scan(name, schema), names, qualifier)
             known = sorted([*self.tables, *self.views])
             raise self._error(
                 item, f"unknown table or view {name!r} (known: {', '.join(known) or 'none'})"
             )
         if isinstance(item, exp.Subquery):
             rel = self._query(item.this, ctes)
-            return self._renamed(rel.node, [f.name for f in rel.fields], alias)
+            names = self._column_names(item, [f.name for f in rel.fields])
+            return self._renamed(rel.node, names, alias)
         raise self._error(item, f"{item.sql(dialect='spark')!r}: not supported in FROM")
 
+    def _column_names(self, item: exp.Expr, names: list[str]) -> list[str]:
+        """`names`, or the column names an alias gives (`AS x (a, b)`)."""
+        alias = item.args.get("alias")
+        given = alias.args.get("columns") if isinstance(alias, exp.TableAlias) else None
+        if not given:
+            return names
+        if len(given) != len(names):
+            raise self._error(
+                item, f"{len(given)} column names given for {len(names)} columns"
+            )
+        return [c.name.lower() for c in given]
+
     def _windows(
-        self, call: exp.Anonymous, alias: str | None, ctes: Mapping[str, _Relation]
-    ) -> _Relation:
+        self, call: exp.Anonymous, alias: str | None, ctes: Mapping[str, Relation]
+    ) -> Relation:
         partition: list[exp.Column] = []
         if is_session(call):
             table, partition, time, gap = session_args(self.script, call)
@@ -357,81 +380,20 @@ class Planner:
         ts = pa.timestamp("us", tz="UTC")
         fields = [Field(alias, f.name, f.internal, f.type) for f in rel.fields]
         fields += [Field(alias, "window_start", start, ts), Field(alias, "window_end", end, ts)]
-        return _Relation(node, fields)
-
-    def _join(self, join: exp.Join, left: _Relation, right: _Relation) -> _Relation:
-        side = str(join.args.get("side") or "").lower()
-        kind = str(join.args.get("kind") or "").lower()
-        if kind == "cross" or join.args.get("on") is None:
-            raise self._error(join, "a join needs ON with at least one equality of columns")
-        if join.args.get("using"):
-            raise self._error(join, "JOIN ... USING is not supported; write ON a.x = b.x")
-        how: JoinKind = "inner"
-        if side in ("left", "right", "full"):
-            how = side  # type: ignore[assignment]
-        elif kind == "outer":
-            how = "full"
-        fields = [*left.fields, *right.fields]
-        both = Compiler(self.script, Scope(fields))
-        left_names = {f.internal for f in left.fields}
-        right_names = {f.internal for f in right.fields}
-        left_keys: list[Expr] = []
-        right_keys: list[Expr] = []
-        rest: list[Expr] = []
-        for conjunct in _conjuncts(join.args["on"]):
-            e = both(conjunct)
-            pair = _key_pair(e, left_names, right_names)
-            if pair is not None:
-                try:
-                    t = F.common_type([pair[0].type, pair[1].type])
-                except F.FunctionTypeError as why:
-                    raise self._error(conjunct, f"ON: {why}") from None
-                left_keys.append(_cast_to(pair[0], t))
-                right_keys.append(_cast_to(pair[1], t))
-            else:
-                rest.append(e)
-        if not left_keys:
-            raise self._error(
-                join, "a join needs at least one equality between the two sides' columns"
-            )
-        lnode, lk = self._key_columns(left, left_keys)
-        rnode, rk = self._key_columns(right, right_keys)
-        residual: Expr | None = None
-        for cond in rest:
-            residual = cond if residual is None else Call("and", (residual, cond), pa.bool_())
-        if residual is not None:
-            self._boolean(join, residual, "ON")
-        node = outer_join(lnode, rnode, how, tuple(lk), tuple(rk), residual, self._fresh)
-        return _Relation(node, fields)
-
-    def _key_columns(self, rel: _Relation, keys: list[Expr]) -> tuple[Node, list[str]]:
-        """The relation with each key expression as a column (plain columns as they are),
-        and the key columns' names."""
-        names, extra = [], []
-        for k in keys:
-            if isinstance(k, Column):
-                names.append(k.name)
-            else:
-                internal = self._fresh()
-                extra.append((internal, k))
-                names.append(internal)
-        if not extra:
-            return rel.node, names
-        keep = tuple((f.name, Column(f.name, f.type)) for f in rel.node.schema)
-        return Project(rel.node, keep + tuple(extra)), names
+        return Relation(node, fields)
 
     # -- GROUP BY --
 
     def _aggregate(
-        self, q: exp.Select, rel: _Relation, items: list[exp.Expr], aggs: list[exp.Expr]
-    ) -> tuple[_Relation, Scope]:
+        self, q: exp.Select, rel: Relation, items: list[exp.Expr], aggs: list[exp.Expr]
+    ) -> tuple[Relation, Scope]:
         below = Compiler(self.script, Scope(rel.fields))
         aliases = {item.alias.lower(): item.this for item in items if isinstance(item, exp.Alias)}
         group = q.args.get("group")
         keys: list[tuple[exp.Expr, Expr]] = []
         for g in group.expressions if group is not None else []:
-            if isinstance(g, exp.Literal) and not g.is_string:
-                raise self._error(g, "GROUP BY a position is not supported; name the column")
+            if isinstance(g, exp.Literal) and not g.is_string:  # a select item's position
+                g = self._ordinal(g, items)
             try:
                 keys.append((g, below(g)))
             except SqlError:
@@ -475,7 +437,20 @@ class Planner:
             node = Project(node, keep + tuple(computed))
         agg = grouped(node, tuple(key_cols), tuple(calls), self._fresh)
         hidden = "not in GROUP BY and not aggregated"
-        return _Relation(agg, visible), Scope(visible, {**substitutes, **seen}, hidden)
+        return Relation(agg, visible), Scope(visible, {**substitutes, **seen}, hidden)
+
+    def _ordinal(self, g: exp.Literal, items: list[exp.Expr]) -> exp.Expr:
+        """The select item that `GROUP BY n` names (Spark's group-by ordinal)."""
+        text = str(g.this)
+        if not text.isdigit() or not 1 <= int(text) <= len(items):
+            raise self._error(
+                g, f"GROUP BY {text}: a position in the select list is 1 to {len(items)}"
+            )
+        item = items[int(text) - 1]
+        chosen = item.this if isinstance(item, exp.Alias) else item
+        if _aggregates(chosen):
+            raise self._error(g, f"GROUP BY {text} names an aggregate")
+        return chosen
 
     def _agg_call(self, a: exp.Expr, below: Compiler) -> tuple[AggCall, Expr | None]:
         cond: Expr | None = None
@@ -527,10 +502,6 @@ def _agg_type(func: AggFunc, t: pa.DataType, node: exp.Expr, planner: Planner) -
     return t
 
 
-def _cast_to(e: Expr, t: pa.DataType) -> Expr:
-    return e if e.type == t else Cast(e, t)
-
-
 def _aggregates(node: exp.Expr) -> list[exp.Expr]:
     """The aggregate calls in `node` (a FILTER clause with its aggregate), outermost only."""
     found: list[exp.Expr] = []
@@ -546,30 +517,6 @@ def _aggregates(node: exp.Expr) -> list[exp.Expr]:
         else:
             todo += [c for c in n.iter_expressions()]
     return found
-
-
-def _conjuncts(node: exp.Expr) -> list[exp.Expr]:
-    if isinstance(node, exp.And):
-        return [*_conjuncts(node.this), *_conjuncts(node.expression)]
-    if isinstance(node, exp.Paren):
-        return _conjuncts(node.this)
-    return [node]
-
-
-def _key_pair(e: Expr, left: set[str], right: set[str]) -> tuple[Expr, Expr] | None:
-    """(left side, right side) if `e` is an equality between an expression of the left's
-    columns only and one of the right's only."""
-    from .expr import columns
-
-    if not isinstance(e, Call) or e.fn != "=":
-        return None
-    a, b = e.args
-    ca, cb = columns(a), columns(b)
-    if ca and cb and ca <= left and cb <= right:
-        return a, b
-    if ca and cb and ca <= right and cb <= left:
-        return b, a
-    return None
 
 
 def _output_name(item: exp.Expr) -> str:

@@ -19,17 +19,8 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from .errors import Problem, SqlError
+from .intervals import IntervalError, duration_us
 from .parse import PARTITION_CALL, SESSION_CALL, Script
-
-_UNITS_US = {
-    "MICROSECOND": 1,
-    "MILLISECOND": 1_000,
-    "SECOND": 1_000_000,
-    "MINUTE": 60_000_000,
-    "HOUR": 3_600_000_000,
-    "DAY": 86_400_000_000,
-}
-_UNITS_US.update({f"{k}S": v for k, v in list(_UNITS_US.items())})
 
 
 def window_call(item: exp.Expr) -> exp.Anonymous | None:
@@ -54,24 +45,11 @@ def _error(script: Script, node: exp.Expr, message: str) -> SqlError:
 
 
 def interval_us(script: Script, node: exp.Expr) -> int:
-    """An `INTERVAL 'n' UNIT` literal in microseconds (positive)."""
-    if not isinstance(node, exp.Interval):
-        raise _error(script, node, "expected an interval such as INTERVAL '10' SECOND")
-    unit_node = node.args.get("unit")
-    unit = str(unit_node.name if unit_node is not None else "").upper()
-    text = str(node.this.name if node.this is not None else "").strip()
-    if not unit and " " in text:  # INTERVAL '10 seconds'
-        text, unit = text.split(None, 1)
-        unit = unit.upper()
-    if unit not in _UNITS_US:
-        raise _error(script, node, f"interval unit {unit or '?'}: use {', '.join(_UNITS_US)}")
+    """A window's `INTERVAL 'n' UNIT` (of fixed length, positive) in microseconds."""
     try:
-        value = int(text)
-    except ValueError:
-        raise _error(script, node, f"interval {text!r}: a whole number is needed") from None
-    if value <= 0:
-        raise _error(script, node, "a window's interval must be positive")
-    return value * _UNITS_US[unit]
+        return duration_us(node)
+    except IntervalError as e:
+        raise _error(script, node, str(e)) from None
 
 
 def session_args(

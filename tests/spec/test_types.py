@@ -41,5 +41,5 @@ def test_refused_type_names(name: str, why: str) -> None:
 
 
 def test_check_names_the_column() -> None:
-    with pytest.raises(ValueError, match="^price: type 'decimal"):
+    with pytest.raises(ValueError, match=r"^price: type 'decimal"):
         check_types({"id": "int", "price": "decimal(40,2)"})

@@ -135,6 +135,33 @@ QUERIES: dict[str, str] = {
     "not_like": """CREATE VIEW out AS SELECT t.k, t.g, u.name, count(*) FILTER (WHERE
         u.name NOT LIKE 'b%') AS n FROM t LEFT JOIN u ON t.k = u.k AND u.name NOT LIKE '%o%'
         WHERE t.g NOT LIKE 'a%' OR NOT (t.g NOT LIKE 'b') GROUP BY t.k, t.g, u.name""",
+    "comma_joins": """CREATE VIEW out AS SELECT t.g, u.name, b.price FROM t, u, b
+        WHERE t.k = u.k AND b.auction = t.k AND t.v > 3 AND u.name IS NOT NULL
+        AND b.price > t.v""",
+    "comma_joins_reordered": """CREATE VIEW out AS SELECT t.k, u.name, b.price
+        FROM t, b, u WHERE t.k = u.k AND u.k = b.auction AND (t.g = 'a' OR b.price < 50)""",
+    "comma_join_of_aggregates": """CREATE VIEW out AS SELECT x.g, x.n, y.m
+        FROM (SELECT g, count(*) AS n FROM t GROUP BY g) x,
+             (SELECT g, max(v) AS m FROM t WHERE v > 10 GROUP BY g) y
+        WHERE x.g = y.g AND x.n > 1""",
+    "cross_join": """CREATE VIEW out AS SELECT count(*) AS n, sum(t.v) AS s, u.name
+        FROM t, u WHERE t.v > 30 AND u.k < 3 GROUP BY u.name""",
+    "cross_join_keyword": """CREATE VIEW out AS SELECT t.k, u.name FROM t CROSS JOIN u
+        WHERE t.k = u.k AND t.v < 10""",
+    "comma_and_left_join": """CREATE VIEW out AS SELECT t.g, u.name, b.price
+        FROM t, u LEFT JOIN b ON u.k = b.auction AND b.price > 60 WHERE t.k = u.k""",
+    "non_equi_join": """CREATE VIEW out AS SELECT t.k, u.k AS uk, u.name FROM t
+        JOIN u ON t.k < u.k AND u.name = 'bob' WHERE t.v > 20""",
+    "using": """CREATE VIEW out AS SELECT k, t.g, u.name, u.k AS uk FROM t JOIN u USING (k)""",
+    "left_using_star": "CREATE VIEW out AS SELECT * FROM t LEFT JOIN u USING (k)",
+    "full_using": """CREATE VIEW out AS SELECT k, count(*) AS n FROM
+        (SELECT k, count(*) AS c FROM t WHERE v > 30 GROUP BY k) x
+        FULL JOIN (SELECT k, max(name) AS m FROM u GROUP BY k) y USING (k) GROUP BY k""",
+    "group_by_position": """CREATE VIEW out AS SELECT g, v % 3 AS m, count(*) AS n
+        FROM t GROUP BY 1, 2""",
+    "column_lists": """CREATE VIEW per (a, b) AS SELECT g, sum(v) FROM t GROUP BY g;
+        CREATE VIEW out AS SELECT c, count(*) AS n FROM
+        (SELECT a, b FROM per WHERE b > 10) AS x (gg, c) GROUP BY c""",
     "with": """CREATE VIEW out AS WITH big AS (SELECT k, v FROM t WHERE v > 20)
         SELECT k, count(*) AS n FROM big GROUP BY k""",
 }

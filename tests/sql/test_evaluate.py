@@ -656,6 +656,26 @@ def test_datetime_functions_match_spark(spark: SparkSession) -> None:
     exprs["date_add tinyint"] = call("date_add", d("dt"), d("k8"))
     exprs["date_sub"] = call("date_sub", d("dt"), d("k32"))
     exprs["date_add of a timestamp"] = call("date_add", d("ts"), lit(1, I32))
+    for fn in ["quarter", "dayofyear", "weekofyear"]:
+        exprs[f"{fn}(dt)"] = call(fn, d("dt"))
+        exprs[f"{fn}(ts)"] = call(fn, d("ts"))
+    exprs["add_months"] = call("add_months", d("dt"), d("k32"))
+    exprs["add_months tinyint"] = call("add_months", d("dt"), d("k8"))
+    exprs["add_months of a timestamp"] = call("add_months", d("ts"), lit(-13, I32))
+    # What the compiler makes of `x ± INTERVAL ...` (test_intervals_compile_as_spark_types).
+    exprs["dt - 90 days"] = call("date_add", d("dt"), lit(-90, I32), sql="dt - INTERVAL '90' DAY")
+    exprs["dt + 14 months"] = call(
+        "add_months", d("dt"), lit(14, I32), sql="dt + INTERVAL '14' MONTH"
+    )
+    for sql, months, micros in [
+        ("ts + INTERVAL '1' MONTH", 1, 0),
+        ("ts - INTERVAL '3' YEAR", -36, 0),
+        ("ts - INTERVAL '90' DAY", 0, -90 * 86_400_000_000),
+        ("ts + INTERVAL '1.5' SECOND", 0, 1_500_000),
+        ("dt + INTERVAL '36' HOUR", 0, 36 * 3_600_000_000),
+    ]:
+        base = d("ts") if sql.startswith("ts") else d("dt")
+        exprs[sql] = call("timestamp_plus", base, lit(months, I32), lit(micros, I64), sql=sql)
     exprs["datediff"] = call("datediff", d("dt"), d("dt2"))
     exprs["datediff timestamps"] = call("datediff", d("ts"), d("dt"))
     exprs["unix_timestamp(ts)"] = call("unix_timestamp", d("ts"))
