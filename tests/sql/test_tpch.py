@@ -4,10 +4,12 @@ text over the same files: after an early step and at the end. Each table's files
 in steps of their own (a seeded schedule: a table may get none, one or several files in a
 step, lineitem before its orders, ...), so every join sees either side first.
 
-A query Spindle cannot plan yet is in REFUSED with the refusal it must fail with, word for
-word: once a feature lands, its queries fail here with "plans now", and move out of REFUSED
-into the compared set. The Spark pipeline over the same files, killed and restored, is
-tests/workers/test_tpch_pipeline.py.
+Every query left out is named with its reason, in lists meant to be edited as features
+land: REFUSED, a query Spindle cannot plan yet, with the refusal it must fail with, word for
+word (once it plans, the test fails with "plans now"); NOT_RUN, one that plans but is not
+run here, and why; FAILING, one that runs but does not equal DuckDB's answer (a strict
+expected failure: a fix shows as XPASS). The rest, COMPARED, must equal DuckDB; they are
+also run as one Spark pipeline, killed and restored: tests/workers/test_tpch_pipeline.py.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import random
 import re
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 
 import pyarrow as pa
@@ -42,34 +45,71 @@ TABLES = {src.table: table_schema(src, where) for where, src in SPEC.input_field
 
 # The queries Spindle refuses today, each with its refusal (line and column in the query's
 # own text, `oracles.tpch.queries`, counted from its comment line).
-_COMMA_JOIN = "a join needs ON with at least one equality of columns"
+
+
+def _unsupported(at: str, construct: str) -> str:
+    return f"{at}: {construct!r}: not supported in a view"
+
+
+_IN_SUBQUERY = "IN (subquery) is not supported; use a join"
 REFUSED: dict[str, str] = {
-    "q1": "line 17, column 46: \"INTERVAL '90' DAY\": not supported in a view",
-    "q2": f"line 14, column 3: {_COMMA_JOIN}",
-    "q3": f"line 10, column 3: {_COMMA_JOIN}",
-    "q4": "line 10, column 50: \"INTERVAL '3' MONTH\": not supported in a view",
-    "q5": f"line 8, column 3: {_COMMA_JOIN}",
-    "q6": "line 9, column 49: \"INTERVAL '1' YEAR\": not supported in a view",
-    "q7": f"line 15, column 5: {_COMMA_JOIN}",
-    "q8": f"line 17, column 5: {_COMMA_JOIN}",
-    "q9": f"line 14, column 5: {_COMMA_JOIN}",
-    "q10": f"line 14, column 3: {_COMMA_JOIN}",
-    "q11": f"line 8, column 3: {_COMMA_JOIN}",
-    "q12": f"line 19, column 3: {_COMMA_JOIN}",
-    "q13": "line 18, column 3: unknown column: c_count",  # the alias's column list
-    "q14": f"line 11, column 3: {_COMMA_JOIN}",
-    "q15": "line 2, column 1: only CREATE VIEW name AS SELECT ... statements are allowed",
-    "q16": f"line 10, column 3: {_COMMA_JOIN}",
-    "q17": f"line 7, column 3: {_COMMA_JOIN}",
-    "q18": f"line 12, column 3: {_COMMA_JOIN}",
-    "q19": f"line 7, column 3: {_COMMA_JOIN}",
-    "q20": f"line 7, column 13: {_COMMA_JOIN}",
-    "q21": f"line 8, column 3: {_COMMA_JOIN}",
-    "q22": 'line 18, column 9: "(SELECT AVG(c_acctbal) FROM customer WHERE c_acctbal > 0.00 '
-    "AND SUBSTRING(c_phone, 1, 2) IN ('13', '31', '23', '29', '30', '18', '17'))\": "
-    "not supported in a view",
+    "q2": _unsupported(
+        "line 28, column 7",
+        "(SELECT MIN(ps_supplycost) FROM partsupp CROSS JOIN supplier CROSS JOIN nation "
+        "CROSS JOIN region WHERE p_partkey = ps_partkey AND s_suppkey = ps_suppkey AND "
+        "s_nationkey = n_nationkey AND n_regionkey = r_regionkey AND r_name = 'EUROPE')",
+    ),
+    "q4": _unsupported(
+        "line 13, column 7",
+        "SELECT * FROM lineitem WHERE l_orderkey = o_orderkey AND l_commitdate < l_receiptdate",
+    ),
+    "q11": _unsupported(
+        "line 18, column 9",
+        "(SELECT SUM(ps_supplycost * ps_availqty) * 0.0001 FROM partsupp CROSS JOIN supplier "
+        "CROSS JOIN nation WHERE ps_suppkey = s_suppkey AND s_nationkey = n_nationkey AND "
+        "n_name = 'GERMANY')",
+    ),
+    "q15": _unsupported("line 27, column 7", "(SELECT MAX(total_revenue) FROM revenue0)"),
+    "q16": f"line 16, column 7: {_IN_SUBQUERY}",
+    "q17": _unsupported(
+        "line 14, column 7",
+        "(SELECT 0.2 * AVG(l_quantity) FROM lineitem WHERE l_partkey = p_partkey)",
+    ),
+    "q18": f"line 15, column 3: {_IN_SUBQUERY}",
+    "q20": f"line 9, column 3: {_IN_SUBQUERY}",
+    "q21": _unsupported(
+        "line 18, column 7",
+        "SELECT * FROM lineitem AS l2 WHERE l2.l_orderkey = l1.l_orderkey AND "
+        "l2.l_suppkey <> l1.l_suppkey",
+    ),
+    "q22": _unsupported(
+        "line 18, column 9",
+        "(SELECT AVG(c_acctbal) FROM customer WHERE c_acctbal > 0.00 AND "
+        "SUBSTRING(c_phone, 1, 2) IN ('13', '31', '23', '29', '30', '18', '17'))",
+    ),
 }
-PLANNED = sorted(set(QUERIES) - set(REFUSED), key=lambda q: int(q[1:]))
+# Queries that plan but are not run here, and why.
+NOT_RUN: dict[str, str] = {
+    "q19": "planned as a nested loop of lineitem and part: the equality p_partkey = "
+    "l_partkey, in each branch of the WHERE clause's OR, is not taken as the join's key "
+    "(Spark factors it out), so 270 million pairs at scale factor 0.015",
+}
+# Queries that plan and run but do not give DuckDB's answer: strict expected failures, so
+# a fix shows as XPASS; each with the error it fails with and what goes wrong.
+_DECIMAL_SEEK = "a spine seek on a key with a DECIMAL column fails (Arrow: precision)"
+FAILING: dict[str, tuple[type[Exception], str]] = {
+    "q10": (pa.ArrowInvalid, f"{_DECIMAL_SEEK}: GROUP BY c_acctbal"),
+    "q13": (pa.ArrowInvalid, f"{_DECIMAL_SEEK}: the join's state holds o_totalprice"),
+}
+
+
+def _ordered(names: Iterable[str]) -> list[str]:
+    return sorted(names, key=lambda q: int(q[1:]))
+
+
+PLANNED = _ordered(set(QUERIES) - set(REFUSED))
+RUN = _ordered(set(PLANNED) - set(NOT_RUN))
+COMPARED = _ordered(set(RUN) - set(FAILING))  # equal to DuckDB's answers
 
 STEPS, EARLY = 6, 2  # the input in 6 steps, compared after step 2 and after the last
 SETTINGS = EngineSettings(memory_budget_bytes=1 << 20)  # small: state spills to batch files
@@ -124,12 +164,16 @@ def test_the_example_holds_the_22_queries() -> None:
     assert [s.from_ for s in SPEC.sinks] == list(QUERIES)
 
 
-def test_the_readme_names_the_refused_queries() -> None:
+@pytest.mark.parametrize(
+    ("line", "names"),
+    [("Refused", REFUSED), ("Not run", NOT_RUN), ("Failing", FAILING), ("Equal", COMPARED)],
+)
+def test_the_readme_names_the_queries(line: str, names: Iterable[str]) -> None:
     text = (SPEC_PATH.parent / "README.md").read_text()
-    m = re.search(r"^Refused today: ([^.]*)\.", text, re.MULTILINE)
-    assert m, "README.md: no line 'Refused today: ...'"
-    named = [q.strip() for q in m.group(1).split(",") if q.strip() != "none"]
-    assert named == sorted(REFUSED, key=lambda q: int(q[1:]))
+    m = re.search(rf"^{line} today: ([^.]*)\.", text, re.MULTILINE)
+    assert m, f"README.md: no line '{line} today: ...'"
+    named = [q.strip() for q in m.group(1).replace("\n", " ").split(",")]
+    assert named == (_ordered(names) or ["none"])
 
 
 def test_the_example_declares_the_generated_schemas(tpch_data: TpchData) -> None:
@@ -144,7 +188,7 @@ def test_the_example_declares_the_generated_schemas(tpch_data: TpchData) -> None
         assert len(files) > 1, f"{table}: one file; the tables should arrive in several"
 
 
-@pytest.mark.parametrize("name", sorted(REFUSED, key=lambda q: int(q[1:])))
+@pytest.mark.parametrize("name", _ordered(REFUSED))
 def test_a_refused_query_fails_with_its_refusal(name: str) -> None:
     try:
         plan(parse(QUERIES[name]), TABLES)
@@ -154,7 +198,22 @@ def test_a_refused_query_fails_with_its_refusal(name: str) -> None:
         pytest.fail(f"{name} plans now: move it out of REFUSED (tests/sql/test_tpch.py)")
 
 
-@pytest.mark.parametrize("name", PLANNED)
+@pytest.mark.parametrize("name", _ordered(NOT_RUN))
+def test_a_query_not_run_plans(name: str) -> None:
+    plan(parse(QUERIES[name]), TABLES)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(
+            q, marks=pytest.mark.xfail(strict=True, raises=FAILING[q][0], reason=FAILING[q][1])
+        )
+        if q in FAILING
+        else q
+        for q in RUN
+    ],
+)
 def test_a_query_equals_duckdb_step_by_step(name: str, tpch_data: TpchData, tmp_path: Path) -> None:
     incremental(name, QUERIES[name], tpch_data, tmp_path)
 
