@@ -91,21 +91,32 @@ class Scope:
     def __init__(
         self,
         fields: list[Field],
-        computed: Mapping[str, Column] | None = None,
+        computed: Mapping[str, Expr] | None = None,
         hidden: str | None = None,
+        outer: Scope | None = None,
     ) -> None:
         self.fields = fields
         self.computed = dict(computed or {})
         # Why a column of the FROM clause is not visible (e.g. not grouped by).
         self.hidden = hidden
+        # A correlated subquery's: the query it is in, whose columns it may also name.
+        self.outer = outer
 
     def resolve(self, name: str, qualifier: str | None) -> list[Field]:
-        return [
+        found = [
             f
             for f in self.fields
             if f.name == name
             and (f.qualifier == qualifier if qualifier is not None else not f.qualified_only)
         ]
+        if not found and self.outer is not None:
+            return self.outer.resolve(name, qualifier)
+        return found
+
+    def internal(self) -> set[str]:
+        """The internal names of this scope's columns (not the outer scope's)."""
+        done = {c.name for c in self.computed.values() if isinstance(c, Column)}
+        return {f.internal for f in self.fields} | done
 
 
 def key(node: exp.Expr) -> str:
@@ -299,8 +310,15 @@ class Compiler:
 
     def _in(self, node: exp.Expr) -> Expr:
         if node.args.get("query") is not None:
-            raise self.error(node, "IN (subquery) is not supported; use a join")
+            return self._subquery(node)
         return self.call(node, "in", [self(node.this), *(self(e) for e in node.expressions)])
+
+    def _subquery(self, node: exp.Expr) -> Expr:
+        # Subqueries are planned into joins before their clause is compiled
+        # (`subqueries.py`), which gives their columns in `Scope.computed`.
+        raise self.error(
+            node, "a subquery is supported in WHERE, HAVING and the select list, not here"
+        )
 
     def _between(self, node: exp.Expr) -> Expr:
         value = self(node.this)
@@ -410,6 +428,8 @@ _HANDLERS: dict[type[exp.Expr], Callable[[Compiler, exp.Expr], Expr]] = {
     exp.TimestampTrunc: Compiler._trunc,
     exp.TimeToStr: Compiler._date_format,
     exp.Extract: Compiler._extract,
+    exp.Exists: Compiler._subquery,
+    exp.Subquery: Compiler._subquery,
     exp.Trim: Compiler._trim_spaces,
     exp.TsOrDsAdd: Compiler._date_add,
     exp.StrToUnix: Compiler._unix_timestamp,

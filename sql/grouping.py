@@ -64,22 +64,26 @@ def join_null_safe(
     left: Node, lkeys: list[str], right: Node, rkeys: list[str], fresh: Callable[[], str]
 ) -> Node:
     """`left` ⋈ `right` on `lkeys` = `rkeys`, NULL matching NULL (no keys: every pair)."""
-
-    def keyed(node: Node, names: list[str]) -> tuple[Node, list[str]]:
-        exprs: list[Expr] = []
-        for n in names:
-            col = Column(n, node.schema.field(n).type)
-            exprs.append(Call("is_null", (col,), pa.bool_()))
-            exprs.append(Call("coalesce", (col, Literal(_zero(col.type), col.type)), col.type))
-        if not names:
-            exprs.append(Literal(True, pa.bool_()))
-        keep = tuple((f.name, Column(f.name, f.type)) for f in node.schema)
-        extra = tuple((fresh(), e) for e in exprs)
-        return Project(node, keep + extra), [n for n, _ in extra]
-
-    lnode, lk = keyed(left, lkeys)
-    rnode, rk = keyed(right, rkeys)
+    lnode, lk = null_safe_keys(left, lkeys, fresh)
+    rnode, rk = null_safe_keys(right, rkeys, fresh)
     return Join(lnode, rnode, "inner", tuple(lk), tuple(rk))
+
+
+def null_safe_keys(
+    node: Node, names: list[str], fresh: Callable[[], str]
+) -> tuple[Node, list[str]]:
+    """`node` with key columns on which NULL matches NULL (each column as `(c IS NULL,
+    coalesce(c, zero))`; none: one constant), and their names."""
+    exprs: list[Expr] = []
+    for n in names:
+        col = Column(n, node.schema.field(n).type)
+        exprs.append(Call("is_null", (col,), pa.bool_()))
+        exprs.append(Call("coalesce", (col, Literal(_zero(col.type), col.type)), col.type))
+    if not names:
+        exprs.append(Literal(True, pa.bool_()))
+    keep = tuple((f.name, Column(f.name, f.type)) for f in node.schema)
+    extra = tuple((fresh(), e) for e in exprs)
+    return Project(node, keep + extra), [n for n, _ in extra]
 
 
 def _zero(t: pa.DataType) -> Any:
@@ -102,4 +106,4 @@ def _zero(t: pa.DataType) -> Any:
     raise TypeError(f"no null-safe key for {t}")
 
 
-__all__ = ["grouped", "join_null_safe"]
+__all__ = ["grouped", "join_null_safe", "null_safe_keys"]

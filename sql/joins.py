@@ -182,11 +182,12 @@ class Joins:
         return Relation(Project(joined.node, tuple(outputs)), [*shown, *fields])
 
     def key_columns(self, node: Node, keys: Sequence[Expr]) -> tuple[Node, list[str]]:
-        """`node` with each key expression as a column (plain columns as they are), and the
-        key columns' names."""
-        names, extra = [], []
+        """`node` with each key expression as a column (plain columns as they are, but for
+        a second use), and the key columns' names, all different."""
+        names: list[str] = []
+        extra = []
         for k in keys:
-            if isinstance(k, Column):
+            if isinstance(k, Column) and k.name not in names:  # a column twice: a copy
                 names.append(k.name)
             else:
                 internal = self.fresh()
@@ -257,6 +258,38 @@ def conjuncts(node: exp.Expr) -> list[exp.Expr]:
     return [node]
 
 
+def with_implied(nodes: list[exp.Expr]) -> list[exp.Expr]:
+    """`nodes` (AND-ed conditions) and, for each OR among them, the conditions every one of
+    its branches has (`(a AND b) OR (a AND c)` implies `a`), as Spark and DuckDB find them:
+    an equality in every branch (TPC-H q19) is then a join key, not a nested loop."""
+    out = list(nodes)
+    seen = {n.sql(dialect="spark") for n in nodes}
+    for node in nodes:
+        bare = node
+        while isinstance(bare, exp.Paren):
+            bare = bare.this
+        if not isinstance(bare, exp.Or):
+            continue
+        branches = [conjuncts(b) for b in _disjuncts(bare)]
+        common = {c.sql(dialect="spark"): c for c in branches[0]}
+        for branch in branches[1:]:
+            texts = {c.sql(dialect="spark") for c in branch}
+            common = {k: c for k, c in common.items() if k in texts}
+        for text, c in common.items():
+            if text not in seen:
+                seen.add(text)
+                out.append(c)
+    return out
+
+
+def _disjuncts(node: exp.Expr) -> list[exp.Expr]:
+    if isinstance(node, exp.Or):
+        return [*_disjuncts(node.this), *_disjuncts(node.expression)]
+    if isinstance(node, exp.Paren):
+        return _disjuncts(node.this)
+    return [node]
+
+
 def and_all(conditions: list[Expr]) -> Expr | None:
     out: Expr | None = None
     for c in conditions:
@@ -282,4 +315,4 @@ def _cast_to(e: Expr, t: pa.DataType) -> Expr:
     return e if e.type == t else Cast(e, t)
 
 
-__all__ = ["Joins", "and_all", "conjuncts", "key_pair"]
+__all__ = ["Joins", "and_all", "conjuncts", "key_pair", "with_implied"]

@@ -212,9 +212,7 @@ def _column_list(tokens: list[Token], at: int, text: str) -> tuple[int, list[str
     names: list[str] = []
     while at < len(tokens):
         tok = tokens[at]
-        if tok.token_type not in (TokenType.VAR, TokenType.IDENTIFIER) or not _NAME.match(
-            tok.text
-        ):
+        if tok.token_type not in (TokenType.VAR, TokenType.IDENTIFIER) or not _NAME.match(tok.text):
             break
         names.append(tok.text.lower())
         at += 1

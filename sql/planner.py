@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -23,7 +23,7 @@ from .compile import Compiler, Field, Scope, key
 from .errors import Problem, SqlError
 from .expr import Case, Cast, Column, Expr, Literal
 from .grouping import grouped
-from .joins import Joins, conjuncts
+from .joins import Joins, conjuncts, with_implied
 from .parse import Script
 from .plan import (
     AggCall,
@@ -40,6 +40,7 @@ from .plan import (
 )
 from .ranking import is_row_number, over_rows, rank_bounds, top_n, window_items
 from .relation import Relation
+from .subqueries import Correlated, Subqueries, correlations, has_subquery
 from .windows import is_session, session_args, window_args, window_call
 
 _AGGS: dict[type[exp.Expr], AggFunc] = {
@@ -209,6 +210,16 @@ class Planner:
         return Relation(Project(rel.node, tuple(outputs)), rel.fields)
 
     def _select(self, q: exp.Select, ctes: Mapping[str, Relation]) -> Relation:
+        bounds = self._bounds  # the bounds on this query's ROW_NUMBER, from the outer WHERE
+        rel, _ = self.from_where(q, ctes, None)
+        return self.finish(q, rel, ctes, bounds)
+
+    def from_where(
+        self, q: exp.Select, ctes: Mapping[str, Relation], outer: Scope | None
+    ) -> tuple[Relation, list[Correlated]]:
+        """The query's FROM clause filtered by its WHERE clause; for a subquery (`outer`:
+        the scope of the query it is in), the WHERE conditions that name the outer query's
+        columns are not applied but given back, compiled over both."""
         for clause in ("order", "limit", "offset"):
             if q.args.get(clause) is not None:
                 raise self._error(
@@ -216,19 +227,48 @@ class Planner:
                     f"{clause.upper()} is not supported in a view (a view is a set of rows; "
                     "for the top rows per group use ROW_NUMBER() OVER (...) <= N)",
                 )
-        bounds, self._bounds = self._bounds, rank_bounds(q.args.get("where"))
         joins = Joins(self.script, self._fresh, lambda item: self._item(item, ctes))
+        self._bounds = rank_bounds(q.args.get("where"))  # for a ROW_NUMBER in FROM
         units = joins.units(q)
         self._bounds = {}
         where = q.args.get("where")
+        nodes = conjuncts(where.this) if where is not None else []
+        fields = [f for u in units for f in u.fields]
+        correlated = correlations(self.script, nodes, fields, outer) if outer else []
+        nodes = [n for n in nodes if all(n is not c.node for c in correlated)]
+        plain = [n for n in nodes if not has_subquery(n)]
         if len(units) > 1:
-            rel = joins.combine(units, conjuncts(where.this) if where is not None else [], q)
+            rel = joins.combine(units, with_implied(plain), q)
+        elif where is not None and len(plain) == len(conjuncts(where.this)):
+            rel = units[0]  # one filter above the joins, as written
+            pred = Compiler(self.script, Scope(rel.fields))(where.this)
+            self._boolean(where, pred, "WHERE")
+            rel = Relation(Filter(rel.node, pred), rel.fields)
         else:
             rel = units[0]
-            if where is not None:  # one filter above the joins, as written
-                pred = Compiler(self.script, Scope(rel.fields))(where.this)
-                self._boolean(where, pred, "WHERE")
+            compiler = Compiler(self.script, Scope(rel.fields))
+            for n in plain:
+                pred = compiler(n)
+                self._boolean(n, pred, "WHERE")
                 rel = Relation(Filter(rel.node, pred), rel.fields)
+        subqueries = Subqueries(self, ctes)
+        for n in nodes:
+            if has_subquery(n):
+                rel = subqueries.filter(rel, Scope(rel.fields), n, "WHERE")
+        return rel, correlated
+
+    def finish(
+        self,
+        q: exp.Select,
+        rel: Relation,
+        ctes: Mapping[str, Relation],
+        bounds: Mapping[str, int],
+        extra: Sequence[Expr] = (),
+    ) -> Relation:
+        """The query's clauses after WHERE over `rel`: GROUP BY, HAVING, the select list,
+        DISTINCT. With `extra` (a correlated scalar subquery's key expressions), the
+        aggregates are per value of those too, and the output has a column per key and a
+        last column that is always true (`#k<i>`, `#m`: no query can name them)."""
         items = self._expand_star(q, rel)
         having = q.args.get("having")
         group = q.args.get("group")
@@ -244,12 +284,13 @@ class Planner:
                 f"{first} goes alone in its SELECT, without GROUP BY (aggregate in a "
                 "subquery first)",
             )
-        if group is not None or aggs:
-            rel, scope = self._aggregate(q, rel, items, aggs)
+        keys: list[Column] = []
+        if group is not None or aggs or extra:
+            rel, scope, keys = self._aggregate(q, rel, items, aggs, extra)
         elif windows:
             if ranks:
                 windowed, found = top_n(
-                    self.script, Scope(rel.fields), rel.node, ranks[0], bounds, self._fresh
+                    self.script, Scope(rel.fields), rel.node, ranks[0], dict(bounds), self._fresh
                 )
             else:
                 windowed, found = over_rows(
@@ -259,17 +300,34 @@ class Planner:
             scope = Scope(rel.fields, found)
         else:
             scope = Scope(rel.fields)
-        compiler = Compiler(self.script, scope)
+        subqueries = Subqueries(self, ctes)
         if having is not None:
-            pred = compiler(having.this)
-            self._boolean(having, pred, "HAVING")
-            rel = Relation(Filter(rel.node, pred), rel.fields)
+            if has_subquery(having.this):
+                for n in conjuncts(having.this):
+                    rel = subqueries.filter(rel, scope, n, "HAVING")
+            else:
+                pred = Compiler(self.script, scope)(having.this)
+                self._boolean(having, pred, "HAVING")
+                rel = Relation(Filter(rel.node, pred), rel.fields)
+        for item in items:
+            if has_subquery(item):
+                rel, columns = subqueries.columns(rel, scope, item)
+                scope = Scope(scope.fields, {**scope.computed, **columns}, scope.hidden)
+        compiler = Compiler(self.script, scope)
         outputs, fields = [], []
         for item in items:
             e = compiler(item.this if isinstance(item, exp.Alias) else item)
             internal = self._fresh()
             outputs.append((internal, e))
             fields.append(Field(None, _output_name(item), internal, e.type))
+        if extra:
+            for i, k in enumerate(keys):
+                internal = self._fresh()
+                outputs.append((internal, k))
+                fields.append(Field(None, f"#k{i}", internal, k.type))
+            internal = self._fresh()
+            outputs.append((internal, Literal(True, pa.bool_())))
+            fields.append(Field(None, "#m", internal, pa.bool_()))
         node: Node = Project(rel.node, tuple(outputs))
         if q.args.get("distinct") is not None:
             node = Distinct(node)
@@ -345,9 +403,7 @@ class Planner:
         if not given:
             return names
         if len(given) != len(names):
-            raise self._error(
-                item, f"{len(given)} column names given for {len(names)} columns"
-            )
+            raise self._error(item, f"{len(given)} column names given for {len(names)} columns")
         return [c.name.lower() for c in given]
 
     def _windows(
@@ -385,12 +441,19 @@ class Planner:
     # -- GROUP BY --
 
     def _aggregate(
-        self, q: exp.Select, rel: Relation, items: list[exp.Expr], aggs: list[exp.Expr]
-    ) -> tuple[Relation, Scope]:
+        self,
+        q: exp.Select,
+        rel: Relation,
+        items: list[exp.Expr],
+        aggs: list[exp.Expr],
+        extra: Sequence[Expr] = (),
+    ) -> tuple[Relation, Scope, list[Column]]:
+        """GROUP BY, and the aggregates: the grouped relation, the scope its clauses see,
+        and the columns of the `extra` keys (grouped by first)."""
         below = Compiler(self.script, Scope(rel.fields))
         aliases = {item.alias.lower(): item.this for item in items if isinstance(item, exp.Alias)}
         group = q.args.get("group")
-        keys: list[tuple[exp.Expr, Expr]] = []
+        keys: list[tuple[exp.Expr | None, Expr]] = [(None, e) for e in extra]
         for g in group.expressions if group is not None else []:
             if isinstance(g, exp.Literal) and not g.is_string:  # a select item's position
                 g = self._ordinal(g, items)
@@ -405,6 +468,7 @@ class Planner:
         key_cols: list[str] = []
         visible: list[Field] = []
         substitutes: dict[str, Column] = {}
+        extra_cols: list[Column] = []
         for group_item, e in keys:
             if isinstance(e, Column):
                 name = e.name
@@ -413,6 +477,9 @@ class Planner:
                 computed.append((name, e))
             if name not in key_cols:
                 key_cols.append(name)
+            if group_item is None:
+                extra_cols.append(Column(name, e.type))
+                continue
             substitutes[key(group_item)] = Column(name, e.type)
             visible += [f for f in rel.fields if f.internal == name]
         calls: list[AggCall] = []
@@ -437,7 +504,8 @@ class Planner:
             node = Project(node, keep + tuple(computed))
         agg = grouped(node, tuple(key_cols), tuple(calls), self._fresh)
         hidden = "not in GROUP BY and not aggregated"
-        return Relation(agg, visible), Scope(visible, {**substitutes, **seen}, hidden)
+        scope = Scope(visible, {**substitutes, **seen}, hidden)
+        return Relation(agg, visible), scope, extra_cols
 
     def _ordinal(self, g: exp.Literal, items: list[exp.Expr]) -> exp.Expr:
         """The select item that `GROUP BY n` names (Spark's group-by ordinal)."""
@@ -512,7 +580,7 @@ def _aggregates(node: exp.Expr) -> list[exp.Expr]:
             n, exp.AggFunc
         ):
             found.append(n)
-        elif isinstance(n, exp.Window):
+        elif isinstance(n, exp.Window | exp.Query):  # a subquery's are its own
             continue
         else:
             todo += [c for c in n.iter_expressions()]

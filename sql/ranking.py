@@ -22,7 +22,7 @@ on rows that have not arrived.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import pyarrow as pa
 from sqlglot import exp
@@ -102,8 +102,8 @@ def top_n(
     if order is None or not order.expressions:
         raise error(window, "ROW_NUMBER() needs ORDER BY in its OVER clause")
     columns = _Columns(Compiler(script, scope), fresh)
-    partition = tuple(columns(p) for p in window.args.get("partition_by") or [])
-    ordering = tuple((columns(o.this), bool(o.args.get("desc"))) for o in order.expressions)
+    partition = _unique(columns(p) for p in window.args.get("partition_by") or [])
+    ordering = _first((columns(o.this), bool(o.args.get("desc"))) for o in order.expressions)
     rank = fresh()
     ranked = TopN(columns.project(node), partition, ordering, limit, rank)
     return ranked, {key(window): Column(rank, pa.int32())}
@@ -163,12 +163,25 @@ def over_rows(
             raise error(window, "DISTINCT is not supported in an aggregate OVER a window")
         _check_type(call, arg, window, error)
         column = None if arg is None else columns(arg)
-        partition = tuple(columns(p) for p in window.args.get("partition_by") or [])
-        ordering = tuple((columns(o.this), bool(o.args.get("desc"))) for o in order.expressions)
+        partition = _unique(columns(p) for p in window.args.get("partition_by") or [])
+        ordering = _first((columns(o.this), bool(o.args.get("desc"))) for o in order.expressions)
         call = AggCall(call.name, call.func, column, call.type)
         node = RowsOver(columns.project(node), partition, ordering, preceding, (call,))
         found[key(window)] = Column(call.name, call.type)
     return node, found
+
+
+def _unique(names: Iterable[str]) -> tuple[str, ...]:
+    """`names` without repeats (a column partitions once however often it is named)."""
+    return tuple(dict.fromkeys(names))
+
+
+def _first(order: Iterable[tuple[str, bool]]) -> tuple[tuple[str, bool], ...]:
+    """The ordering with each column at its first place (a later one changes nothing)."""
+    out: dict[str, bool] = {}
+    for column, desc in order:
+        out.setdefault(column, desc)
+    return tuple(out.items())
 
 
 def _preceding(window: exp.Window, error: Callable[[exp.Expr, str], SqlError]) -> int | None:

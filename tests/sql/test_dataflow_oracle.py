@@ -144,6 +144,9 @@ QUERIES: dict[str, str] = {
         FROM (SELECT g, count(*) AS n FROM t GROUP BY g) x,
              (SELECT g, max(v) AS m FROM t WHERE v > 10 GROUP BY g) y
         WHERE x.g = y.g AND x.n > 1""",
+    "comma_join_key_in_every_or_branch": """CREATE VIEW out AS SELECT t.k, u.name
+        FROM t, u WHERE (t.k = u.k AND t.v > 30) OR (u.k = t.k AND u.name = 'bob')
+        OR (t.k = u.k AND t.g IS NULL)""",
     "cross_join": """CREATE VIEW out AS SELECT count(*) AS n, sum(t.v) AS s, u.name
         FROM t, u WHERE t.v > 30 AND u.k < 3 GROUP BY u.name""",
     "cross_join_keyword": """CREATE VIEW out AS SELECT t.k, u.name FROM t CROSS JOIN u
@@ -162,6 +165,52 @@ QUERIES: dict[str, str] = {
     "column_lists": """CREATE VIEW per (a, b) AS SELECT g, sum(v) FROM t GROUP BY g;
         CREATE VIEW out AS SELECT c, count(*) AS n FROM
         (SELECT a, b FROM per WHERE b > 10) AS x (gg, c) GROUP BY c""",
+    "exists": """CREATE VIEW out AS SELECT k, g FROM t
+        WHERE EXISTS (SELECT 1 FROM u WHERE u.k = t.k)""",
+    "not_exists": """CREATE VIEW out AS SELECT k, g FROM t
+        WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.k = t.k AND u.name = 'bob')""",
+    "exists_not_equal": """CREATE VIEW out AS SELECT t1.k, t1.v FROM t t1
+        WHERE EXISTS (SELECT 1 FROM t t2 WHERE t2.k = t1.k AND t2.v <> t1.v)
+        AND NOT EXISTS (SELECT 1 FROM t t3 WHERE t3.k = t1.k AND t3.v > t1.v)""",
+    "exists_no_equality": """CREATE VIEW out AS SELECT k, name FROM u
+        WHERE EXISTS (SELECT 1 FROM t WHERE t.v > u.k * 5)""",
+    "exists_over_a_join": """CREATE VIEW out AS SELECT k, name FROM u WHERE EXISTS
+        (SELECT 1 FROM t, b WHERE t.k = u.k AND b.auction = t.k AND b.price > 50)""",
+    "in_subquery": """CREATE VIEW out AS SELECT k, g FROM t
+        WHERE k IN (SELECT k FROM u WHERE name IS NOT NULL)""",
+    "not_in_with_nulls": """CREATE VIEW out AS SELECT k, name FROM u
+        WHERE k NOT IN (SELECT v FROM t WHERE g = 'a')""",
+    "not_in_correlated": """CREATE VIEW out AS SELECT k, name FROM u
+        WHERE k NOT IN (SELECT t.k FROM t WHERE t.v = u.k)""",
+    "in_under_or": """CREATE VIEW out AS SELECT k, name FROM u
+        WHERE k IN (SELECT v FROM t WHERE g = 'a') OR name = 'bob'""",
+    "subqueries_as_columns": """CREATE VIEW out AS SELECT k, name,
+        k IN (SELECT v FROM t WHERE g = 'b') AS i,
+        EXISTS (SELECT 1 FROM t WHERE t.k = u.k AND t.v > 20) AS e,
+        (SELECT count(*) FILTER (WHERE v > 3) + 1 FROM t WHERE t.k = u.k AND t.g = 'a') AS n
+        FROM u""",
+    "scalar": "CREATE VIEW out AS SELECT k, v FROM t WHERE v > (SELECT avg(v) FROM t)",
+    "scalar_correlated": """CREATE VIEW out AS SELECT k, v FROM t
+        WHERE v > (SELECT avg(t2.v) FROM t t2 WHERE t2.k = t.k AND t2.g IS NOT NULL)""",
+    "scalar_not_equal": """CREATE VIEW out AS SELECT t.k, t.g FROM t
+        WHERE t.v > (SELECT min(b.price) FROM b WHERE b.auction = t.k AND b.price > t.d * 10)""",
+    "scalar_count_no_equality": """CREATE VIEW out AS SELECT t.k,
+        (SELECT count(*) FROM b WHERE b.price < t.v) AS n FROM t""",
+    "scalar_in_having": """CREATE VIEW out AS SELECT g, sum(v) AS s FROM t GROUP BY g
+        HAVING sum(v) > (SELECT sum(v) * 0.3 FROM t)""",
+    "nested_subqueries": """CREATE VIEW out AS SELECT k, name FROM u WHERE k IN
+        (SELECT k FROM t WHERE v IN (SELECT price FROM b WHERE auction = 2)
+         AND d > (SELECT avg(d) FROM t t2 WHERE t2.k = t.k))""",
+    "repeated_columns": """CREATE VIEW per AS SELECT a.k, a.v, a.d, count(*) AS n
+        FROM t a JOIN u b ON a.k = b.k AND a.k = b.k GROUP BY a.k, a.v, a.d;
+        CREATE VIEW out AS SELECT k, n, sum(n) OVER (PARTITION BY k, k
+        ORDER BY v, v DESC, d ROWS 1 PRECEDING) AS o FROM per""",
+    "intervals": """CREATE VIEW out AS SELECT auction, second(ts) AS sec,
+        count(*) AS n FROM b WHERE ts + INTERVAL '30' SECOND > TIMESTAMP '2026-01-01 00:01:00'
+        AND CAST(ts AS DATE) - INTERVAL '1' DAY < DATE '2026-01-01'
+        AND ts - INTERVAL '1' MONTH < TIMESTAMP '2025-12-01 00:00:50'
+        AND extract(year FROM CAST(ts AS DATE) + INTERVAL 2 YEARS) = 2028
+        GROUP BY auction, second(ts)""",
     "with": """CREATE VIEW out AS WITH big AS (SELECT k, v FROM t WHERE v > 20)
         SELECT k, count(*) AS n FROM big GROUP BY k""",
 }
