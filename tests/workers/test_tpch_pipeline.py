@@ -88,7 +88,7 @@ CSV_QUOTES = pytest.mark.xfail(
 
 
 @pytest.mark.parametrize("fmt", ["parquet", pytest.param("csv", marks=CSV_QUOTES)])
-def test_every_planned_query_equals_duckdb_across_a_sigkill(
+def test_the_compared_queries_equal_duckdb_across_a_sigkill(
     fmt: Format, tpch_data: TpchData, tmp_path: Path
 ) -> None:
     if not COMPARED:
