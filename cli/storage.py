@@ -15,6 +15,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -249,7 +250,7 @@ def dump_cmd(
         names = list(dump.rows[0])
         t = Table(*names, title=f"first {len(dump.rows)} row(s)")
         for r in dump.rows:
-            t.add_row(*(str(r[n]) for n in names))
+            t.add_row(*(_cell(r[n]) for n in names))
         con.print(t)
     _print_problems(con, dump.problems, root)
     _exit_for(dump.problems)
@@ -337,4 +338,9 @@ def pull_cmd(
 
 
 def _key(values: list[Any]) -> str:
-    return ", ".join(str(v) for v in values)
+    return ", ".join(_cell(v) for v in values)
+
+
+def _cell(v: Any) -> str:
+    """A value as shown: a decimal with all its digits, as the API gives it (never 0E-8)."""
+    return str(tools.to_jsonable(v)) if isinstance(v, Decimal) else str(v)

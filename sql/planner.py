@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 from sqlglot import exp
 
+from storage_engine.circuit.decimals import avg_type, sum_type
+
 from . import functions as F
 from .compile import Compiler, Field, Scope, key
 from .errors import Problem, SqlError
@@ -555,18 +557,15 @@ class Planner:
 
 
 def _agg_type(func: AggFunc, t: pa.DataType, node: exp.Expr, planner: Planner) -> pa.DataType:
+    """The result type of `func` over `t` as Spark's: the engine's (`decimals`), whose
+    aggregates compute exactly these."""
     numeric = pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
     if func in ("sum", "avg") and not numeric:
         raise planner._error(node, f"{func} needs a number, not {t}")
     if func == "avg":
-        return pa.float64()
+        return avg_type(t)
     if func == "sum":
-        if pa.types.is_integer(t):
-            return pa.int64()
-        if pa.types.is_floating(t):
-            return pa.float64()
-        assert isinstance(t, pa.Decimal128Type)
-        return pa.decimal128(min(t.precision + 10, 38), t.scale)
+        return sum_type(t)
     return t
 
 

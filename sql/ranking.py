@@ -214,7 +214,7 @@ def _check_type(
     if arg is None:
         return
     t = arg.type
-    numeric = pa.types.is_integer(t) or pa.types.is_floating(t)
+    numeric = pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
     temporal = pa.types.is_timestamp(t) or pa.types.is_date(t)
     if call.func == "count" or numeric or (call.func in ("min", "max") and temporal):
         return

@@ -17,6 +17,7 @@ cuts of a streamed merge.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -345,6 +346,8 @@ def filler(t: pa.DataType) -> Any:
         return False
     if pa.types.is_date32(t):  # Arrow casts to date32 from 32-bit integers only
         return pa.scalar(0, pa.int32()).cast(t).as_py()
+    if pa.types.is_decimal(t):  # a 64-bit integer does not fit every decimal's precision
+        return Decimal(0)
     return pa.scalar(0, pa.int64()).cast(t).as_py()
 
 

@@ -126,7 +126,8 @@ class SpineContents:
 
 
 def to_jsonable(obj: Any) -> Any:
-    """Plain JSON types for any report: dataclasses become objects, times ISO strings."""
+    """Plain JSON types for any report: dataclasses become objects, times ISO strings,
+    decimals strings of their digits."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         out = {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
         for name in getattr(obj, "json_properties", ()):  # e.g. a validation's `ok`
@@ -143,7 +144,9 @@ def to_jsonable(obj: Any) -> Any:
     if isinstance(obj, bytes):
         return obj.hex()
     if isinstance(obj, decimal.Decimal):
-        return str(obj)
+        # A string keeps every digit (a JSON number is a double to most readers), written
+        # out plainly with the column's scale: 0.00000000, never 0E-8.
+        return format(obj, "f")
     if isinstance(obj, np.generic):
         return obj.item()
     return obj

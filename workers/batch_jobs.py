@@ -16,13 +16,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
 
 from pipeline_spec import model as S
 
 from . import csv_lines, json_lines
 from .file_batches import CORRUPT, FileBatches
-from .plan import Plan, arrow_schema, ddl
+from .plan import Plan, arrow_schema
 from .pre_aggregation import JobTables, MicroBatch, PreAggregation, min_event_us
 from .sources import END, SOURCE
 
@@ -46,8 +45,8 @@ class BatchJobs:
             or src.format == "parquet"
             or parses[src.format](arrow_schema(plan.source_schema))
         )
-        # pre-aggregated? -> a files batch's jobs (`_jobs_of`)
-        self._jobs: dict[bool, tuple[DataFrame | None, DataFrame | None]] = {}
+        # pre-aggregated? -> a files batch's rows and jobs over them (`_jobs_of`)
+        self._jobs: dict[bool, tuple[DataFrame, tuple[DataFrame | None, DataFrame | None]]] = {}
 
     def pre_aggregation(self) -> PreAggregation | None:
         """This step's pre-aggregation, if the plan has one and the policy takes it: always,
@@ -108,6 +107,15 @@ class BatchJobs:
         return self._split(self.tables(df, pre), pre)
 
     def tables(self, df: DataFrame, pre: PreAggregation | None) -> JobTables:
+        try:
+            return self._run(df, pre)
+        except Exception as e:
+            # A CSV record too wide for the reader fails the job (`FileBatches.widen_columns`).
+            if self.files is None or not self.files.widen_columns(e):
+                raise
+            return self._run(self.files.rows(), pre)
+
+    def _run(self, df: DataFrame, pre: PreAggregation | None) -> JobTables:
         rows, agg = self._jobs_of(df, pre)
         return (
             None if rows is None else rows.toArrow(),
@@ -122,13 +130,15 @@ class BatchJobs:
         self, df: DataFrame, pre: PreAggregation | None
     ) -> tuple[DataFrame | None, DataFrame | None]:
         """The rows job and the pre-aggregation job (None: not needed). A files source's
-        are built once per path (with or without pre-aggregation) and planned anew for
-        each batch (`FileBatches`)."""
-        jobs = self._jobs.get(pre is not None) if self.files is not None else None
-        if jobs is None:
+        are built once per path (with or without pre-aggregation) and DataFrame of its
+        rows, and planned anew for each batch (`FileBatches`)."""
+        built = self._jobs.get(pre is not None) if self.files is not None else None
+        if built is not None and built[0] is df:
+            jobs = built[1]
+        else:
             jobs = self._build_jobs(df, pre)
             if self.files is not None:
-                self._jobs[pre is not None] = jobs
+                self._jobs[pre is not None] = (df, jobs)
         rows, agg = jobs
         return (
             None if rows is None else rows.select("*"),
@@ -216,11 +226,12 @@ class BatchJobs:
     def _flagged(self, df: DataFrame) -> DataFrame:
         """The batch with the source's columns parsed, `__bad` marking unparseable rows, and
         `__file`, `__lineno`, `__line` for dead letters (nulls for sources without lines;
-        JSON's line numbers are found later, for bad rows only: `FileBatches`). A JSON
+        line numbers of files are found later, for bad rows only: `FileBatches`). A JSON
         record is bad when Spark's JSON reader does not parse it: not an object (or an array
         of objects), malformed, or a present value that does not convert to its column's
-        type (an empty string for a number included); a CSV line, if it has the wrong
-        number of fields or a non-empty value does not convert."""
+        type (an empty string for a number included); a CSV record when Spark's CSV reader
+        finds it malformed: the wrong number of fields, or a non-empty value that does not
+        convert."""
         src = self.spec.source
         fields = self.plan.source_schema.fields
         columns = [F.col(f"`{f.name}`") for f in fields]
@@ -233,35 +244,14 @@ class BatchJobs:
                 F.lit(None).cast("string").alias("__line"),
                 F.col(END),
             )
-        if src.format == "json":
-            return df.select(
-                *columns,
-                F.col(CORRUPT).isNotNull().alias("__bad"),
-                "__file",
-                F.lit(None).cast("bigint").alias("__lineno"),
-                F.col(CORRUPT).alias("__line"),
-                F.col(END),
-            )
-        return csv_fields(df, self.plan.source_schema, ["__file", "__lineno", "__line", END])
-
-
-def csv_fields(lines: DataFrame, schema: StructType, keep: list[str]) -> DataFrame:
-    """CSV lines (`__line`) parsed as `schema`'s columns, then `__bad` (the line has the
-    wrong number of fields or a non-empty value, not `null`, does not convert), then the
-    columns `keep` of `lines`. (`csv_lines` reads plain files to the same rows.)"""
-    fields = schema.fields
-    line = F.col("__line")
-    parsed = lines.withColumn("__p", F.from_csv(line, ddl(schema)))
-    raw = [F.get(F.split(line, ","), i) for i in range(len(fields))]  # NULL if short
-    bad = F.size(F.split(line, ",")) != len(fields)
-    for f, r in zip(fields, raw, strict=True):
-        value = F.col(f"__p.`{f.name}`")
-        present = r.isNotNull() & (F.lower(F.trim(r)) != "null") & (F.trim(r) != "")
-        bad = bad | (present & value.isNull())
-    bad = bad | F.col("__p").isNull()
-    return parsed.select(
-        *[F.col(f"__p.`{f.name}`").alias(f.name) for f in fields], bad.alias("__bad"), *keep
-    )
+        return df.select(
+            *columns,
+            F.col(CORRUPT).isNotNull().alias("__bad"),
+            "__file",
+            F.lit(None).cast("bigint").alias("__lineno"),
+            F.col(CORRUPT).alias("__line"),
+            F.col(END),
+        )
 
 
 def _padded(rows: pa.Table, schema: pa.Schema) -> pa.Table:

@@ -1,151 +1,152 @@
 """A `files` table's CSV files parsed in the driver with Arrow, when that gives exactly the
-rows Spark's path would (`FileBatches`' lines, then `csv_fields`' `from_csv`); otherwise
-nothing, and Spark reads the step.
+rows Spark's CSV reader gives (`file_batches.CSV_OPTIONS`: RFC 4180 quoting, a header
+record, records spanning lines); otherwise nothing, and Spark reads the step.
 
-Spark stays the reference. A step is taken here only when every file is plain CSV: valid
-UTF-8, no quote, backslash or NUL (so no quoting or escaping rules come into play), and
-every line after the header (blank lines left out, as Spark does) with exactly one field
-per column. Then every value must be one Spark converts the same way, checked column by
-column on the whole file at once:
+Spark stays the reference. A file is taken here only when its records are delimited the
+way Arrow and Spark's parser (univocity) agree on:
 
-- a string is itself, `""` is NULL;
-- a number, boolean or timestamp that is empty, or `null` in any case, spaces around, is
-  NULL (Spark's `from_csv` gives NULL and the line is not a dead letter);
-- an integer is `-?[0-9]+` in range (Java takes a `+` too, Arrow does not: left to Spark);
-- a double is a plain decimal (`1`, `-1.5`, `.5`, `1e-3`), or `NaN`, `Inf`, `-Inf` (Spark's
-  names for them);
-- a boolean is `true` or `false` in any case;
-- a timestamp is `yyyy-mm-dd[Thh:mm[:ss[.ffffff]]]` (UTC, the session's zone), or
-  `yyyy-mm-ddThh:mm:ss[.ffffff]` then `Z` or `+hh:mm`/`-hh:mm`; a space may stand for `T`.
+- valid UTF-8 without NUL (a leading byte-order mark is skipped, as Spark skips it);
+- one kind of line end, as univocity detects it from the first one: `\\n` (then a `\\r` is
+  text to univocity, a line end to Arrow: only in a quoted value, where both keep it), or
+  `\\r\\n` for every line end, or `\\r` and no `\\n`; univocity makes such a line end
+  inside a quoted value `\\n`, and so does this parse;
+- quoting as RFC 4180 writes it: a quote opens a field (right after a comma, a line end or
+  the start), or closes it (right before a comma, a line end or the end), or is doubled
+  inside a quoted field; none is left open. (Spark reads a stray quote, `ab"c`, `"a"b` or
+  `"a" ,` in ways of its own.)
 
-Any other value, even one Spark would take, sends the step to Spark, which decides what is a
-dead letter. tests/workers/test_csv_lines.py compares both paths over a corpus of edge cases.
+The first record (after empty lines) is the header, skipped unread, as Spark skips it.
+Empty lines hold no record, in both; a line of spaces is a record. Every later record must
+have one field per column, and every value must convert as Spark converts it
+(`csv_values`), checked column by column on the whole file at once. Anything else sends
+the step to Spark, which decides what is a dead letter. tests/workers/test_csv_lines.py
+compares both over a corpus of edge cases.
 """
 
 from __future__ import annotations
 
 import io
-import re
 from collections.abc import Sequence
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
+from . import csv_values
 from .driver_files import read_files
 
-_TS = pa.timestamp("us", tz="UTC")
-_INTS = (pa.int8(), pa.int16(), pa.int32(), pa.int64())
-_TYPES = (*_INTS, pa.float64(), pa.bool_(), pa.string(), _TS)
-_INT = r"^-?[0-9]+$"
-_DOUBLE = r"^-?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$"
-_SPECIAL = {"NaN": "nan", "Inf": "inf", "-Inf": "-inf"}
-_DATE = r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
-_SECONDS = r":[0-9]{2}(\.[0-9]{1,6})?"
-_LOCAL = f"^{_DATE}([T ][0-9]{{2}}:[0-9]{{2}}({_SECONDS})?)?$"
-_ZONED = f"^{_DATE}[T ][0-9]{{2}}:[0-9]{{2}}{_SECONDS}(Z|[+-][0-9]{{2}}:[0-9]{{2}})$"
-_BLANK = b" \t\x0b\x0c"  # what a line may hold and still be blank (as `file_batches`)
-_BLANK_LINE = re.compile(rb"^[ \t\x0b\x0c]*$", re.M)
+_BOM = b"\xef\xbb\xbf"
+_QUOTE = ord('"')
+_AROUND_QUOTES = np.array([ord(","), ord("\n"), _QUOTE], np.uint8)
+# Univocity detects the line end from the first characters it reads; past these many bytes
+# this parse does not rely on it having seen the first line end (a file without `\r` has
+# `\n` either way).
+_DETECTED_WITHIN = 1 << 16
 
 
 def parses_in_driver(schema: pa.Schema) -> bool:
     """Whether a CSV table of these columns can be read here (`read_csv_files`)."""
-    return all(f.type in _TYPES for f in schema)
+    return all(csv_values.converts(f.type) for f in schema)
 
 
 def read_csv_files(paths: Sequence[str], schema: pa.Schema) -> pa.Table | None:
-    """The rows of CSV files (in order; each file's first line a header, skipped) as
+    """The rows of CSV files (in order; each file's first record a header, skipped) as
     `schema`'s columns, or None if Spark must read them (see the module's docstring)."""
     return read_files(paths, schema, _parse)
 
 
 def _parse(data: bytes, schema: pa.Schema) -> pa.Table | None:
-    if any(c in data for c in (b'"', b"\\", b"\x00")):
+    if b"\x00" in data:
         return None
     if not data.isascii():
         try:
             data.decode("utf-8")
         except UnicodeDecodeError:
             return None
-    # Spark's lines end at \r\n, \n or \r; the first is the header, and blank ones are
-    # left out (they hold no record).
-    data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-    body = data.partition(b"\n")[2].removesuffix(b"\n")
-    if _BLANK_LINE.search(body):
-        body = b"\n".join(x for x in body.split(b"\n") if x.strip(_BLANK))
-    if not body:
-        return schema.empty_table()
+    lines = _one_line_end(data.removeprefix(_BOM))
+    body = None if lines is None else _after_header(lines)
+    if body is None:
+        return None
+    if body.count(b"\n") == len(body):
+        return schema.empty_table()  # empty lines only
+    quoted = b'"' in body
     try:
         strings = pcsv.read_csv(
             io.BytesIO(body),
             read_options=pcsv.ReadOptions(column_names=schema.names),
             parse_options=pcsv.ParseOptions(
-                quote_char=False, escape_char=False, ignore_empty_lines=False
+                quote_char='"' if quoted else False,
+                double_quote=True,
+                escape_char=False,
+                newlines_in_values=quoted,
+                ignore_empty_lines=True,
             ),
             convert_options=pcsv.ConvertOptions(
                 column_types={n: pa.string() for n in schema.names},
                 strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
                 null_values=[],
             ),
         )
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
-        return None  # a line with too few or too many fields
-    if strings.num_rows != body.count(b"\n") + 1:
-        return None
+        return None  # a record with too few or too many fields
     columns = []
     for f in schema:
-        col = _convert(strings.column(f.name).combine_chunks(), f.type)
+        col = csv_values.convert(strings.column(f.name).combine_chunks(), f.type)
         if col is None:
             return None
         columns.append(col)
     return pa.table(columns, schema=schema)
 
 
-def _convert(s: pa.Array, t: pa.DataType) -> pa.Array | None:
-    """Column `s`'s values as type `t`, as Spark converts them, or None if one of them may
-    convert otherwise (see the module's docstring)."""
-    if t == pa.string():
-        return pc.if_else(pc.equal(s, ""), pa.scalar(None, pa.string()), s)
-    trimmed = pc.utf8_trim(s, " ")
-    null = pc.or_(pc.equal(trimmed, ""), pc.equal(pc.utf8_lower(trimmed), "null"))
-    values = pc.if_else(null, pa.scalar(None, pa.string()), s)
-    try:
-        if t in _INTS:
-            return pc.cast(values, t) if _valid(values, _matches(values, _INT)) else None
-        if t == pa.float64():
-            named = pc.is_in(values, pa.array(list(_SPECIAL)))
-            if not _valid(values, pc.or_kleene(_matches(values, _DOUBLE), named)):
-                return None
-            for name, arrow in _SPECIAL.items():
-                values = pc.if_else(pc.equal(values, name), arrow, values)
-            return pc.cast(values, t)
-        if t == pa.bool_():
-            lower = pc.utf8_lower(values)
-            ok = pc.is_in(lower, pa.array(["true", "false"]))
-            return pc.equal(lower, "true") if _valid(values, ok) else None
-        return _timestamps(values)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return None  # out of the type's range
-
-
-def _matches(values: pa.Array, pattern: str) -> pa.Array:
-    return pc.match_substring_regex(values, pattern)
-
-
-def _valid(values: pa.Array, ok: pa.Array) -> bool:
-    """Whether `ok` holds for every non-NULL value."""
-    return bool(pc.all(pc.or_kleene(pc.is_null(values), ok)).as_py())
-
-
-def _timestamps(values: pa.Array) -> pa.Array | None:
-    local = _matches(values, _LOCAL)
-    if not _valid(values, pc.or_kleene(local, _matches(values, _ZONED))):
+def _one_line_end(data: bytes) -> bytes | None:
+    """The file with its line ends as `\\n`, if it has one kind of them (see the module's
+    docstring; a `\\r` left is text, for `_after_header` to check), else None."""
+    cr = data.find(b"\r")
+    lf = data.find(b"\n")
+    if cr < 0 or 0 <= lf < cr:
+        return data
+    if cr > _DETECTED_WITHIN:
         return None
-    date_only = pc.equal(pc.utf8_length(values), 10)
-    # Arrow reads a zone only with a time; Spark's date alone is its midnight, UTC.
-    values = pc.if_else(date_only, pc.binary_join_element_wise(values, "T00:00", ""), values)
-    with_zone = pc.if_else(local, pc.binary_join_element_wise(values, "Z", ""), values)
-    return pc.cast(with_zone, _TS)
+    if data[cr + 1 : cr + 2] == b"\n":
+        crs = data.count(b"\r")
+        if crs != data.count(b"\r\n") or crs != data.count(b"\n"):
+            return None
+        return data.replace(b"\r\n", b"\n")
+    return None if lf >= 0 else data.replace(b"\r", b"\n")
+
+
+def _after_header(data: bytes) -> bytes | None:
+    """The records after the header (the first record after empty lines), if every quote of
+    the file is where RFC 4180 puts one and every `\\r` is in a quoted value (see the
+    module's docstring), else None."""
+    start = len(data) - len(data.lstrip(b"\n"))
+    if b'"' not in data:
+        end = data.find(b"\n", start)
+        return None if b"\r" in data else b"" if end < 0 else data[end + 1 :]
+    buf = np.frombuffer(data, np.uint8)
+    quotes = np.flatnonzero(buf == _QUOTE)
+    if quotes.size % 2:
+        return None  # a quoted field left open
+    # Counted from the start, quotes alternate: an even one opens a field or is the second
+    # of a doubled pair, an odd one closes a field or is the first of a pair.
+    opening, closing = quotes[0::2], quotes[1::2]
+    before = buf[np.maximum(opening - 1, 0)]
+    after = buf[np.minimum(closing + 1, buf.size - 1)]
+    if not (
+        np.all((opening == 0) | np.isin(before, _AROUND_QUOTES))
+        and np.all((closing == buf.size - 1) | np.isin(after, _AROUND_QUOTES))
+    ):
+        return None
+    if b"\r" in data:
+        inside = np.searchsorted(quotes, np.flatnonzero(buf == ord("\r"))) % 2
+        if not np.all(inside):
+            return None
+    # The header ends at the first line end outside quotes (an even number of them before).
+    end = data.find(b"\n", start)
+    while end >= 0 and int(np.searchsorted(quotes, end)) % 2:
+        end = data.find(b"\n", end + 1)
+    return b"" if end < 0 else data[end + 1 :]
 
 
 __all__ = ["parses_in_driver", "read_csv_files"]

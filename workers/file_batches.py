@@ -14,21 +14,24 @@ as running them.) The name gives each row its batch's end offset and its file.
 
 JSON files are read by Spark's JSON reader (as `spark.read.json` in PERMISSIVE mode): the
 source schema's columns, and `__corrupt`, a record's text when it does not parse (its line;
-invalid UTF-8 replaced by U+FFFD). The reader gives no line numbers; `bad_line_numbers`
-finds a bad record's line by reading its file in Python, which only a batch with bad records
-pays. (Spark's JSON reader parsed a step's lines in 60 % of the time `from_json` over raw
-lines took.)
+invalid UTF-8 replaced by U+FFFD). CSV files are read by Spark's CSV reader with
+`CSV_OPTIONS` (RFC 4180 quoting: a record may span lines), the same way. (Spark's JSON reader
+parsed a step's lines in 60 % of the time `from_json` over raw lines took.) Neither reader
+gives line numbers; `bad_line_numbers` finds a bad record's first line by reading its file
+in Python, which only a batch with bad records pays. Parquet files become the source
+schema's columns.
 
-CSV files become raw lines, for the runner to parse (a malformed line is a dead letter, not a
-failed batch): `__line`, `__lineno` (1-based, blank lines counted), with blank lines and each
-file's header line left out. Parquet files become the source schema's columns.
+A CSV record with more fields than univocity's `maxColumns` (20 480) fails Spark's task
+instead of being malformed; after such a failure (`widen_columns`) the batch is read again
+with room for as many fields as its files hold commas.
 
-Lines end at `\\n`, `\\r\\n` or `\\r`, as in Spark's own line reader. Every row carries the
-batch's end offset (`__end`) and `__file`, the link's name (`path_of` maps it back).
+Every row carries the batch's end offset (`__end`) and `__file`, the link's name (`path_of`
+maps it back).
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import os
 import re
@@ -43,9 +46,13 @@ from pyspark.sql import functions as F
 
 from .sources import END
 
-CORRUPT = "__corrupt"  # a JSON record's text when it does not parse
-_BLANK = " \t\x0b\x0c"  # what a line may hold and still be blank
-_LINE_END = re.compile(rb"\r\n|\n|\r")
+CORRUPT = "__corrupt"  # a JSON or CSV record's text when it does not parse
+# Spark's CSV reader as Spindle reads CSV: RFC 4180 (a quote inside quotes is doubled, not
+# escaped by `\`), records spanning lines, each file's first record a header (its names
+# not checked), the other options Spark's defaults (`,`, `"`, an empty field NULL, UTF-8).
+CSV_OPTIONS = {"header": "true", "multiLine": "true", "escape": '"', "mode": "PERMISSIVE"}
+MAX_COLUMNS = 20480  # univocity's default `maxColumns`, Spark's
+_LINE_END = re.compile(r"\r\n|\n|\r")
 
 
 class FileBatches:
@@ -64,6 +71,7 @@ class FileBatches:
         self._rows: DataFrame | None = None
         self._paths: list[str] = []
         self._shown: list[str] = []
+        self._max_columns = MAX_COLUMNS
 
     def read(self, paths: list[str], end: int, shown: list[str] | None = None) -> None:
         """Make `rows()` the rows of `paths` (a batch's files, in offset order), each with
@@ -75,13 +83,34 @@ class FileBatches:
             os.symlink(os.path.abspath(p), os.path.join(self._links, f"{end}-{i}"))
         self._paths = list(paths)
         self._shown = list(shown or paths)
+        if self._max_columns != MAX_COLUMNS:
+            self._max_columns, self._rows = MAX_COLUMNS, None  # widened for one batch only
         if self._rows is not None:
             self.spark.catalog.refreshTable(self._view)
 
     def rows(self) -> DataFrame:
+        """The batch's rows; a new DataFrame only after `widen_columns` (and the batch after)."""
         if self._rows is None:
             self._rows = self._build()
         return self._rows
+
+    def widen_columns(self, error: BaseException) -> bool:
+        """Whether a job over the batch last read failed with `error` because a CSV record
+        has more fields than the reader takes (univocity fails the task: Spark's PERMISSIVE
+        mode does not catch it); if so, `rows()` becomes the batch read with room for as
+        many fields as any of its files has commas, plus one (univocity allocates that room
+        for every file it reads, hence for this batch only), and the job can run again."""
+        if self.format != "csv" or self._max_columns != MAX_COLUMNS:
+            return False
+        text = str(error)
+        if "TextParsingException" not in text or f"length {MAX_COLUMNS}" not in text:
+            return False
+        commas = 0
+        for path in self._paths:
+            with open(path, "rb") as f:
+                commas = max(commas, f.read().count(b","))
+        self._max_columns, self._rows = max(MAX_COLUMNS, commas + 2), None
+        return True
 
     def _build(self) -> DataFrame:
         reader = self.spark.read
@@ -95,7 +124,16 @@ class FileBatches:
                 .json(self._links)
             )
         else:
-            files = reader.text(self._links, wholetext=True)
+            # Pruned, the CSV reader would convert only the columns a query reads, and a
+            # record with a bad value elsewhere would not be malformed.
+            self.spark.conf.set("spark.sql.csv.parser.columnPruning.enabled", "false")
+            files = (
+                reader.schema(f"{self.schema_ddl}, `{CORRUPT}` string")
+                .options(**CSV_OPTIONS)
+                .option("columnNameOfCorruptRecord", CORRUPT)
+                .option("maxColumns", str(self._max_columns))
+                .csv(self._links)
+            )
         # The refresh goes through a temporary view: `REFRESH TABLE` of a view relists the
         # files of the relation it and every DataFrame derived from it share.
         named = files.select("*", F.col("_metadata.file_name").alias("__file"))
@@ -104,34 +142,27 @@ class FileBatches:
         end = F.substring_index("__file", "-", 1).cast("bigint").alias(END)
         if self.format == "parquet":
             return batch.select(*[c for c in batch.columns if c != "__file"], end)
-        if self.format == "json":
-            # Arrow would carry a bad record's invalid UTF-8 as is, which Python cannot read.
-            fields = [f"`{c}`" for c in batch.columns if c not in ("__file", CORRUPT)]
-            text = F.make_valid_utf8(CORRUPT).alias(CORRUPT)
-            return batch.select(*fields, text, "__file", end)
-        lines = batch.select(
-            "__file",
-            end,
-            F.posexplode(F.split(F.make_valid_utf8("value"), r"\r\n|\n|\r")).alias("__i", "__line"),
-        )
-        keep = (F.trim(F.col("__line"), F.lit(_BLANK)) != "") & (F.col("__i") > 0)
-        return lines.where(keep).select(
-            "__line", "__file", (F.col("__i") + 1).cast("bigint").alias("__lineno"), END
-        )
+        # Arrow would carry a bad record's invalid UTF-8 as is, which Python cannot read.
+        fields = [f"`{c}`" for c in batch.columns if c not in ("__file", CORRUPT)]
+        text = F.make_valid_utf8(CORRUPT).alias(CORRUPT)
+        return batch.select(*fields, text, "__file", end)
 
     def path_of(self, file: str) -> str:
         """The input file of a row of the batch last read, from its `__file`."""
         return self._shown[_index(file)]
 
     def bad_line_numbers(self, bad: Sequence[tuple[str, str]]) -> list[int | None]:
-        """The line of each bad JSON record of the batch last read, given as (`__file`, its
-        text), in any order: read from the files in Python.
+        """The (first) line of each bad record of the batch last read, given as (`__file`,
+        its text), in any order: read from the files in Python.
 
-        A record's text is its line, so the lines holding a text are those it may come from;
-        whether a line parses depends on its text alone, so every line holding a bad
-        record's text is bad. One line may give several bad records (an array of objects):
-        L identical lines give B records, B/L each, in order. None if no line holds the text
-        (not expected; the record keeps its text either way)."""
+        A JSON record's text is its line; a CSV record's is its lines, from the first, as in
+        the file (the last one's line end left out). The places a text fills, from a line's
+        start to a line's end, are those its record may come from; whether a record parses
+        depends on its text alone, so every such record is bad. (A CSV place may also be
+        inside another record's quoted value, with that value's lines: a wrong line, not
+        expected from any real writer.) One JSON line may give several bad records (an
+        array of objects): L places of a text give B records, B/L each, in order. None if no
+        place holds the text (not expected; the record keeps its text either way)."""
         wanted: dict[str, set[str]] = defaultdict(set)
         for file, text in bad:
             wanted[file].add(text)
@@ -165,15 +196,21 @@ def _index(file: str) -> int:
 
 
 def _lines(path: str, texts: set[str]) -> list[tuple[int, str]]:
-    """(1-based number, text) of the lines of `path` whose text is in `texts`, decoded as
-    Spark's JSON reader does: UTF-8 with U+FFFD for invalid bytes, a leading BOM dropped."""
+    """(1-based number, text), in order, of the lines of `path` where one of `texts` starts
+    and ends with a line (or the file), decoded as Spark's readers do: UTF-8 with U+FFFD
+    for invalid bytes, a leading BOM dropped."""
     with open(path, "rb") as f:
-        data = f.read()
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
-    out = []
-    for n, raw in enumerate(_LINE_END.split(data), start=1):
-        text = raw.decode("utf-8", errors="replace")
-        if text in texts:
-            out.append((n, text))
-    return out
+        data = f.read().removeprefix(b"\xef\xbb\xbf").decode("utf-8", errors="replace")
+    out = [(n, line) for n, line in enumerate(_LINE_END.split(data), 1) if line in texts]
+    spanning = [t for t in texts if "\r" in t or "\n" in t]
+    if not spanning:
+        return out
+    starts = [0, *(m.end() for m in _LINE_END.finditer(data))]
+    for text in spanning:
+        at = data.find(text)
+        while at >= 0:
+            n, end = bisect.bisect_left(starts, at), at + len(text)
+            if n < len(starts) and starts[n] == at and data[end : end + 1] in ("", "\r", "\n"):
+                out.append((n + 1, text))
+            at = data.find(text, at + 1)
+    return sorted(out)

@@ -11,6 +11,11 @@ reads otherwise (Spark reads only a line's first object; Arrow would read them a
 number Spark takes and Arrow does not (`1e400`). Arrow's reader also crashes the process on
 a first value `null`, which the line check keeps from it. tests/workers/test_json_lines.py
 compares both readers over a corpus of edge cases.
+
+Decimal columns are read from each line's text by Python's JSON parser and Spark's rule
+(`decimal_text.json_decimals`: a number's own digits, never a double); Arrow reads the other
+columns. A value that does not convert leaves the file to Spark, which makes its record a
+dead letter.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.json as pjson
 
+from .decimal_text import json_decimals
 from .driver_files import read_files
 
 _BOM = b"\xef\xbb\xbf"
@@ -41,7 +47,7 @@ _TYPES = (
 
 def parses_in_driver(schema: pa.Schema) -> bool:
     """Whether a JSON table of these columns can be read here (`read_json_lines`)."""
-    return all(f.type in _TYPES for f in schema)
+    return all(f.type in _TYPES or isinstance(f.type, pa.Decimal128Type) for f in schema)
 
 
 def read_json_lines(paths: Sequence[str], schema: pa.Schema) -> pa.Table | None:
@@ -66,11 +72,13 @@ def _parse(data: bytes, schema: pa.Schema) -> pa.Table | None:
         return None
     if lines == 0:
         return schema.empty_table()
+    decimals = {f.name: f.type for f in schema if isinstance(f.type, pa.Decimal128Type)}
+    rest = pa.schema([f for f in schema if f.name not in decimals])
     try:
         table = pjson.read_json(
             io.BytesIO(data),
             parse_options=pjson.ParseOptions(
-                explicit_schema=schema, unexpected_field_behavior="ignore"
+                explicit_schema=rest, unexpected_field_behavior="ignore"
             ),
         )
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
@@ -79,6 +87,12 @@ def _parse(data: bytes, schema: pa.Schema) -> pa.Table | None:
     # means each line is that object alone.
     if table.num_rows != lines:
         return None
+    if decimals:
+        values, bad = json_decimals(data.split(b"\n")[:lines], decimals)
+        if bad:
+            return None
+        for name, column in values.items():
+            table = table.append_column(name, column)
     return table.select(schema.names)
 
 

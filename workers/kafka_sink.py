@@ -2,7 +2,8 @@
 
 - `changes`: a record per change row: the row's columns, `__op` (`insert` for a positive
   weight, `delete` for a negative one), `__weight` and `__step`, as a JSON object; the key is
-  the `key` columns as a JSON object (none without `key`).
+  the `key` columns as a JSON object (none without `key`). Decimals are JSON strings of all
+  their digits (`"1234.50"`), times ISO 8601 strings.
 - `upsert`: a record per key the step changed: the key's new row (with `__step`), or a
   tombstone (no value) for a key whose row was retracted and not replaced.
 
@@ -29,6 +30,7 @@ import pyarrow as pa
 
 from pipeline_spec.fields import expand_sink_variables
 from pipeline_spec.model import KafkaSink as KafkaSinkSpec
+from storage_engine.location_view import to_jsonable
 from storage_engine.schema import WEIGHT
 
 from .keyed_changes import KeyBroken, keyed_changes
@@ -211,7 +213,7 @@ def _value(v: Any) -> Any:
     if isinstance(v, dt.datetime | dt.date | dt.time):
         return v.isoformat()
     if isinstance(v, decimal.Decimal):
-        return str(v)
+        return to_jsonable(v)
     if isinstance(v, bytes):
         return v.decode("utf-8", errors="replace")
     raise TypeError(f"not JSON serialisable: {type(v).__name__}")

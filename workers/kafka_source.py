@@ -18,6 +18,7 @@ import base64
 import io
 import json
 import time
+from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
@@ -26,6 +27,8 @@ import pyarrow.json as pjson
 
 from pipeline_spec.fields import expand_sink_variables
 from pipeline_spec.kafka import KafkaSource
+
+from .decimal_text import NotDecimal, decimal_array, json_decimals, spark_decimal
 
 END = "__end"  # `sources.END` (not imported from there: sources imports this module)
 TIMEOUT_S = 30.0  # a broker request, or a step's records, not answered within this fails
@@ -284,34 +287,55 @@ class KafkaTable:
         return (pa.concat_tables(tables) if tables else self.value_schema.empty_table()), bad
 
     def _arrow(self, values: list[Any]) -> pa.Table:
+        """The values parsed by Arrow, decimal columns as Spark reads them (`decimal_text`:
+        from a CSV field's or a JSON number's own text); ArrowInvalid if one does not
+        convert."""
         if not values:
             return self.value_schema.empty_table()
         # A record per line: a JSON value's own line breaks are whitespace.
-        body = b"\n".join(v.replace(b"\n", b" ").replace(b"\r", b" ") for v in values)
+        lines = [v.replace(b"\n", b" ").replace(b"\r", b" ") for v in values]
+        body = b"\n".join(lines)
         schema = self.value_schema
+        decimals = {f.name: f.type for f in schema if pa.types.is_decimal(f.type)}
         if self.src.format == "csv":
-            return pcsv.read_csv(
+            as_text = pa.schema(
+                [f.with_type(pa.string()) if f.name in decimals else f for f in schema]
+            )
+            table = pcsv.read_csv(
                 io.BytesIO(body),
                 read_options=pcsv.ReadOptions(column_names=schema.names),
-                convert_options=pcsv.ConvertOptions(column_types=schema, strings_can_be_null=True),
-            ).cast(schema)
-        return (
-            pjson.read_json(
+                convert_options=pcsv.ConvertOptions(column_types=as_text, strings_can_be_null=True),
+            )
+            converted = {
+                c: decimal_array(table.column(c).to_pylist(), t) for c, t in decimals.items()
+            }
+            wrong = {i for _, bad in converted.values() for i in bad}
+            arrays = {c: a for c, (a, _) in converted.items()}
+        else:
+            rest = pa.schema([f for f in schema if f.name not in decimals])
+            table = pjson.read_json(
                 io.BytesIO(body),
                 parse_options=pjson.ParseOptions(
-                    explicit_schema=schema, unexpected_field_behavior="ignore"
+                    explicit_schema=rest, unexpected_field_behavior="ignore"
                 ),
             )
-            .select(schema.names)
-            .cast(schema)
-        )
+            arrays, bad = json_decimals(lines, decimals) if decimals else ({}, {})
+            wrong = set(bad)
+        if wrong:
+            raise pa.ArrowInvalid(f"records {sorted(wrong)} do not convert to a decimal column")
+        for c, a in arrays.items():
+            table = table.drop_columns([c]) if c in table.column_names else table
+            table = table.append_column(c, a)
+        return table.select(schema.names).cast(schema)
 
 
 class _AvroValues:
     """Avro values decoded with the table's writer schema (`avro_schema`), after the
     Confluent framing (magic byte 0, 4-byte schema id, not looked up) if `avro_framing` says
     so. A value that does not decode, or does not decode to exactly its bytes, or whose
-    fields do not convert to the columns' types, does not parse."""
+    fields do not convert to the columns' types, does not parse. A decimal column takes an
+    Avro decimal (at the writer's scale), an int or long, or a numeric string, converted
+    as Spark converts decimal text (`decimal_text`: HALF_UP to the column's scale)."""
 
     def __init__(self, src: KafkaSource, value_schema: pa.Schema) -> None:
         import fastavro
@@ -321,6 +345,7 @@ class _AvroValues:
         self._read = fastavro.schemaless_reader
         self._skip = 5 if src.avro_framing == "confluent" else 0
         self.value_schema = value_schema
+        self._decimals = {f.name: f.type for f in value_schema if pa.types.is_decimal(f.type)}
 
     def _datum(self, value: bytes | None) -> dict[str, Any] | None:
         if not value or (self._skip and (len(value) < self._skip or value[0] != 0)):
@@ -332,7 +357,20 @@ class _AvroValues:
             return None
         if not isinstance(record, dict) or buf.tell() != len(value) - self._skip:
             return None
-        return {c: record.get(c) for c in self.value_schema.names}
+        row = {c: record.get(c) for c in self.value_schema.names}
+        for c, t in self._decimals.items():
+            v = row[c]
+            if v is None:
+                continue
+            # A decimal logical type's value (at the writer's scale) or an integer, by
+            # Spark's rule for decimal text: HALF_UP to the column's scale; a string too.
+            if isinstance(v, bool) or not isinstance(v, Decimal | int | str):
+                return None
+            try:
+                row[c] = spark_decimal(v if isinstance(v, str) else str(v), t)
+            except NotDecimal:
+                return None
+        return row
 
     def parse(self, values: list[bytes | None]) -> tuple[pa.Table, set[int]]:
         decoded = [(i, self._datum(v)) for i, v in enumerate(values)]

@@ -11,6 +11,10 @@ Both modes write a step in one transaction with the sink's progress row
   in `spindle_sink_undo` so that a rollback can apply them in reverse, latest step first,
   until the oldest checkpoint passes them (`forget_through`).
 
+Decimal columns are `numeric(p, s)`. A table that exists already must hold them as they are:
+a numeric of a smaller scale or fewer integral digits (Postgres would round silently, or
+overflow) is refused when the sink opens; an unconstrained `numeric` is taken.
+
 A step that breaks the table mode's contract (two rows of one key, a NULL key, a retracted
 row the table does not hold) fails with `SinkError` naming the key and the view, not a
 silently diverging table.
@@ -47,7 +51,7 @@ def _pg_type(t: pa.DataType) -> str:
         if test(t):
             return name
     if pa.types.is_decimal(t):
-        return "numeric"
+        return f"numeric({t.precision},{t.scale})"
     raise ValueError(f"no Postgres column type for Arrow type {t}")
 
 
@@ -77,6 +81,7 @@ class _PostgresTable(ABC):
         self._cols = ", ".join(f'"{c}"' for c in self.columns)
         with self._conn.transaction(), self._conn.cursor() as cur:
             self._create(cur, ", ".join(f'"{f.name}" {_pg_type(f.type)}' for f in schema))
+            self._check_numeric(cur)
             cur.execute(
                 "CREATE TABLE IF NOT EXISTS spindle_sink_progress "
                 '(sink text PRIMARY KEY, step bigint NOT NULL, "table" text)'
@@ -98,6 +103,32 @@ class _PostgresTable(ABC):
                     "takes one sink's rows: pick another table, or delete that sink's row "
                     "from spindle_sink_progress once it no longer writes there"
                 )
+
+    def _check_numeric(self, cur: Any) -> None:
+        """A table that exists already must hold every decimal column's values as they are:
+        Postgres would round a value to a smaller numeric scale without a word."""
+        cur.execute(
+            "SELECT column_name, data_type, numeric_precision, numeric_scale "
+            "FROM information_schema.columns WHERE table_schema = current_schema() "
+            "AND table_name = %s",
+            (self.table,),
+        )
+        found = {name: (kind, p, s) for name, kind, p, s in cur.fetchall()}
+        for f in self.schema:
+            if not pa.types.is_decimal(f.type) or f.name not in found:
+                continue
+            kind, p, s = found[f.name]
+            if kind == "numeric" and (
+                p is None or (s >= f.type.scale and p - s >= f.type.precision - f.type.scale)
+            ):
+                continue
+            shown = kind if p is None else f"{kind}({p},{s})"
+            raise SinkError(
+                f"sink {self.name!r}: column {f.name!r} of table {self.table!r} is {shown}, "
+                f"which cannot hold every value of the view's decimal({f.type.precision},"
+                f"{f.type.scale}) without rounding or overflow: make it "
+                f"{_pg_type(f.type)} or wider"
+            )
 
     @abstractmethod
     def _create(self, cur: Any, cols: str) -> None:

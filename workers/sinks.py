@@ -6,7 +6,8 @@ restored from the checkpoint of step S calls it before producing step S + 1 agai
 crash between a sink write and the next checkpoint never duplicates output.
 
 - `files`: one file per step, `step-<step:012d>.parquet|jsonl`, written to a temporary name
-  and renamed (rewriting a step replaces it).
+  and renamed (rewriting a step replaces it). Parquet keeps every column's type (decimal(p,
+  s) too); JSON lines writes a decimal as a string of all its digits (`"1234.50"`).
 - `postgres` (`postgres_sinks`): change rows (the output columns, `step`, `weight`), or the
   view's current contents by key, and a progress row, in one transaction per step.
 - `delta` (`delta_sink`): the change log, or the view's current contents merged on a key, in
@@ -26,6 +27,7 @@ import json
 import os
 import re
 from collections.abc import Mapping, Sequence
+from decimal import Decimal, localcontext
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -36,6 +38,7 @@ from pipeline_spec.model import FilesSink as FilesSinkSpec
 from pipeline_spec.model import ViewSink as ViewSinkSpec
 from storage_engine import Batch, Spine, StorageLocation, ZSetSchema
 from storage_engine.circuit import Stepper
+from storage_engine.location_view import to_jsonable
 from storage_engine.schema import WEIGHT
 
 from .delta_sink import DeltaSink
@@ -105,7 +108,7 @@ class FilesSink:
         else:
             with open(tmp, "w", encoding="utf-8") as f:
                 for row in table.to_pylist():
-                    f.write(json.dumps(row, default=str) + "\n")
+                    f.write(json.dumps(row, default=_json_value) + "\n")
         os.replace(tmp, final)
         self._unsynced.append(final)
 
@@ -127,6 +130,12 @@ class FilesSink:
 
     def close(self) -> None:
         pass
+
+
+def _json_value(v: Any) -> Any:
+    """A value JSON has no type for: a decimal as the string of its digits (every one kept,
+    `to_jsonable`), anything else (times) as its text."""
+    return to_jsonable(v) if isinstance(v, Decimal) else str(v)
 
 
 def _fsync(path: str) -> None:
@@ -182,7 +191,7 @@ class ViewSink:
         k = tuple(key)
         if not k:
             raise ValueError("a view lookup needs at least one key column value")
-        hi = (*k[:-1], _successor(k[-1]))
+        hi = (*k[:-1], _successor(k[-1], self.schema.keys[len(k) - 1].type))
         rows = self.spine.range(k, hi).to_table().to_pylist()
         return [{n: r[n] for n in self.schema.key_names} for r in rows if r[WEIGHT] > 0]
 
@@ -273,9 +282,13 @@ def steps_held_beyond(sinks: dict[str, Sink], redo_through: int) -> dict[str, in
     }
 
 
-def _successor(v: Any) -> Any:
+def _successor(v: Any, t: pa.DataType) -> Any:
+    """The smallest value of type `t` above `v`."""
     if isinstance(v, int) and not isinstance(v, bool):
         return v + 1
     if isinstance(v, str):
         return v + "\x00"
+    if isinstance(v, Decimal) and pa.types.is_decimal(t):  # one unit of its scale up
+        with localcontext(prec=80):  # exact for any decimal128
+            return v + Decimal(1).scaleb(-t.scale)
     raise ValueError(f"cannot look a view up by a key of type {type(v).__name__}")

@@ -23,7 +23,7 @@ from .file_batches import FileBatches
 from .input_files import open_input_files
 from .json_lines import read_json_lines
 from .kafka_source import KafkaTable
-from .parquet_files import read_parquet_files
+from .parquet_files import NarrowerDecimal, read_parquet_files
 from .plan import Plan, arrow_schema, ddl
 from .pre_aggregation import JobTables
 from .progress import ReadAhead
@@ -182,10 +182,15 @@ class StepInput:
             return self.kafka.read(start, end)
         start, end = count(start), count(end)
         if self.listing is not None:
-            paths = self._fetch(self._file_names(end)[start:end])
+            names = self._file_names(end)[start:end]
+            paths = self._fetch(names)
             assert isinstance(self.source, S.FilesSource)
             read = _READERS[self.source.format]
-            rows = read(paths, arrow_schema(self.plan.source_schema))
+            try:
+                rows = read(paths, arrow_schema(self.plan.source_schema))
+            except NarrowerDecimal as e:  # named as listed, not as fetched
+                e.file = self.listing.url(names[e.index])
+                raise
             if rows is None:
                 return None
             return rows.append_column(END, pa.array([end] * rows.num_rows, pa.int64())), None

@@ -1,6 +1,11 @@
 """Appending pushed records to a pipeline's input log (the `log` source): NDJSON or CSV,
 parsed with the stream's declared schema, appended durably as one segment. A request is
-all-or-nothing: a bad record rejects the whole body, naming the problem."""
+all-or-nothing: a bad record rejects the whole body, naming the problem.
+
+Decimal columns take what Spark's JSON and CSV readers take, as they convert it
+(`workers.decimal_text`: a JSON number from its own digits, never a double, or a string;
+rounded HALF_UP to the scale); a value with too many digits before the point rejects the
+body."""
 
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ from storage_engine.fileio import PosixFileLayer
 from storage_engine.input_log import InputLog
 from storage_engine.location_view import list_checkpoints
 from storage_engine.manifest import CHECKPOINT_META, MANIFEST, read_doc
+from workers.decimal_text import decimal_array, json_decimals
 
 from ..errors import InvalidInput, NotFound
 
@@ -40,31 +46,73 @@ def parse(body: bytes, fmt: str, schema: pa.Schema) -> pa.Table:
     if not body.strip():
         raise InvalidInput("empty body: send NDJSON (one JSON object per line) or CSV")
     text = _utf8(body)
+    decimals = {f.name: f.type for f in schema if isinstance(f.type, pa.Decimal128Type)}
+    lines: list[int] = []
     if fmt != "csv":
-        _check_records(text, schema)
+        lines = _check_records(text, schema)
     try:
         if fmt == "csv":
-            return pcsv.read_csv(
+            # Decimal columns as text: Spark's rule converts them (`_decimals`).
+            as_text = pa.schema(
+                [f.with_type(pa.string()) if f.name in decimals else f for f in schema]
+            )
+            table = pcsv.read_csv(
                 io.BytesIO(body),
                 convert_options=pcsv.ConvertOptions(
-                    column_types=schema, include_columns=schema.names, strings_can_be_null=True
-                ),
-            ).cast(schema)
-        return (
-            pjson.read_json(
-                io.BytesIO(body),
-                parse_options=pjson.ParseOptions(
-                    explicit_schema=schema, unexpected_field_behavior="error"
+                    column_types=as_text, include_columns=schema.names, strings_can_be_null=True
                 ),
             )
-            .select(schema.names)
-            .cast(schema)
-        )
+        else:
+            table = pjson.read_json(
+                io.BytesIO(body),
+                parse_options=pjson.ParseOptions(
+                    # Unknown fields were refused above; decimals are read below.
+                    explicit_schema=pa.schema([f for f in schema if f.name not in decimals]),
+                    unexpected_field_behavior="ignore",
+                ),
+            )
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, KeyError) as e:
         raise InvalidInput(
             f"records do not parse as {fmt} with the stream's schema: {e}",
             details={"schema": {f.name: str(f.type) for f in schema}},
         ) from None
+    if decimals:
+        table = _decimals(table, text, fmt, lines, decimals)
+    return table.select(schema.names).cast(schema)
+
+
+def _decimals(
+    table: pa.Table,
+    text: str,
+    fmt: str,
+    lines: list[int],
+    columns: dict[str, pa.Decimal128Type],
+) -> pa.Table:
+    """`table` with its decimal `columns` converted as Spark converts them: a CSV field's
+    text, a JSON record's value (`lines`: where each record is in the body)."""
+    if fmt == "csv":
+        for c, t in columns.items():
+            values, bad = decimal_array(table.column(c).to_pylist(), t)
+            if bad:
+                i = min(bad)
+                raise InvalidInput(
+                    f"record {i + 1} (after the header), field {c!r}: {bad[i]}",
+                    details={"record": i + 1, "field": c},
+                )
+            table = table.set_column(table.schema.get_field_index(c), c, values)
+        return table
+    records = [line for line in text.split("\n") if line.strip()]
+    values, bad = json_decimals(records, columns)
+    if bad:
+        i = min(bad)
+        field, _, why = bad[i].partition(": ")
+        raise InvalidInput(
+            f"line {lines[i]}, field {field!r}: {why}",
+            details={"line": lines[i], "field": field},
+        )
+    for c, column in values.items():
+        table = table.append_column(c, column)
+    return table
 
 
 def _utf8(body: bytes) -> str:
@@ -78,14 +126,16 @@ def _utf8(body: bytes) -> str:
         ) from None
 
 
-def _check_records(text: str, schema: pa.Schema) -> None:
+def _check_records(text: str, schema: pa.Schema) -> list[int]:
     """Every non-blank line is one JSON object with only the schema's fields, checked in
     Python before Arrow's reader sees the body: that reader takes the process down on some
-    malformed input (a bare `null` line) instead of raising."""
+    malformed input (a bare `null` line) instead of raising. The records' line numbers."""
     names = set(schema.names)
+    lines = []
     for n, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
+        lines.append(n)
         try:
             record = json.loads(line)
         except ValueError as e:
@@ -102,6 +152,7 @@ def _check_records(text: str, schema: pa.Schema) -> None:
                 f"{', '.join(schema.names)}",
                 details={"line": n, "field": min(unknown)},
             )
+    return lines
 
 
 def append(storage: Path, spec: PipelineSpec, src: LogSource, table: pa.Table) -> tuple[int, int]:

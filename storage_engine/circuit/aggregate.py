@@ -40,6 +40,14 @@ from ..location import StorageLocation
 from ..lookup.seek import seek_positions
 from ..schema import WEIGHT, ZSetSchema
 from ..spine import Spine
+from .decimals import (
+    avg_type,
+    decimal_average,
+    narrowed,
+    sum_type,
+    times,
+    widened,
+)
 from .operator import (
     COUNT,
     CircuitError,
@@ -62,27 +70,6 @@ class Aggregate:
     name: str
     func: AggFunc
     column: str | None = None
-
-
-def _sum_type(t: pa.DataType) -> pa.DataType:
-    if pa.types.is_integer(t) or pa.types.is_boolean(t):
-        return pa.int64()
-    if pa.types.is_floating(t):
-        return pa.float64()
-    if isinstance(t, pa.Decimal128Type | pa.Decimal256Type):
-        # As Spark's sum: ten more digits, so sums of many values still fit.
-        return pa.decimal128(min(t.precision + 10, 38), t.scale)
-    raise CircuitError(f"cannot sum or average a column of type {t}")
-
-
-def _times(x: pa.Array | pa.ChunkedArray, w: Any, t: pa.DataType) -> Any:
-    """x * w in type t. Decimals multiply in 256 bits (Arrow widens a decimal product to
-    the sum of both precisions, beyond 128 bits for most), then narrow to t, which fails
-    on an overflow rather than wrapping."""
-    if isinstance(t, pa.Decimal128Type):
-        wide = pa.decimal256(t.precision, t.scale)
-        return pc.cast(pc.multiply(pc.cast(x, wide), pc.cast(w, pa.decimal256(19, 0))), t)
-    return pc.multiply(x, pc.cast(w, t))
 
 
 class GroupAggregate(Operator):
@@ -123,7 +110,7 @@ class GroupAggregate(Operator):
         acc_values = [pa.field(COUNT, pa.int64())]
         acc_values += [pa.field(f"__n_{c}", pa.int64()) for c in self._counted]
         acc_values += [
-            pa.field(f"__s_{c}", _sum_type(input_schema.field(c).type)) for c in self._summed
+            pa.field(f"__s_{c}", sum_type(input_schema.field(c).type)) for c in self._summed
         ]
         self._acc_schema = ZSetSchema(tuple(self._groups), tuple(acc_values))
         # Without min/max and with NumPy-typed accumulators a step can add by position.
@@ -141,10 +128,11 @@ class GroupAggregate(Operator):
             if a.func == "count":
                 out.append(pa.field(a.name, pa.int64()))
             elif a.func == "avg":
-                out.append(pa.field(a.name, pa.float64()))
+                assert a.column is not None
+                out.append(pa.field(a.name, avg_type(input_schema.field(a.column).type)))
             elif a.func == "sum":
                 assert a.column is not None
-                out.append(pa.field(a.name, _sum_type(input_schema.field(a.column).type)))
+                out.append(pa.field(a.name, sum_type(input_schema.field(a.column).type)))
             else:
                 assert a.column is not None
                 out.append(pa.field(a.name, input_schema.field(a.column).type))
@@ -180,7 +168,7 @@ class GroupAggregate(Operator):
         fields += [pa.field(COUNT, pa.int64())]
         fields += [pa.field(f"__n_{c}", pa.int64()) for c in self._counted]
         fields += [
-            pa.field(f"__s_{c}", _sum_type(self.input_schema.field(c).type)) for c in self._summed
+            pa.field(f"__s_{c}", sum_type(self.input_schema.field(c).type)) for c in self._summed
         ]
         for c in self._ordered:
             t = self.input_schema.field(c).type
@@ -335,7 +323,7 @@ class GroupAggregate(Operator):
                 cols.append(acc.column(COUNT if a.column is None else f"__n_{a.column}"))
                 continue
             cols.append(
-                _sum_or_avg(a.func, acc.column(f"__n_{a.column}"), acc.column(f"__s_{a.column}"))
+                self._sum_or_avg(a, acc.column(f"__n_{a.column}"), acc.column(f"__s_{a.column}"))
             )
         return pa.Table.from_arrays(
             [pc.cast(c, f.type) for c, f in zip(cols, self._out_schema, strict=True)],
@@ -356,20 +344,32 @@ class GroupAggregate(Operator):
             valid = pc.cast(pc.is_valid(delta.column(c)), pa.int64())
             cols[f"__n_{c}"] = pc.multiply(valid, w)
         for c in self._summed:
-            t = _sum_type(self.input_schema.field(c).type)
+            t = sum_type(self.input_schema.field(c).type)
             x = pc.cast(delta.column(c), t)
-            cols[f"__s_{c}"] = pc.fill_null(_times(x, w, t), pa.scalar(0, t))
+            cols[f"__s_{c}"] = pc.fill_null(times(x, w, t, self._what(c)), pa.scalar(0, t))
         table = pa.table(cols)
         return self._group_sum(table)
 
     def _group_sum(self, table: pa.Table) -> pa.Table:
+        """Per group, the sum of each accumulator. Decimal sums are taken on 76 digits (Arrow's
+        own decimal128 sum wraps past 2^127) and must fit their accumulator's type."""
         values = [f.name for f in self._acc_schema.values]
+        decimals = [v for v in values if pa.types.is_decimal(table.schema.field(v).type)]
+        for v in decimals:
+            i = table.schema.get_field_index(v)
+            table = table.set_column(i, v, widened(table.column(v)))
         agg = table.group_by(self._keys, use_threads=False).aggregate([(v, "sum") for v in values])
-        return (
-            agg.select([*self._keys, *(f"{v}_sum" for v in values)])
-            .rename_columns([*self._keys, *values])
-            .cast(self._acc_schema.arrow.remove(len(self._acc_schema.arrow) - 1))
-        )
+        agg = agg.select([*self._keys, *(f"{v}_sum" for v in values)])
+        agg = agg.rename_columns([*self._keys, *values])
+        for v in decimals:
+            i = agg.schema.get_field_index(v)
+            t = self._acc_schema.arrow.field(v).type
+            agg = agg.set_column(i, v, narrowed(agg.column(v), t, self._what(v[len("__s_") :])))
+        return agg.cast(self._acc_schema.arrow.remove(len(self._acc_schema.arrow) - 1))
+
+    def _what(self, c: str) -> str:
+        """How an overflow error names the sum of column `c`."""
+        return f"operator {self.id!r}: the sum of column {c!r}"
 
     def _sum_accs(self, old: pa.Table, partial: pa.Table) -> pa.Table:
         both = pa.concat_tables([old.cast(partial.schema), partial])
@@ -413,13 +413,26 @@ class GroupAggregate(Operator):
             assert a.column is not None
             n = pc.fill_null(g.column(f"__n_{a.column}_sum"), 0)
             if a.func in ("sum", "avg"):
-                cols.append(_sum_or_avg(a.func, n, g.column(f"__s_{a.column}_sum")))
+                s = g.column(f"__s_{a.column}_sum")
+                cols.append(self._sum_or_avg(a, n, s))
             else:
                 cols.append(g.column(f"__x_{a.column}_{a.func}"))
         return pa.Table.from_arrays(
             [pc.cast(c, f.type) for c, f in zip(cols, self._out_schema, strict=True)],
             schema=self._out_schema,
         )
+
+    def _sum_or_avg(self, a: Aggregate, n: Any, s: Any) -> Any:
+        """A sum or avg output column from the non-null count `n` and sum `s` (null without
+        values, as in SQL); a decimal average as Spark rounds it (`decimals`)."""
+        none = pc.equal(n, 0)
+        if a.func == "sum":
+            return pc.if_else(none, pa.scalar(None, s.type), s)
+        t = self._out_schema.field(a.name).type
+        if pa.types.is_decimal(t):
+            return decimal_average(s, n, t, f"operator {self.id!r}: avg of column {a.column!r}")
+        avg = pc.divide(pc.cast(s, pa.float64()), pc.cast(n, pa.float64()))
+        return pc.if_else(none, pa.scalar(None, pa.float64()), avg)
 
     def spines(self) -> list[Spine]:
         assert self._acc is not None
@@ -434,16 +447,6 @@ class GroupAggregate(Operator):
     def metrics(self) -> dict[str, Any]:
         assert self._acc is not None
         return {"groups": self._acc.stats().rows}
-
-
-def _sum_or_avg(func: AggFunc, n: Any, s: Any) -> Any:
-    """A sum or avg output column from the non-null count `n` and sum `s` (null without
-    values, as in SQL)."""
-    none = pc.equal(n, 0)
-    if func == "sum":
-        return pc.if_else(none, pa.scalar(None, s.type), s)
-    avg = pc.divide(pc.cast(s, pa.float64()), pc.cast(n, pa.float64()))
-    return pc.if_else(none, pa.scalar(None, pa.float64()), avg)
 
 
 def _with_weight(t: pa.Table, w: int) -> pa.Table:

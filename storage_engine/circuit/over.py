@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from ..schema import WEIGHT
 from .aggregate import Aggregate
+from .decimals import average, avg_type, from_unscaled, sum_type, unscaled
 from .operator import CircuitError, empty_delta, require_columns
 from .partitioned import PartitionedOperator
 
@@ -77,7 +78,11 @@ class RowsOver(PartitionedOperator):
         added = list(self._out)[len(self.input_schema) :]
         for a, f in zip(self.aggregates, added, strict=True):
             col = None if a.column is None else rows.column(a.column)
-            out = out.append_column(f, frames.aggregate(a.func, col, f.type))
+            if col is not None and pa.types.is_decimal(col.type) and a.func != "count":
+                what = f"operator {self.id!r}: {a.func} of column {a.column!r}"
+                out = out.append_column(f, frames.decimal(a.func, col, f.type, what))
+            else:
+                out = out.append_column(f, frames.aggregate(a.func, col, f.type))
         return out.append_column(WEIGHT, pa.array(np.ones(out.num_rows, np.int64)))
 
 
@@ -124,6 +129,25 @@ class _Frames:
         extremes = self._each(values, fill, np.minimum if func == "min" else np.maximum)
         return pc.cast(pa.array(extremes, mask=empty), storage, safe=False).view(t)
 
+    def decimal(self, func: str, col: pa.ChunkedArray, t: pa.DataType, what: str) -> pa.Array:
+        """sum, avg, min or max of a decimal column per frame, exact: on the unscaled
+        integers (Python's, unbounded), then checked against `t` (`decimals`)."""
+        valid = pc.is_valid(col).to_numpy(zero_copy_only=False)
+        empty = self._window_sum(valid.astype(np.int64)) == 0
+        values = unscaled(col)
+        if func in ("sum", "avg"):
+            prefix = np.concatenate([np.zeros(1, dtype=object), np.cumsum(values)])
+            sums = prefix[self.at + 1] - prefix[self.lo]
+            if func == "sum":
+                return from_unscaled(sums, empty, t, what)
+            counts = self._window_sum(valid.astype(np.int64))
+            return average(sums, counts, col.type.scale, t, what)
+        bound = 10**t.precision  # beyond every value: what a NULL compares as
+        fill = bound if func == "min" else -bound
+        values = np.where(valid, values, fill)
+        extremes = self._each(values, fill, np.minimum if func == "min" else np.maximum)
+        return from_unscaled(extremes, empty, t, what)
+
     def _each(self, values: np.ndarray[Any, Any], fill: Any, op: np.ufunc) -> np.ndarray[Any, Any]:
         """Each frame's `op`-reduction of `values`, partition by partition, so that a row's
         result depends on its frame's values alone, bit for bit (a floating-point sum over
@@ -163,11 +187,11 @@ def _type(op_id: str, schema: pa.Schema, a: Aggregate) -> pa.DataType:
         raise CircuitError(f"operator {op_id!r}: {a.func} needs a column")
     require_columns(op_id, schema, [a.column], "aggregated columns")
     t = schema.field(a.column).type
-    numeric = pa.types.is_integer(t) or pa.types.is_floating(t)
+    numeric = pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
     if a.func == "avg" and numeric:
-        return pa.float64()
+        return avg_type(t)
     if a.func == "sum" and numeric:
-        return pa.float64() if pa.types.is_floating(t) else pa.int64()
+        return sum_type(t)
     if a.func in ("min", "max") and (numeric or _storage(t) != t):
         return t
     raise CircuitError(

@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -272,6 +273,21 @@ def test_dump_human_and_json(loc: Path) -> None:
     txt = loc / files["txt"][0]
     doc = json.loads(run("dump", str(txt), "--json", "--limit", "1000").stdout)
     assert len(doc["rows"]) == doc["header"]["rows"] and doc["schema"]["values"] == []
+
+
+def test_dump_shows_every_digit_of_a_decimal(tmp_path: Path) -> None:
+    """A decimal is shown with all its digits at its scale, as the API gives it (Python's
+    own text would be 0E-8)."""
+    schema = ZSetSchema.of([("d", pa.decimal128(20, 8))])
+    with StorageLocation.open(str(tmp_path), fingerprint=FP) as s:
+        rows = pa.table({"d": [Decimal(0), Decimal("-12.5")], "__weight": [1, 1]})
+        s.spine("dec", schema).insert(Batch.from_arrow(schema, rows.cast(schema.arrow)))
+        s.commit()
+        (name,) = s.checkpoint_spines(checkpoint_uuids(tmp_path)[-1])["dec"].batches
+    out = run("dump", str(tmp_path / name)).stdout
+    assert "0.00000000" in out and "-12.50000000" in out and "E-8" not in out
+    doc = json.loads(run("dump", str(tmp_path / name), "--json").stdout)
+    assert [r["d"] for r in doc["rows"]] == ["-12.50000000", "0.00000000"]
 
 
 def test_dump_corrupt_file(loc: Path) -> None:

@@ -17,11 +17,10 @@ import pytest
 import sqlglot
 
 from oracles.nexmark import norm as _norm
-from sql.dataflow import Dataflow
-from sql.parse import parse
-from sql.planner import plan
-from storage_engine import EngineSettings, StorageLocation
 from storage_engine.schema import WEIGHT
+
+from .incremental import check_view
+from .incremental import delta_table as _table
 
 TABLES = {
     "t": pa.schema([("k", pa.int32()), ("g", pa.string()), ("v", pa.int64()), ("d", pa.float64())]),
@@ -31,7 +30,6 @@ TABLES = {
     ),
 }
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-SETTINGS = EngineSettings(memory_budget_bytes=64 << 10)
 
 # Window table functions: DuckDB has none, so their oracle is written out (windows from
 # epoch microseconds; HOP by a cross join with the window's index).
@@ -237,11 +235,6 @@ def _rows(rng: random.Random, table: str, n: int) -> list[tuple[Any, ...]]:
     return out
 
 
-def _table(schema: pa.Schema, rows: list[tuple[Any, ...]], weights: list[int]) -> pa.Table:
-    cols = [pa.array([r[i] for r in rows], f.type) for i, f in enumerate(schema)]
-    return pa.table([*cols, pa.array(weights, pa.int64())], names=[*schema.names, WEIGHT])
-
-
 def _oracle(sql: str, live: dict[str, Counter[tuple[Any, ...]]]) -> Counter[tuple[Any, ...]]:
     con = duckdb.connect()
     for name, schema in TABLES.items():
@@ -266,51 +259,12 @@ ORACLES = {spindle: oracle for spindle, oracle in WINDOWED.values()}
 def test_view_equals_batch_query(name: str, tmp_path: Path) -> None:
     sql = QUERIES[name]
     rng = random.Random(name)
-    live: dict[str, Counter[tuple[Any, ...]]] = {t: Counter() for t in TABLES}
-    integral: Counter[tuple[Any, ...]] = Counter()
-
-    def open_flow(checkpoint: str | None) -> tuple[Dataflow, StorageLocation]:
-        flow = Dataflow(plan(parse(sql), TABLES))
-        loc = StorageLocation.open(
-            str(tmp_path), fingerprint=flow.fingerprint, settings=SETTINGS, checkpoint=checkpoint
-        )
-        flow.open(loc)
-        return flow, loc
-
-    flow, loc = open_flow("none")
-    saved: tuple[int, Counter[tuple[Any, ...]], dict[str, Counter[tuple[Any, ...]]]] | None = None
-    steps = 12
-    step = 0
-    while step < steps:
-        step += 1
-        deltas = {}
-        for t, schema in TABLES.items():
-            rows = _rows(rng, t, rng.randint(0, 12))
-            weights = [1] * len(rows)
-            present = list((+live[t]).elements())
-            for r in rng.sample(present, min(len(present), rng.randint(0, 4))):
-                rows.append(r)
-                weights.append(-1)
-            for r, w in zip(rows, weights, strict=True):
-                live[t][r] += w
-            deltas[t] = _table(schema, rows, weights)
-        out = flow.step(deltas)["out"]
-        for r in out.to_pylist():
-            w = r.pop(WEIGHT)
-            integral[tuple(_norm(v) for v in r.values())] += w
-        assert all(w > 0 for w in (+integral).values())
-        assert +integral == integral, f"negative weights after step {step}"
-        want = _oracle(sql, live)
-        assert integral == want, f"step {step}: {+integral - want} not {want - integral}"
-        if step == 5:
-            loc.commit(step=5)
-            saved = (step, Counter(integral), {t: Counter(c) for t, c in live.items()})
-        if step == 8 and saved is not None:
-            # Restore the checkpoint of step 5 in a new dataflow and redo steps 6-12 with
-            # other input: the state is that of step 5 again.
-            loc.close()
-            flow, loc = open_flow("latest")
-            step, integral, live = saved[0], Counter(saved[1]), saved[2]
-            steps = 12
-            saved = None
-    loc.close()
+    check_view(
+        tmp_path,
+        sql,
+        TABLES,
+        rng,
+        lambda t: _rows(rng, t, rng.randint(0, 12)),
+        lambda live: _oracle(sql, live),
+        lambda r: tuple(_norm(v) for v in r),
+    )

@@ -24,7 +24,9 @@ from sql.spec import plan_spec
 from storage_engine import StorageLocation
 from storage_engine.schema import WEIGHT
 
-from .test_dataflow_oracle import SETTINGS, TABLES, _table
+from .incremental import SETTINGS
+from .incremental import delta_table as _table
+from .test_dataflow_oracle import TABLES
 from .test_watermarks import _SESSIONS, _TUMBLE, EVENT_TIME, _duckdb, _Model, _step_rows
 
 _FINAL = "WITH ('emit_final' = 'window_end')"

@@ -23,7 +23,9 @@ from sql.watermarks import EventTime
 from storage_engine import StorageLocation
 from storage_engine.schema import WEIGHT
 
-from .test_dataflow_oracle import SETTINGS, T0, TABLES, WINDOWED, _norm, _table
+from .incremental import SETTINGS
+from .incremental import delta_table as _table
+from .test_dataflow_oracle import T0, TABLES, WINDOWED, _norm
 
 LATENESS_S = 3
 EVENT_TIME = {"b": EventTime("ts", LATENESS_S * 1_000_000)}

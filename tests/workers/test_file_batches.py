@@ -1,14 +1,14 @@
 """A `files` source's micro-batch read by Spark's own readers (`workers.file_batches`), on
-real Spark and real files, against a plain-Python reading of the same bytes: CSV lines and
-their numbers, JSON records and the line numbers of bad ones, line endings, blank lines, CSV
-headers, a BOM, invalid UTF-8, file names Hadoop paths cannot hold; whole runs of CSV and
-Parquet pipelines against a Spark batch query over the input; and the first batch of a run,
-read ahead while its query starts, used only for that batch."""
+real Spark and real files, against a plain-Python reading of the same bytes: CSV and JSON
+records and the (first) line numbers of bad ones, records spanning lines, line endings,
+blank lines, CSV headers, a BOM, invalid UTF-8, a CSV record too wide for the reader, file
+names Hadoop paths cannot hold; whole runs of CSV and Parquet pipelines against a Spark
+batch query over the input; and the first batch of a run, read ahead while its query
+starts, used only for that batch."""
 
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -30,52 +30,107 @@ from workers.sinks import FilesSink
 ODD_NAMES = ["events-12:00:00.json", "x [1] {a,b} *?.json", "data#1 %20 + é.json"]
 
 
-def _expected(paths: list[str], header: bool) -> list[tuple[str, int, str]]:
-    """What a batch of `paths` must read: every non-blank line with its 1-based number."""
-    out = []
-    for p in paths:
-        text = Path(p).read_bytes().decode("utf-8", errors="replace")
-        for n, line in enumerate(re.split(r"\r\n|\n|\r", text), start=1):
-            if line.strip(" \t\v\f") and not (header and n == 1):
-                out.append((p, n, line))
-    return sorted(out)
+# CSV records of `u string, a bigint` as written (`{n}`: the file's line end) and the row each
+# gives, or None if Spark's reader finds it malformed.
+CSV_RECORDS: list[tuple[bytes, tuple[str | None, int | None] | None]] = [
+    (b"x,1", ("x", 1)),
+    (b'"a,b",2', ("a,b", 2)),
+    (b'"say ""hi""",3', ('say "hi"', 3)),
+    (b'"two{n}lines",4', ("two\nlines", 4)),  # a line end in quotes reads as \n
+    (b"x,", ("x", None)),
+    (b",5", (None, 5)),
+    (b'"",6', (None, 6)),
+    (b"x,not-a-number", None),
+    (b'"bad{n}{n}record",zz', None),  # three lines
+    (b"x", None),  # too few fields
+    (b"x,1,2", None),  # too many
+    (b"   ", None),  # a line of spaces is a record
+    (b"\xff,x", None),  # invalid UTF-8: U+FFFD
+    (b'"x,1{n}y",1,', None),
+]
 
 
-def _read(batches: FileBatches, paths: list[str], end: int) -> list[tuple[str, int, str]]:
-    batches.read(paths, end)
-    t = batches.rows().select("*").toArrow()
-    assert set(t.column("__end").to_pylist()) <= {end}
-    rows = zip(*(t.column(c).to_pylist() for c in ("__file", "__lineno", "__line")), strict=True)
-    return sorted((batches.path_of(f), n, line) for f, n, line in rows)
+def _csv_file(path: Path, sep: bytes, order: list[int]) -> list[tuple[int, int]]:
+    """Write the records `order` indexes (after a header, with empty lines between) to
+    `path` with line end `sep`; each record's index and first line."""
+    parts, where, line = [b"u,a"], [], 2
+    for k in order:
+        text = CSV_RECORDS[k][0].replace(b"{n}", sep)
+        where.append((k, line))
+        parts.append(text)
+        line += text.count(sep) + 1
+        if k % 3 == 0:
+            parts.append(b"")  # an empty line: no record
+            line += 1
+    path.write_bytes(sep.join(parts) + sep)
+    return where
 
 
-def test_csv_lines_and_names_match_a_python_reading(tmp_path: Path, spark: SparkSession) -> None:
+def test_csv_records_and_bad_records_lines_match_a_python_reading(
+    tmp_path: Path, spark: SparkSession
+) -> None:
+    """Good records as Spark's CSV reader parses them (quoted commas, quotes and line ends,
+    empty values); every malformed record's text and first line, in files with every kind
+    of line end, odd names and each bad record twice."""
     d = tmp_path / "in"
     d.mkdir()
-    (d / ODD_NAMES[0]).write_bytes(b"u,a\r\nx,1\r\nx,2\r\n\r\n  \t \nx,\xff\n")
-    (d / ODD_NAMES[1]).write_bytes(b"u,a\rx,3\rx,4\r\rx,5")  # old Mac line ends
-    (d / ODD_NAMES[2]).write_bytes(b"u,a\n\n\nx,6\nx,\n")
+    good: list[tuple[str, str | None, int | None]] = []
+    bad: list[tuple[str, int, str]] = []
+    for f, (name, sep) in enumerate(zip(ODD_NAMES, [b"\n", b"\r\n", b"\r"], strict=True)):
+        n = len(CSV_RECORDS)
+        order = [*range(f, n), *range(n), *range(f)]
+        path = d / name.replace(".json", ".csv")
+        for k, line in _csv_file(path, sep, order):
+            text, row = CSV_RECORDS[k]
+            if row is None:
+                written = text.replace(b"{n}", sep).decode("utf-8", errors="replace")
+                bad.append((str(path), line, written))
+            else:
+                good.append((str(path), *row))
     paths = [str(d / n) for n in list_input_files(str(d))]
     batches = FileBatches(spark, "csv", "u string, a bigint")
     try:
-        got = _read(batches, paths, 3)
-        assert got == _expected(paths, header=True)
-        assert len(got) == 8 and any("\ufffd" in line for _, _, line in got)
-        # The next batch replaces the last one's files.
-        assert _read(batches, paths[1:2], 4) == _expected(paths[1:2], header=True)
+        for end, batch in ((3, paths), (4, paths[1:2])):  # a batch replaces the one before
+            batches.read(batch, end)
+            rows = batches.rows().select("*").toArrow().to_pylist()
+            assert {r["__end"] for r in rows} == {end}
+            ok = [(batches.path_of(r["__file"]), r["u"], r["a"]) for r in rows if not r[CORRUPT]]
+            assert Counter(ok) == Counter(g for g in good if g[0] in batch)
+            broken = [(r["__file"], r[CORRUPT]) for r in rows if r[CORRUPT] is not None]
+            numbers = batches.bad_line_numbers(broken)
+            got = [(batches.path_of(f), n, t) for (f, t), n in zip(broken, numbers, strict=True)]
+            assert sorted(got) == sorted(b for b in bad if b[0] in batch)
     finally:
         batches.close()
 
 
-def test_csv_header_lines_are_left_out(tmp_path: Path, spark: SparkSession) -> None:
-    d = tmp_path / "in"
-    d.mkdir()
-    (d / "a.csv").write_text("user,amount\nu1,1\n\nu2,2\n")
-    (d / "b.csv").write_text("user,amount\r\nuser,amount\r\nu3,3\r\n")  # a data row like the header
-    paths = [str(d / "a.csv"), str(d / "b.csv")]
-    batches = FileBatches(spark, "csv", "user string, amount bigint")
+def test_a_record_wider_than_the_csv_reader_is_read_again_with_room_for_it(
+    tmp_path: Path, spark: SparkSession
+) -> None:
+    """Univocity fails the task on a record of more than 20 480 fields; the batch is read
+    again with room for them and the record is malformed; the next batch reads as before."""
+    wide, plain = tmp_path / "a.csv", tmp_path / "b.csv"
+    wide.write_bytes(b"u,a\nx,1\n" + b"," * 30000 + b"\ny,2\n")
+    plain.write_bytes(b"u,a\nz,3\n")
+    batches = FileBatches(spark, "csv", "u string, a bigint")
     try:
-        assert _read(batches, paths, 2) == _expected(paths, header=True)
+        batches.read([str(wide), str(plain)], 2)
+        with pytest.raises(Exception) as failed:
+            batches.rows().select("*").toArrow()
+        assert batches.widen_columns(failed.value)
+        assert not batches.widen_columns(failed.value)  # once
+        rows = batches.rows().select("u", "a", CORRUPT).toArrow().to_pylist()
+        assert Counter(r[CORRUPT] for r in rows) == {None: 3, "," * 30000: 1}
+        assert sorted((r["u"], r["a"]) for r in rows if not r[CORRUPT]) == [
+            ("x", 1),
+            ("y", 2),
+            ("z", 3),
+        ]
+        assert not batches.widen_columns(RuntimeError("another failure"))
+        before = batches.rows()
+        batches.read([str(plain)], 3)
+        assert batches.rows() is not before  # the default reader again
+        assert batches.rows().select("u").toArrow().column(0).to_pylist() == ["z"]
     finally:
         batches.close()
 
@@ -205,6 +260,11 @@ def test_a_csv_pipeline_equals_a_batch_query_and_names_its_dead_letters(
                 line = f"{user},{'' if amount is None else amount}"
                 good.append((user, amount))
             lines.append(line)
+        lines.append(f'"q,{f}\r\n""{f}""",{f}')  # quoted: a comma, a line end, quotes
+        good.append((f'q,{f}\n"{f}"', f))
+        if name == "z.csv":  # too wide for Spark's CSV reader at first, then malformed
+            bad.append((str(d / name), len(lines) + 2, "," * 30000))
+            lines.append("," * 30000)
         (d / name).write_text("\r\n".join(lines) + "\r\n")
     assert _run(tmp_path, spark, "csv", steps=2) == _reference(spark, good)
     letters = [

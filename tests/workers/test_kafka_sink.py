@@ -25,9 +25,11 @@ from workers.runner import Runner
 
 from .test_kafka_source import orders, produce
 
+# `paid` is a decimal(26, 4): written as a JSON string of all its digits.
 SQL = """
 CREATE VIEW per_customer AS
-  SELECT customer, count(*) AS n, sum(amount) AS total FROM orders GROUP BY customer
+  SELECT customer, count(*) AS n, sum(amount) AS total,
+    sum(CAST(amount AS DECIMAL(12, 2)) * 1.25) AS paid FROM orders GROUP BY customer
 """
 
 
@@ -97,7 +99,8 @@ def oracle(produced: list[dict[str, Any]]) -> Counter[tuple[Any, ...]]:
         "INSERT INTO orders VALUES (?, ?)", [(r["customer"], r["amount"]) for r in produced]
     )
     con.execute(SQL)
-    return Counter(tuple(r) for r in con.execute("SELECT * FROM per_customer").fetchall())
+    rows = con.execute("SELECT * FROM per_customer").fetchall()
+    return Counter((c, n, total, f"{paid:.4f}") for c, n, total, paid in rows)
 
 
 def test_steps_are_written_once_across_a_restore(
@@ -140,14 +143,16 @@ def test_steps_are_written_once_across_a_restore(
         v = json.loads(m.value())
         assert json.loads(m.key()) == {"customer": v["customer"]}
         assert v["__op"] == ("insert" if v["__weight"] > 0 else "delete")
-        integrated[(v["customer"], v["n"], v["total"])] += v["__weight"]
+        integrated[(v["customer"], v["n"], v["total"], v["paid"])] += v["__weight"]
     assert +integrated == integrated and integrated == expected
 
     latest: dict[str, Any] = {}
     for m in consume_all(kafka_broker, topics["upsert"]):
         key = json.loads(m.key())["customer"]
         latest[key] = None if m.value() is None else json.loads(m.value())
-    table = Counter((v["customer"], v["n"], v["total"]) for v in latest.values() if v is not None)
+    table = Counter(
+        (v["customer"], v["n"], v["total"], v["paid"]) for v in latest.values() if v is not None
+    )
     assert table == expected
 
 

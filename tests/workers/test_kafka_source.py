@@ -13,6 +13,7 @@ import json
 import uuid
 from collections import Counter
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -243,6 +244,10 @@ AVRO_SCHEMA = {
         {"name": "amount", "type": "long"},
         {"name": "note", "type": ["null", "string"], "default": None},
         {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {
+            "name": "price",
+            "type": {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 4},
+        },
     ],
 }
 
@@ -262,7 +267,14 @@ def test_an_avro_table_decodes_records_and_dead_letters_the_rest(
     kafka_broker.create_topic(topic, 2)
     t0 = datetime(2026, 11, 1, tzinfo=UTC)
     records = [
-        {"customer": f"c{i % 5}", "amount": i, "note": None, "ts": t0 + timedelta(seconds=i)}
+        {
+            "customer": f"c{i % 5}",
+            "amount": i,
+            "note": None,
+            "ts": t0 + timedelta(seconds=i),
+            # A decimal logical type at scale 4 into a decimal(10, 2) column: HALF_UP.
+            "price": Decimal(i * 37 - 500).scaleb(-4) + Decimal("12345678.0050"),
+        }
         for i in range(40)
     ]
     good = [(i % 2, None, avro_value(r)) for i, r in enumerate(records)]
@@ -278,11 +290,16 @@ def test_an_avro_table_decodes_records_and_dead_letters_the_rest(
             "topics": [topic],
             "format": "avro",
             "avro_schema": AVRO_SCHEMA,
-            "schema": {"customer": "string", "amount": "bigint", "ts": "timestamp"},
+            "schema": {
+                "customer": "string",
+                "amount": "bigint",
+                "ts": "timestamp",
+                "price": "decimal(10,2)",
+            },
             "max_records_per_step": 16,
         },
         "sql": "CREATE VIEW spend AS SELECT customer, count(*) AS n, sum(amount) AS total, "
-        "max(ts) AS last FROM orders GROUP BY customer",
+        "max(ts) AS last, sum(price) AS paid FROM orders GROUP BY customer",
         "sinks": [
             {"name": "spend", "kind": "files", "from": "spend", "path": "spend", "format": "jsonl"}
         ],
@@ -296,16 +313,22 @@ def test_an_avro_table_decodes_records_and_dead_letters_the_rest(
     finally:
         r.close()
     con = duckdb.connect()
-    con.execute("CREATE TABLE orders (customer VARCHAR, amount BIGINT, ts TIMESTAMPTZ)")
+    con.execute(
+        "CREATE TABLE orders (customer VARCHAR, amount BIGINT, ts TIMESTAMPTZ, "
+        "price DECIMAL(12, 4))"
+    )
     con.executemany(
-        "INSERT INTO orders VALUES (?, ?, ?)",
-        [(x["customer"], x["amount"], x["ts"]) for x in records],
+        "INSERT INTO orders VALUES (?, ?, ?, ?)",
+        [(x["customer"], x["amount"], x["ts"], x["price"]) for x in records],
     )
     want = con.execute(
-        "SELECT customer, count(*), sum(amount), max(ts) FROM orders GROUP BY customer"
+        "SELECT customer, count(*), sum(amount), max(ts), "
+        "sum(round(price, 2)) FROM orders GROUP BY customer"  # DuckDB rounds half away from 0
     ).fetchall()
     got = integrated(tmp_path / "spend")
-    assert got == Counter((c, n, total, str(last.astimezone(UTC))) for c, n, total, last in want)
+    assert got == Counter(
+        (c, n, total, str(last.astimezone(UTC)), f"{paid:.2f}") for c, n, total, last, paid in want
+    )
     letters = sorted(
         d["record"]
         for f in (state / "dead-letters").iterdir()

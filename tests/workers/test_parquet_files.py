@@ -7,16 +7,17 @@ Spark."""
 from __future__ import annotations
 
 import datetime as dt
-from decimal import Decimal
+from decimal import ROUND_DOWN, Decimal
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from pyspark.sql import SparkSession
 
 from workers.file_batches import FileBatches
-from workers.parquet_files import read_parquet_files
+from workers.parquet_files import NarrowerDecimal, read_parquet_files
 
 DDL = (
     "i bigint, n int, f double, r float, s string, b boolean, t timestamp, d date, m decimal(10,2)"
@@ -60,8 +61,10 @@ def _renamed(old: str, new: str) -> pa.Table:
     return t.rename_columns([new if n == old else n for n in t.column_names])
 
 
+# A decimal narrower than the column's: Spark's reader fails, and so does the driver.
+REFUSED = "refused"
 # (name, how the file is written, whether the driver reads it)
-CASES: list[tuple[str, Any, bool]] = [
+CASES: list[tuple[str, Any, bool | str]] = [
     ("exact", lambda p: pq.write_table(_table(), p), True),
     ("row groups", lambda p: pq.write_table(_table(), p, row_group_size=1), True),
     ("no dictionary", lambda p: pq.write_table(_table(), p, use_dictionary=False), True),
@@ -81,7 +84,19 @@ CASES: list[tuple[str, Any, bool]] = [
     ("large string", lambda p: pq.write_table(_table(_with("s", pa.large_string())), p),
      False),
     ("other decimal", lambda p: pq.write_table(_table(_with("m", pa.decimal128(12, 2))), p),
-     False),
+     REFUSED),
+    ("decimal as int64", lambda p: pq.write_table(_table(), p, store_decimal_as_integer=True),
+     True),
+    ("narrower decimal", lambda p: pq.write_table(_table(_with("m", pa.decimal128(9, 1)),
+        [{**r, "m": r["m"] and r["m"].quantize(Decimal("0.1"), ROUND_DOWN)} for r in ROWS]), p),
+     True),
+    ("narrower decimal as int32", lambda p: pq.write_table(_table(
+        _with("m", pa.decimal128(5, 0)), [{**r, "m": r["m"] and Decimal(-99999)} for r in ROWS]),
+        p, store_decimal_as_integer=True), True),
+    ("decimal of a larger scale", lambda p: pq.write_table(
+        _table(_with("m", pa.decimal128(10, 3)), [{**r, "m": None} for r in ROWS]), p), REFUSED),
+    ("decimal of more integral digits", lambda p: pq.write_table(
+        _table(_with("m", pa.decimal128(10, 1)), [{**r, "m": None} for r in ROWS]), p), REFUSED),
     ("double for float", lambda p: pq.write_table(_table(_with("r", pa.float64())), p), False),
     ("upper case", lambda p: pq.write_table(_renamed("s", "S"), p), False),
     ("two cases", lambda p: pq.write_table(
@@ -111,6 +126,12 @@ def test_the_driver_gives_sparks_rows_or_leaves_the_file_to_spark(
     for name, write, expected in CASES:
         path = tmp_path / f"{name.replace(' ', '-')}.parquet"
         write(str(path))
+        if expected == REFUSED:
+            with pytest.raises(NarrowerDecimal, match=rf"^{path}: column 'm' is decimal"):
+                read_parquet_files([str(path)], SCHEMA)
+            with pytest.raises(Exception, match="PARQUET_COLUMN_DATA_TYPE_MISMATCH"):
+                _spark_rows(spark, path)
+            continue
         got = read_parquet_files([str(path)], SCHEMA)
         assert (got is not None) == expected, name
         if got is None:
@@ -119,7 +140,7 @@ def test_the_driver_gives_sparks_rows_or_leaves_the_file_to_spark(
         assert got.schema == SCHEMA
         # As text, where NaN equals NaN and -0.0 differs from 0.0.
         assert repr(got.to_pylist()) == repr(_spark_rows(spark, path)), name
-    assert len(taken) == 6
+    assert len(taken) == 9
 
 
 def test_several_files_are_read_in_order(tmp_path: Path) -> None:

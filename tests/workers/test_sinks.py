@@ -3,11 +3,14 @@ by key and by page."""
 
 from __future__ import annotations
 
+import json
 import os
+from decimal import Decimal
 from pathlib import Path
 
 import psycopg
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
@@ -16,6 +19,7 @@ from pipeline_spec.model import PostgresSink as PgSpec
 from pipeline_spec.model import ViewSink as ViewSpec
 from pipeline_spec.model import outside_roots
 from storage_engine import StorageLocation
+from storage_engine.location_view import to_jsonable
 from storage_engine.schema import WEIGHT
 from workers import sinks
 from workers.input_files import list_input_files
@@ -71,6 +75,53 @@ def test_view_sink_by_key_and_page(tmp_path: Path) -> None:
             {"user": "b", "n": 1},
             {"user": "c", "n": 5},
         ]
+
+
+DECIMALS = pa.schema([("price", pa.decimal128(38, 10)), ("tiny", pa.decimal128(12, 8))])
+DECIMAL_ROWS = {
+    "price": [Decimal("-" + "9" * 28 + ".9999999999"), Decimal("1.5"), None],
+    "tiny": [Decimal(0), Decimal("0.00000001"), Decimal("-1234.5")],
+}
+
+
+def test_files_sinks_keep_every_digit_of_a_decimal(tmp_path: Path) -> None:
+    """Parquet keeps decimal(p, s) as it is; JSON lines writes a decimal as a string of all
+    its digits, plainly, at its scale (never a double, never 1E-8)."""
+    rows = pa.table({**DECIMAL_ROWS, WEIGHT: pa.array([1, 1, -1], pa.int64())})
+    for fmt in ("parquet", "jsonl"):
+        spec = FilesSpec(name=fmt, kind="files", **{"from": "op"}, path=fmt, format=fmt)
+        sink = FilesSink(spec, str(tmp_path))
+        sink.write(1, rows.cast(DECIMALS.append(pa.field(WEIGHT, pa.int64()))))
+        if fmt == "parquet":
+            got = pq.read_table(tmp_path / fmt / "step-000000000001.parquet")
+            assert got.schema.field("price").type == pa.decimal128(38, 10)
+            assert got.select(DECIMALS.names).to_pydict() == DECIMAL_ROWS
+            continue
+        lines = (tmp_path / fmt / "step-000000000001.jsonl").read_text().splitlines()
+        assert [json.loads(line)["tiny"] for line in lines] == [
+            "0.00000000",
+            "0.00000001",
+            "-1234.50000000",
+        ]
+        assert json.loads(lines[0])["price"] == "-" + "9" * 28 + ".9999999999"
+        assert json.loads(lines[2])["price"] is None
+
+
+def test_a_view_of_decimals_by_key_and_as_json(tmp_path: Path) -> None:
+    """A view keyed by a decimal is looked up by it (the next key is one unit of the scale
+    up); the REST API's rows (`to_jsonable`) carry decimals as strings of their digits."""
+    with StorageLocation.open(str(tmp_path)) as loc:
+        v = ViewSink(ViewSpec(name="v", kind="view", **{"from": "op"}), DECIMALS, loc)
+        keys = [Decimal("1.0000000000"), Decimal("1.0000000001"), Decimal("1.0000000002")]
+        v.write(
+            1,
+            pa.table({"price": keys, "tiny": [Decimal(0)] * 3, WEIGHT: [1, 1, 1]}).cast(
+                DECIMALS.append(pa.field(WEIGHT, pa.int64()))
+            ),
+        )
+        got = v.get([Decimal("1.0000000001")])
+        assert got == [{"price": Decimal("1.0000000001"), "tiny": Decimal(0)}]
+        assert to_jsonable(got) == [{"price": "1.0000000001", "tiny": "0.00000000"}]
 
 
 def test_files_sink_output_is_fsynced_before_a_checkpoint_covers_it(

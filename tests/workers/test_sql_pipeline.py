@@ -16,7 +16,7 @@ import duckdb
 import pytest
 from pyspark.sql import SparkSession
 
-from pipeline_spec.model import SpecError, parse_spec
+from pipeline_spec.model import PipelineSpec, SpecError, parse_spec
 from storage_engine.schema import WEIGHT
 from workers.runner import Runner
 
@@ -89,17 +89,23 @@ def oracle(tmp: Path, view: str) -> Counter[tuple[Any, ...]]:
     return Counter(tuple(r) for r in con.execute(f"SELECT * FROM {view}").fetchall())
 
 
+def run_and_resume(s: PipelineSpec, tmp: Path, spark: SparkSession) -> None:
+    """Run `s` (state in `tmp/state`) for 3 steps and stop, then resume it to the end of its
+    input: the second run restores the checkpoint of step 2 and redoes the logged step 3."""
+    for steps in (3, None):
+        r = Runner(s, str(tmp / "state"), base_dir=str(tmp), spark=spark)
+        try:
+            r.run(max_steps=steps, stop_when_idle=2.0)
+        finally:
+            r.close()
+
+
 def test_a_sql_pipeline_equals_the_batch_query_across_a_resume(
     tmp_path: Path, spark: SparkSession
 ) -> None:
     customers.write_input(tmp_path / "in", 6, 200, customers=20, seed=5)
     s = parse_spec(spec(tmp_path))
-    for steps in (3, None):  # a run that stops after 3 steps, then one to the end
-        r = Runner(s, str(tmp_path / "state"), base_dir=str(tmp_path), spark=spark)
-        try:
-            r.run(max_steps=steps, stop_when_idle=2.0)
-        finally:
-            r.close()
+    run_and_resume(s, tmp_path, spark)
     assert integrated(tmp_path / "a") == oracle(tmp_path, "per_customer")
     assert integrated(tmp_path / "b") == oracle(tmp_path, "big_orders")
     # Each step's record has the stateful operators' figures: the aggregate took every

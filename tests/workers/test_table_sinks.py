@@ -9,7 +9,8 @@ import datetime as dt
 import math
 import random
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +40,21 @@ DAY = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
 Row = tuple[Any, ...]
 
 
-def delta(changes: list[tuple[Row, int]]) -> pa.Table:
-    cols = list(zip(*(row for row, _ in changes), strict=True)) or [()] * len(SCHEMA)
-    arrays = {f.name: pa.array(list(c), f.type) for f, c in zip(SCHEMA, cols, strict=True)}
+# Decimals in the key and among the values: Postgres numeric(p, s), Delta decimal(p, s).
+DECIMAL_SCHEMA = pa.schema(
+    [
+        ("user", pa.string()),
+        ("price", pa.decimal128(12, 2)),
+        ("amount", pa.decimal128(38, 10)),
+        ("share", pa.decimal128(5, 5)),
+    ]
+)
+DECIMAL_KEY = ["user", "price"]
+
+
+def delta(changes: list[tuple[Row, int]], schema: pa.Schema = SCHEMA) -> pa.Table:
+    cols = list(zip(*(row for row, _ in changes), strict=True)) or [()] * len(schema)
+    arrays = {f.name: pa.array(list(c), f.type) for f, c in zip(schema, cols, strict=True)}
     return pa.table({**arrays, WEIGHT: pa.array([w for _, w in changes], pa.int64())})
 
 
@@ -52,11 +65,14 @@ def _norm(row: Row) -> Row:
 class Target:
     """One sink kind: how to open it and how to read back the view it holds."""
 
-    def __init__(self, kind: str, where: str, tmp: Path) -> None:
+    def __init__(
+        self, kind: str, where: str, tmp: Path, schema: pa.Schema = SCHEMA, key: list[str] = KEY
+    ) -> None:
         self.kind, self.where, self.tmp = kind, where, tmp
+        self.schema, self.key = schema, key
 
     def open(self, pipeline: str = "pipe", key: list[str] | None = None) -> Sink:
-        key = KEY if key is None else key
+        key = self.key if key is None else key
         if self.kind.startswith("postgres"):
             mode = self.kind.split("-")[1]
             spec = PgSpec(
@@ -69,9 +85,9 @@ class Target:
                 key=key if mode == "table" else [],
             )
             return (
-                PostgresTableSink(spec, SCHEMA, pipeline)
+                PostgresTableSink(spec, self.schema, pipeline)
                 if mode == "table"
-                else (PostgresSink(spec, SCHEMA, pipeline))
+                else (PostgresSink(spec, self.schema, pipeline))
             )
         mode = self.kind.split("-")[1]
         dspec = DeltaSpec(
@@ -82,7 +98,7 @@ class Target:
             mode=mode,
             key=key if mode == "table" else [],
         )
-        return DeltaSink(dspec, SCHEMA, pipeline, str(self.tmp))
+        return DeltaSink(dspec, self.schema, pipeline, str(self.tmp))
 
     def delta_table(self) -> DeltaTable:
         if self.where.startswith("s3://"):
@@ -91,7 +107,7 @@ class Target:
 
     def rows(self) -> Counter[Row]:
         """The view the target holds, integrated where it keeps changes."""
-        names = ", ".join(f'"{c}"' for c in SCHEMA.names)
+        names = ", ".join(f'"{c}"' for c in self.schema.names)
         out: Counter[Row] = Counter()
         if self.kind == "postgres-table":
             with psycopg.connect(self.where) as c:
@@ -103,7 +119,7 @@ class Target:
         else:
             table = self.delta_table().to_pyarrow_table()
             weights = table[WEIGHT].to_pylist() if self.kind == "delta-append" else None
-            for i, r in enumerate(table.select(SCHEMA.names).to_pylist()):
+            for i, r in enumerate(table.select(self.schema.names).to_pylist()):
                 out[_norm(tuple(r.values()))] += 1 if weights is None else weights[i]
         return +out
 
@@ -134,6 +150,50 @@ def test_the_table_equals_the_integrated_view_through_rollbacks(target: Target) 
     """Random updates, inserts and deletes of a keyed view (a timestamp in the key, NaN,
     infinity and NULL among the values), with rollbacks to random earlier steps and
     reopened sinks, checked against the model after every step."""
+
+    def row(rng: random.Random) -> tuple[Row, Row]:
+        key = (rng.choice("abcdefgh"), DAY + dt.timedelta(days=rng.randint(0, 2)))
+        mean = rng.choice([0.5, float("nan"), float("inf"), rng.random()])
+        return key, (*key, rng.randint(1, 9), mean, rng.choice([None, "x", "é"]))
+
+    _check_through_rollbacks(target, row)
+
+
+def test_decimals_keep_every_digit_through_rollbacks(target: Target) -> None:
+    """The same with decimal columns, one in the key, values at their types' limits: the
+    tables hold them exactly (Postgres `changes` and `table` modes as numeric(p, s), the
+    undo log's JSON included; Delta as decimal(p, s))."""
+    target = Target(target.kind, target.where, target.tmp, DECIMAL_SCHEMA, DECIMAL_KEY)
+    amounts = [Decimal("9" * 28 + "." + "9" * 10), Decimal("-0.0000000001"), Decimal(0), None]
+
+    def row(rng: random.Random) -> tuple[Row, Row]:
+        key = (rng.choice("abcd"), rng.choice([Decimal("1.50"), Decimal("-9999999999.99")]))
+        amount = rng.choice([*amounts, Decimal(rng.randint(-(10**20), 10**20)).scaleb(-10)])
+        return key, (*key, amount, rng.choice([Decimal("0.00001"), Decimal("-0.99999"), None]))
+
+    _check_through_rollbacks(target, row)
+    if target.kind.startswith("postgres"):
+        with psycopg.connect(target.where) as c:
+            types = c.execute(
+                "SELECT column_name, numeric_precision, numeric_scale FROM "
+                "information_schema.columns WHERE table_name = 'current' AND "
+                "data_type = 'numeric' ORDER BY ordinal_position"
+            ).fetchall()
+        assert types == [("price", 12, 2), ("amount", 38, 10), ("share", 5, 5)]
+    else:
+        stored = target.delta_table().schema().to_arrow()
+        assert [stored.field(c).type for c in ("price", "amount", "share")] == [
+            pa.decimal128(12, 2),
+            pa.decimal128(38, 10),
+            pa.decimal128(5, 5),
+        ]
+
+
+def _check_through_rollbacks(
+    target: Target, row: Callable[[random.Random], tuple[Row, Row]]
+) -> None:
+    """30 steps of random changes of `row(rng)`s (key, row), with rollbacks to random
+    earlier steps and reopened sinks, the table checked against the model after each."""
     rng = random.Random(31)
     sink = target.open()
     sink.rollback(0)
@@ -152,21 +212,44 @@ def test_the_table_equals_the_integrated_view_through_rollbacks(target: Target) 
         view = dict(history[step])
         changes: list[tuple[Row, int]] = []
         for _ in range(rng.randint(0, 6)):
-            key = (rng.choice("abcdefgh"), DAY + dt.timedelta(days=rng.randint(0, 2)))
+            key, new = row(rng)
             old = view.pop(key, None)
             if old is not None:
                 changes.append((old, -1))
             if old is None or rng.random() < 0.7:
-                mean = rng.choice([0.5, float("nan"), float("inf"), rng.random()])
-                new = (*key, rng.randint(1, 9), mean, rng.choice([None, "x", "é"]))
                 view[key] = new
                 changes.append((new, 1))
         step += 1
-        sink.write(step, delta(changes))
+        sink.write(step, delta(changes, target.schema))
         history.append(view)
         assert target.rows() == Counter(_norm(r) for r in view.values()), step
     sink.forget_through(step - 1)
     sink.close()
+
+
+def test_a_postgres_table_too_narrow_for_a_decimal_is_refused(pg_dsn: str, tmp_path: Path) -> None:
+    """An existing table whose numeric column would round or overflow the view's decimals
+    (Postgres rounds to a column's scale silently) is refused when the sink opens; a wider
+    or unconstrained numeric is taken."""
+    target = Target("postgres-table", pg_dsn, tmp_path, DECIMAL_SCHEMA, DECIMAL_KEY)
+    for column, ok in [
+        ("numeric(12,1)", False),
+        ("numeric(11,2)", False),
+        ("double precision", False),
+        ("numeric(20,4)", True),
+        ("numeric", True),
+    ]:
+        with psycopg.connect(pg_dsn, autocommit=True) as c:
+            c.execute("DROP TABLE IF EXISTS current")
+            c.execute(
+                f'CREATE TABLE current ("user" text, price {column}, amount numeric(38,10), '
+                'share numeric(5,5), PRIMARY KEY ("user", price))'
+            )
+        if ok:
+            target.open().close()
+            continue
+        with pytest.raises(SinkError, match=r"column 'price' .* numeric\(12,2\) or wider"):
+            target.open()
 
 
 @pytest.mark.parametrize("kind", ["postgres-table", "delta-table"])

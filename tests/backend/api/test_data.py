@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Iterator
+from decimal import Decimal
 
 import numpy as np
 import pyarrow as pa
@@ -17,6 +18,7 @@ from backend.models import (
 )
 from pipeline_spec.model import ViewSink as ViewSinkSpec
 from storage_engine import StorageLocation
+from storage_engine.input_log import InputLog
 from storage_engine.schema import WEIGHT
 from workers.sinks import ViewSink
 
@@ -137,6 +139,78 @@ def test_ingest_rejects_bad_records_whole(api: Api) -> None:
         assert log.end() == 1 and len(log.segments()) == 1, content
     # The stream still takes good records, at the next offset.
     assert api.post(url, content=ndjson([bid(5)]), headers=NDJSON).json()["first_offset"] == 1
+
+
+def test_ingest_decimals_as_spark_reads_them(api: Api) -> None:
+    """A decimal column takes JSON numbers from their own digits (never a double) and
+    numeric strings, rounded HALF_UP to its scale, as Spark's readers do; a value with too
+    many digits rejects the body, naming the line (or record) and the field. The stored
+    values, and a view of them read through the API (strings of all their digits), are
+    exact."""
+    spec = with_changes(
+        log_spec("money"),
+        source={
+            "kind": "log",
+            "stream": "pay",
+            "schema": {"who": "string", "amount": "decimal(38,2)", "rate": "decimal(5,5)"},
+        },
+        state=[],
+        sql="CREATE VIEW v AS SELECT who, amount, rate FROM input",
+        sinks=[{"name": "v", "kind": "view", "from": "v"}],
+    )
+    api.create_pipeline(spec)
+    url = "pipelines/money/ingest/pay"
+    body = (
+        b'{"who": "a", "amount": 12345678901234567890123456789012.345, "rate": 0.000015}\n'
+        b'{"who": "b", "amount": "1,000.005", "rate": 1e-5}\n'
+        b'{"who": "c", "amount": null}\n'
+    )
+    r = api.post(url, content=body, headers=NDJSON)
+    assert r.status_code == 200, r.text
+    csv = b"who,amount,rate\nd,0.1,.5\ne,-0.125,\n"
+    r = api.post(url, content=csv, headers={"Content-Type": "text/csv"})
+    assert r.status_code == 200, r.text
+    log = InputLog(
+        str(api.storage("money") / "input-log" / "pay"),
+        pa.schema(
+            [("who", pa.string()), ("amount", pa.decimal128(38, 2)), ("rate", pa.decimal128(5, 5))]
+        ),
+    )
+    rows = [r for b in log.read(0, 5) for r in b.to_pylist()]
+    assert [(r["who"], r["amount"], r["rate"]) for r in rows] == [
+        ("a", Decimal("12345678901234567890123456789012.35"), Decimal("0.00002")),
+        ("b", Decimal("1000.01"), Decimal("0.00001")),
+        ("c", None, None),
+        ("d", Decimal("0.10"), Decimal("0.50000")),
+        ("e", Decimal("-0.13"), None),
+    ]
+    bad = [
+        (b'{"who": "a"}\n\n{"who": "b", "rate": 1.5}\n', NDJSON, "line 3, field 'rate'"),
+        (b'{"who": "a", "amount": true}\n', NDJSON, "line 1, field 'amount'"),
+        (b"who,amount,rate\na,1,0.1\nb,abc,0\n", {"Content-Type": "text/csv"}, "record 2 "),
+    ]
+    for content, headers, where in bad:
+        got = error(api.post(url, content=content, headers=headers), 422, "invalid_input")
+        assert where in got["message"], got
+    assert log.end() == 5
+
+    schema = pa.schema([("who", pa.string()), ("amount", pa.decimal128(38, 2))])
+    with StorageLocation.open(str(api.storage("money"))) as loc:
+        sink = ViewSink(ViewSinkSpec(name="v", kind="view", **{"from": "v"}), schema, loc)
+        d = pa.table(
+            {
+                "who": ["a", "b"],
+                "amount": pa.array([rows[0]["amount"], Decimal("0.00")], pa.decimal128(38, 2)),
+                WEIGHT: pa.array([1, 1], pa.int64()),
+            }
+        )
+        sink.write(1, d)
+        loc.commit(step=1)
+    got = api.get("pipelines/money/views/v").json()["rows"]
+    assert got == [
+        {"who": "a", "amount": "12345678901234567890123456789012.35"},
+        {"who": "b", "amount": "0.00"},
+    ]
 
 
 def test_ingest_unknown_stream(api: Api) -> None:
