@@ -52,11 +52,9 @@ REFUSED: dict[str, str] = {}
 NOT_RUN: dict[str, str] = {}
 # Queries that plan and run but do not give DuckDB's answer: strict expected failures, so
 # a fix shows as XPASS; each with the error it fails with and what goes wrong.
-_DECIMAL_SEEK = "a spine seek on a key with a DECIMAL column fails (Arrow: precision)"
-FAILING: dict[str, tuple[type[Exception], str]] = {
-    "q10": (pa.ArrowInvalid, f"{_DECIMAL_SEEK}: GROUP BY c_acctbal"),
-    "q13": (pa.ArrowInvalid, f"{_DECIMAL_SEEK}: the join's state holds o_totalprice"),
-}
+# e.g. "q10": (pa.ArrowInvalid, "a spine seek on a key with a DECIMAL column fails"), as
+# until the decimal work was merged (569c7be).
+FAILING: dict[str, tuple[type[Exception], str]] = {}
 
 
 def _ordered(names: Iterable[str]) -> list[str]:

@@ -80,14 +80,7 @@ def _view(tmp: Path, name: str) -> Rows:
     return Counter(tuple(norm(v) for v in r.values()) for r in rows)
 
 
-# Until issue 48's CSV (branch csv) is on main: a quoted field (`"eas hang ironic, silent
-# packages..."`) makes its line a dead letter. Strict: the test says when it passes.
-CSV_QUOTES = pytest.mark.xfail(
-    strict=True, raises=AssertionError, reason="quoted CSV fields are dead letters"
-)
-
-
-@pytest.mark.parametrize("fmt", ["parquet", pytest.param("csv", marks=CSV_QUOTES)])
+@pytest.mark.parametrize("fmt", ["parquet", "csv"])
 def test_the_compared_queries_equal_duckdb_across_a_sigkill(
     fmt: Format, tpch_data: TpchData, tmp_path: Path
 ) -> None:
