@@ -15,6 +15,8 @@ from local_servers.kafka import KafkaBroker, find_tansu
 from local_servers.seaweedfs import SeaweedS3, find_weed, remove_bucket
 from workers.session import spark_session
 
+from .tpch import TpchData, generate
+
 QUICK = os.environ.get("SPINDLE_TEST_PROFILE", "full") == "quick"
 
 
@@ -100,6 +102,14 @@ def pg_dsn() -> Iterator[str]:
     yield PG_ADMIN.rsplit("/", 1)[0] + "/" + name
     with psycopg.connect(PG_ADMIN, autocommit=True) as c:
         c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def tpch_data(tmp_path_factory: pytest.TempPathFactory) -> TpchData:
+    """TPC-H's 8 tables at scale factor 0.015 (90,000 line items: the smallest at which
+    every query's answer has a value, q17's and q19's included), 4 files each, as Parquet
+    and as CSV (tests/tpch.py)."""
+    return generate(tmp_path_factory.mktemp("tpch"), 0.015, 4)
 
 
 # The Spark session of a test module: one per module (a session is expensive to start, and
