@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,6 +84,22 @@ class UI:
         token.fill(self.token)
         self.page.get_by_test_id("signin-submit").click()
         expect(token).to_have_count(0, timeout=15_000)
+
+    def fill_spec(self, text: str) -> None:
+        """The spec editor's text replaced by `text`. On a loaded machine a fill that lands
+        while the editor is still taking focus can leave the template's text in place, so
+        the fill is checked and made again."""
+        editor = self.page.get_by_test_id("spec-editor")
+        editor.wait_for(state="visible", timeout=15_000)
+        want = " ".join(text.split())
+        for _ in range(3):
+            editor.fill(text)
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                if " ".join(editor.inner_text().split()) == want:
+                    return
+                self.page.wait_for_timeout(100)
+        raise AssertionError(f"the spec editor holds {editor.inner_text()!r}, not {text!r}")
 
     def unexpected_errors(self) -> list[str]:
         return [e for e in self.errors if not EXPECTED_4XX.search(e)]

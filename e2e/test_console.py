@@ -244,7 +244,7 @@ def test_checkpoints_commit_gc_pin_restore(ui: UI, plat: Platform) -> None:
 def test_malformed_spec_shows_field_errors(ui: UI, plat: Platform) -> None:
     page = ui.page
     ui.sign_in("pipelines/new")
-    page.get_by_test_id("spec-editor").fill(BAD_SPEC)
+    ui.fill_spec(BAD_SPEC)
     page.get_by_test_id("btn-validate").click()
     errors = page.get_by_test_id("spec-errors").get_by_test_id("spec-error")
     expect(errors.first).to_be_visible()
@@ -265,7 +265,7 @@ def test_malformed_spec_shows_field_errors(ui: UI, plat: Platform) -> None:
 def test_schema_errors_as_you_type(ui: UI, plat: Platform) -> None:
     page = ui.page
     ui.sign_in("pipelines/new")
-    page.get_by_test_id("spec-editor").fill(SCHEMA_BAD_SPEC)
+    ui.fill_spec(SCHEMA_BAD_SPEC)
     errors = page.get_by_test_id("spec-errors").get_by_test_id("spec-error")
     # Nothing clicked: the browser's schema check, at the field and its line.
     group_by = errors.and_(page.locator('[data-field="state.0.group_by"]'))

@@ -1,6 +1,6 @@
 """A SQL pipeline over `files` tables with DECIMAL columns, run on Spark: line items as JSON
-lines (parsed in the driver), orders as CSV (parsed by Spark: the driver's CSV parser takes
-no decimals) and customers as Parquet (decimal(15, 2) stored as INT64, as tpchgen-cli writes
+lines (parsed in the driver), orders as CSV (parsed by Spark: the driver's CSV parser takes no
+`float` column) and customers as Parquet (decimal(15, 2) stored as INT64, as tpchgen-cli writes
 it, and a file of decimal(12, 2) widened as Spark widens it). Sums, averages, products and
 joins of decimals, in two runs (the second restored from the first's checkpoint, with more
 files), equal DuckDB's answers over the same files exactly; values that need rounding to
@@ -59,7 +59,9 @@ ORACLE = {
         GROUP BY o.orderkey, o.total""",
 }
 LINEITEM = {"orderkey": "bigint", "qty": MONEY, "price": MONEY, "disc": MONEY, "flag": "string"}
-ORDERS = {"orderkey": "bigint", "custkey": "bigint", "total": MONEY}
+# A `float` column, which the driver's CSV parse does not convert, sends the orders' files
+# to Spark's CSV reader: the pipeline has decimals parsed both ways.
+ORDERS = {"orderkey": "bigint", "custkey": "bigint", "total": MONEY, "weight": "float"}
 CUSTOMER = {"custkey": "bigint", "nation": "string", "balance": MONEY}
 
 
@@ -120,10 +122,10 @@ def write_files(tmp: Path, batch: int) -> None:
         }
         lines.append(json.dumps(row))
     (tmp / "lineitem" / f"{batch:03d}.json").write_text("\n".join(lines) + "\n")
-    orders = ["orderkey,custkey,total"]
+    orders = ["orderkey,custkey,total,weight"]
     for k in range(batch * 20, batch * 20 + 20):
         total = "" if k % 13 == 0 else money(rng, 10**9, rng.choice([2, 3]))
-        orders.append(f"{k % 40},{rng.randint(0, 9)},{total}")
+        orders.append(f"{k % 40},{rng.randint(0, 9)},{total},{rng.randint(0, 9)}.5")
     (tmp / "orders" / f"{batch:03d}.csv").write_text("\n".join(orders) + "\n")
     customers = pa.table(
         {
@@ -145,7 +147,7 @@ def oracle(tmp: Path, view: str) -> Counter[tuple[Any, ...]]:
     with_spark_avg(con, "DECIMAL(38, 6)")  # every average here has scale 6, as written
 
     def columns(schema: dict[str, str]) -> str:
-        types = {"bigint": "BIGINT", "string": "VARCHAR", MONEY: "DECIMAL(15, 2)"}
+        types = {"bigint": "BIGINT", "string": "VARCHAR", "float": "FLOAT", MONEY: "DECIMAL(15, 2)"}
         return "{" + ", ".join(f"'{c}': '{types[t]}'" for c, t in schema.items()) + "}"
 
     con.execute(

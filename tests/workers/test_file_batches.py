@@ -135,6 +135,30 @@ def test_a_record_wider_than_the_csv_reader_is_read_again_with_room_for_it(
         batches.close()
 
 
+def test_the_index_error_without_its_message_widens_only_for_a_wide_file(
+    tmp_path: Path, spark: SparkSession
+) -> None:
+    """HotSpot throws a hot exception without its message (the suite's JVM had, once: the
+    reader's index error as "ArrayIndexOutOfBoundsException - null"); the files decide."""
+    error = RuntimeError(
+        "com.univocity.parsers.common.TextParsingException: "
+        "java.lang.ArrayIndexOutOfBoundsException - null"
+    )
+    wide, plain = tmp_path / "a.csv", tmp_path / "b.csv"
+    wide.write_bytes(b"u,a\n" + b"," * 30000 + b"\n")
+    plain.write_bytes(b"u,a\nz,3\n")
+    batches = FileBatches(spark, "csv", "u string, a bigint")
+    try:
+        batches.read([str(plain)], 1)
+        assert not batches.widen_columns(error)
+        batches.read([str(wide), str(plain)], 3)
+        assert batches.widen_columns(error)
+        rows = batches.rows().select("u", CORRUPT).toArrow().to_pylist()
+        assert Counter(r[CORRUPT] for r in rows) == {None: 1, "," * 30000: 1}
+    finally:
+        batches.close()
+
+
 # (line text, good rows' `a`, bad records it gives): what Spark's JSON reader makes of a line.
 JSON_LINES: list[tuple[bytes, list[int | None], int]] = [
     (b'{"a": 1}', [1], 0),

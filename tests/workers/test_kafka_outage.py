@@ -59,7 +59,7 @@ def _changes(broker: KafkaBroker, topic: str) -> Counter[tuple[Any, ...]]:
             continue
         seen.add((step, m.value()))
         v = json.loads(m.value())
-        out[(v["customer"], v["n"], v["total"])] += v["__weight"]
+        out[(v["customer"], v["n"], v["total"], v["paid"])] += v["__weight"]
     return out
 
 
