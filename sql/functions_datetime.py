@@ -99,6 +99,7 @@ def _day_of_week(x: Val) -> Val:
 
 # --- months ---------------------------------------------------------------------------------
 
+
 def _plus_months(days: np.ndarray, months: np.ndarray) -> np.ndarray:
     """Dates (days since the epoch) plus whole months, the day of month cut to the new
     month's length, as Spark's add_months does (2021-01-31 + 1 month: 2021-02-28)."""
