@@ -1,4 +1,5 @@
-"""`spindle demo`: the storage engine end to end on generated data, until the platform lands."""
+"""`spindle demo`: the storage engine alone on generated data (no Spark, no servers):
+batches into spines, checkpoints, garbage collection and a restore."""
 
 from __future__ import annotations
 
