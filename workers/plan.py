@@ -29,6 +29,7 @@ from storage_engine.circuit import (
     WindowAggregate,
 )
 
+from .dataflow_run import DataflowRun
 from .pre_aggregation import PreAggregation, pre_aggregation
 from .sources import (
     END,
@@ -169,7 +170,7 @@ def plan(spark: SparkSession, spec: S.PipelineSpec) -> Plan:
         inputs[SOURCE] = (None, ["*"])
         schemas[SOURCE] = stream_arrow
     event_time = _event_time(spec, stream_arrow)
-    circuit: Stepper = flow if flow is not None else Circuit(ops)
+    circuit: Stepper = DataflowRun(flow) if flow is not None else Circuit(ops)
     lines = isinstance(spec.source, S.FilesSource) and spec.source.format != "parquet"
     pre = pre_aggregation(circuit, stream_arrow, event_time, lines)
     opts = _options(spec.source, src)

@@ -189,7 +189,7 @@ def _owner(spine_id: str, operator_ids: Sequence[str]) -> str | None:
 
 class Stepper(Protocol):
     """What a run steps and checkpoints: a `Circuit`, or a SQL pipeline's dataflow (the
-    `sql` package) built on one."""
+    `sql` package) built on one, as the runtime wraps it (`workers/dataflow_run.py`)."""
 
     operators: list[Operator]
 
