@@ -27,7 +27,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorOut, "description": what}
     for status, what in (
         (401, "no valid token"),
-        (403, "the token's role is not enough, or a run token is another run's"),
+        (403, "the token's role is not enough"),
         (404, "no such pipeline, checkpoint, operation, token, stream or view"),
         (409, "conflicts with the current state"),
         (413, "request body too large"),
