@@ -251,9 +251,11 @@ def _control_plane(run_id: int) -> ControlPlane:
 
     plane = control_rest.from_env(run_id)
     if plane is not None:
+        typer.echo(f"run {run_id}: control plane over its REST API, {plane.client.base_url}")
         return plane
     from . import control_db
 
+    typer.echo(f"run {run_id}: control plane over its database")
     return control_db.from_env(run_id)
 
 
