@@ -205,3 +205,20 @@ def test_a_run_claims_and_finishes_only_its_pipelines_operations(api: Api) -> No
         row = s.get(Operation, op)
         assert row is not None
         assert (row.status, row.result) == (OperationStatus.succeeded, {"step": 1})
+
+
+def test_a_drivers_reports_show_like_outside_changes_without_emptying_the_read_cache(
+    api: Api,
+) -> None:
+    """A driver reports several times a second: its changes show within the read cache's
+    lifetime, as when drivers wrote the database themselves, while a client's own write
+    still shows at once."""
+    a, token = started_run(api, "a")
+    before = api.get("pipelines/a").json()
+    assert before["state"] == "starting"
+    assert api.post(f"runs/{a}/opened", token=token, json=OPENED).status_code == 200
+    assert api.get("pipelines/a").json() == before
+    api.reads_expire()
+    assert api.get("pipelines/a").json()["state"] == "running"
+    assert api.post("pipelines/a/pause").status_code == 202
+    assert api.get("pipelines/a").json()["desired_state"] == "paused"
