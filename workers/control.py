@@ -103,7 +103,7 @@ class JobControl:
                 mirrored = now_cps
                 for op in self.plane.claim():
                     self._perform(op)
-            except Exception:  # the database may be briefly unavailable: keep trying
+            except Exception:  # the control plane may be briefly unreachable: keep trying
                 log.exception("control loop")
 
     def _report(self, heartbeat: bool, checkpoints: Checkpoints | None = None) -> Report:

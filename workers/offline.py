@@ -66,7 +66,7 @@ def execute(db: Database, settings: Settings, op_id: str) -> None:
         else:
             assert result is not None
             if kind == OperationKind.restore:
-                p2.restore_point = str(params["checkpoint"])
+                lifecycle.restore_at_next_start(p2, str(params["checkpoint"]))
             ops.succeed(op2, result)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import signal
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import or_, select, update
@@ -203,6 +204,29 @@ def run_follows(run: Run | None, paused: bool) -> None:
     if run is None or run.state != RunState.running:
         return
     run.pipeline.state = PipelineState.paused if paused else PipelineState.running
+
+
+def restore_at_next_start(p: Pipeline, checkpoint: str) -> None:
+    """A restore of a stopped pipeline: its next start from "latest" resumes from
+    `checkpoint` (until a run has opened it)."""
+    p.restore_point = checkpoint
+
+
+# Durability events (`workers.durability`) that leave the pipeline in trouble, and those
+# that end the trouble.
+DURABILITY_PROBLEMS = ("commit_failed", "upload_failed", "remote_unavailable", "fenced")
+DURABILITY_OK = ("durable", "remote_available")
+
+
+def durability_reported(p: Pipeline, events: Sequence[tuple[str, str | None]]) -> None:
+    """A run's durability events, (kind, message) oldest first: the newest problem shows
+    on the pipeline until a checkpoint is durable again."""
+    for kind, message in events:
+        if kind in DURABILITY_OK:
+            p.durability_error = p.durability_error_at = None
+        elif kind in DURABILITY_PROBLEMS:
+            p.durability_error = (message or kind)[:2000]
+            p.durability_error_at = utcnow()
 
 
 def describe_exit(code: int) -> str:
@@ -439,6 +463,7 @@ __all__ = [
     "Exit",
     "backoff_s",
     "describe_exit",
+    "durability_reported",
     "fail_restores",
     "latest_run",
     "live_run",
@@ -447,6 +472,7 @@ __all__ = [
     "request_stop",
     "restart_delay_s",
     "restart_number",
+    "restore_at_next_start",
     "resume",
     "run_exited",
     "run_follows",

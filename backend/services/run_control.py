@@ -25,7 +25,6 @@ from ..models import (
     OperationStatus,
     Pipeline,
     Run,
-    utcnow,
 )
 from ..schemas.runs import (
     CheckpointsIn,
@@ -41,8 +40,6 @@ from . import checkpoints as cps
 from . import lifecycle, metrics
 from . import operations as ops
 
-# Durability events that leave the pipeline in trouble (`workers.durability`).
-_PROBLEMS = ("commit_failed", "upload_failed", "remote_unavailable", "fenced")
 _OFFSETS = ("source_offset", "source_offsets")
 
 
@@ -175,14 +172,8 @@ def _record(s: Session, run: Run, samples: Sequence[SampleIn], events: Sequence[
         fencings=kinds.count("fenced"),
     )
     p = s.get(Pipeline, run.pipeline_id)
-    if p is None:
-        return
-    for e in events:
-        if e.event in ("durable", "remote_available"):
-            p.durability_error = p.durability_error_at = None
-        elif e.event in _PROBLEMS:
-            p.durability_error = (e.message or e.event)[:2000]
-            p.durability_error_at = utcnow()
+    if p is not None:
+        lifecycle.durability_reported(p, [(e.event, e.message) for e in events])
 
 
 __all__ = ["claim", "finish", "opened", "report"]
