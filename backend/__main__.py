@@ -2,11 +2,16 @@
 database, makes sure an admin token exists, starts a Celery worker with beat, and serves
 the API; Ctrl-C or SIGTERM stops all of it, asking running pipelines to checkpoint first.
 `python -m backend migrate` only upgrades the database (deployments run it once per
-release)."""
+release).
+
+The composition root: the one module of `backend` that imports `workers` (the API's task
+queue is Celery's, `create_app_from_env`; the worker it starts), and where pipeline drivers
+are told the API's URL (SPINDLE_API_URL), so they reach the control plane over HTTP."""
 
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import signal
 import subprocess
@@ -17,6 +22,7 @@ from typing import Annotated
 
 import typer
 import uvicorn
+from fastapi import FastAPI
 from uvicorn.supervisors import Multiprocess
 
 from .child_processes import die_with_parent
@@ -70,6 +76,34 @@ def worker_command(settings: Settings, concurrency: int = 32) -> list[str]:
     ]
 
 
+def create_app_from_env() -> FastAPI:
+    """The app with every component built from `Settings()` (the environment): the factory
+    each API process imports when `serve` runs several of them, and the one to give
+    `uvicorn --factory backend.__main__:create_app_from_env` in a deployment."""
+    from workers.celery_app import make_celery
+    from workers.tasks import CeleryQueue
+
+    from .api.app import create_app
+    from .db import Database
+
+    settings = Settings()
+    app = create_app(settings, Database(settings.db_url), CeleryQueue(make_celery(settings)))
+    # The loaded libraries' objects live as long as the process: moved out of the
+    # collector's reach, a full collection no longer walks them all, a pause every request
+    # in flight would otherwise wait out (the API's latency tail).
+    gc.collect()
+    gc.freeze()
+    return app
+
+
+def _api_url(host: str, port: int) -> str:
+    """Where the drivers this `serve` starts reach its API: itself, on the loopback when it
+    listens on every address."""
+    if host in ("0.0.0.0", "", "::"):
+        host = "127.0.0.1"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
 def _exit_on_signal(signum: int, _: object) -> None:
     raise SystemExit(0)  # a requested stop is a clean one
 
@@ -79,7 +113,7 @@ def _serve_api(settings: Settings, host: str, port: int) -> None:
     environment (`create_app_from_env`); with several, uvicorn's supervisor runs them on
     one shared listening socket, stops them on a signal and returns."""
     config = uvicorn.Config(
-        "backend.api.app:create_app_from_env",
+        "backend.__main__:create_app_from_env",
         factory=True,
         host=host,
         port=port,
@@ -119,7 +153,9 @@ def serve(
     settings = _settings(data_dir)
     if api_workers is not None:
         os.environ["SPINDLE_API_WORKERS"] = str(api_workers)
-        settings = Settings()
+    # Unless the deployment says where drivers reach the API, they reach this one.
+    os.environ.setdefault("SPINDLE_API_URL", _api_url(host, port))
+    settings = Settings()
     upgrade(settings.db_url)
     db = Database(settings.db_url)
     configured = settings.admin_token.get_secret_value() if settings.admin_token else None

@@ -244,6 +244,18 @@ class ApiToken(Base):
     last_used_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, default=None)
 
 
+class RunToken(Base):
+    """A run's credential for its own endpoints of the REST API (the driver's control plane
+    over HTTP): issued as the run starts, revoked when it ends; only the digest is kept."""
+
+    __tablename__ = "run_tokens"
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    revoked_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, default=None)
+
+
 class PipelineTotals(Base):
     """Counters of a pipeline that only grow (Prometheus `*_total`): the metrics history is
     downsampled and deleted, these are not."""
@@ -320,5 +332,6 @@ __all__ = [
     "Role",
     "Run",
     "RunState",
+    "RunToken",
     "utcnow",
 ]

@@ -42,6 +42,12 @@ class Settings(BaseSettings):
     admin_token: SecretStr | None = Field(
         None, description="bootstrap admin token; default: generated into <data_dir>/admin-token"
     )
+    api_url: str | None = Field(
+        None,
+        description="the API's base URL as pipeline drivers reach it (`serve` sets it to its "
+        "own): drivers then report to the control plane over the REST API, each with a token "
+        "of its run's; unset: over the database",
+    )
     api_workers: int = Field(1, ge=1, le=64, description="API server processes started by `serve`")
     token_cache_s: float = Field(
         5.0, ge=0, description="how long an API process trusts a token lookup (0: off)"

@@ -7,6 +7,10 @@ statement counts, those inside functions and under TYPE_CHECKING too.
   only the engine and the spec, and of the engine not the storage location, checkpoints or
   commits (the runtime binds the dataflow to those); the control plane (`backend`) does
   not import Spark.
+- The Spark runtime (`RUNTIME`, listed by module until it has a subpackage of its own)
+  reaches `backend` only through the database's implementation of its control plane
+  (`workers.control_db`); `backend` reaches `workers` only from its composition root
+  (`backend.__main__`).
 - Tests import the benchmarks only to test them (`tests/bench/`).
 - No import cycle between modules.
 - No module over 600 lines unless its docstring says why (a paragraph starting
@@ -16,7 +20,7 @@ statement counts, those inside functions and under TYPE_CHECKING too.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import grimp
@@ -153,6 +157,136 @@ def test_sql_does_not_import_the_storage_location_or_commits(
     importers = graph.find_modules_that_directly_import(imported)
     ours = sorted(m for m in importers if m == "sql" or m.startswith("sql."))
     assert ours == [], f"{ours} import {imported}"
+
+
+# The Spark driver's modules: what `python -m workers.driver` runs, bar `control_db`. The
+# rest of `workers` is the Celery jobs (launch, supervise, spares, offline operations).
+RUNTIME = frozenset(
+    f"workers.{m}"
+    for m in [
+        "batch_jobs",
+        "checkpointing",
+        "control",
+        "control_plane",
+        "control_rest",
+        "cpu_dispatch",
+        "dataflow_run",
+        "csv_lines",
+        "csv_values",
+        "dead_letters",
+        "delta_sink",
+        "driver",
+        "driver_files",
+        "driver_jvm",
+        "durability",
+        "file_batches",
+        "input_files",
+        "json_lines",
+        "kafka_sink",
+        "kafka_source",
+        "keyed_changes",
+        "nexmark",
+        "offset_log",
+        "parquet_files",
+        "plan",
+        "postgres_sinks",
+        "pre_aggregation",
+        "progress",
+        "restore",
+        "run_metrics",
+        "runner",
+        "session",
+        "sinks",
+        "sources",
+        "spare",
+        "spark_cds",
+        "spark_install",
+        "step_ends",
+        "step_input",
+        "step_query",
+        "warm_up",
+        "watchdog",
+    ]
+)
+# The one runtime module that may import `backend`: the driver is given it when no API URL
+# is known.
+DB_CONTROL_PLANE = "workers.control_db"
+COMPOSITION_ROOT = "backend.__main__"
+
+
+def _reach(graph: grimp.ImportGraph, start: str, exempt: frozenset[str]) -> dict[str, str]:
+    """Every module `start` imports directly or through others, not through `exempt`;
+    {module: the module that imports it on the way}."""
+    via: dict[str, str] = {start: start}
+    todo = [start]
+    while todo:
+        m = todo.pop()
+        for n in graph.find_modules_directly_imported_by(m):
+            if n not in via and n not in exempt:
+                via[n] = m
+                todo.append(n)
+    return via
+
+
+def _chain(via: dict[str, str], end: str) -> list[str]:
+    out = [end]
+    while via[out[-1]] != out[-1]:
+        out.append(via[out[-1]])
+    return out[::-1]
+
+
+def _crossings(
+    graph: grimp.ImportGraph, starts: Iterable[str], package: str, exempt: frozenset[str]
+) -> list[list[str]]:
+    """The import chains from `starts` into `package` that avoid `exempt`."""
+    out = []
+    for start in sorted(starts):
+        via = _reach(graph, start, exempt)
+        hits = sorted(m for m in via if m.split(".")[0] == package)
+        out += [_chain(via, m) for m in hits[:1]]
+    return out
+
+
+def test_the_runtime_reaches_backend_only_through_its_database_control_plane(
+    graph: grimp.ImportGraph,
+) -> None:
+    exempt = frozenset({DB_CONTROL_PLANE})
+    assert _crossings(graph, RUNTIME, "backend", exempt) == []
+
+
+def test_the_runtime_list_is_what_the_driver_runs(graph: grimp.ImportGraph) -> None:
+    """A new module the driver imports is listed in RUNTIME (and so held to its rule)."""
+    ours = {
+        m
+        for m in _reach(graph, "workers.driver", frozenset({DB_CONTROL_PLANE}))
+        if m.startswith("workers.") and m != "workers"
+    }
+    assert sorted(ours - RUNTIME) == []
+    assert sorted(RUNTIME - ours) == []
+
+
+def test_backend_reaches_workers_only_from_its_composition_root(
+    graph: grimp.ImportGraph,
+) -> None:
+    mods = {m for m in graph.modules if m.split(".")[0] == "backend"} - {COMPOSITION_ROOT}
+    assert _crossings(graph, mods, "workers", frozenset({COMPOSITION_ROOT})) == []
+
+
+def test_the_crossing_finder_finds_a_runtime_import_of_backend() -> None:
+    g = grimp.ImportGraph()
+    for a, b in (
+        ("workers.driver", "workers.control"),
+        ("workers.control", "workers.control_db"),
+        ("workers.control_db", "backend.db"),
+        ("workers.runner", "workers.helpers"),
+        ("workers.helpers", "backend.settings"),
+    ):
+        g.add_import(importer=a, imported=b)
+    runtime = ["workers.driver", "workers.control", "workers.runner"]
+    exempt = frozenset({DB_CONTROL_PLANE})
+    assert _crossings(g, runtime, "backend", exempt) == [
+        ["workers.runner", "workers.helpers", "backend.settings"]
+    ]
 
 
 def _long_modules_without_a_reason() -> list[str]:

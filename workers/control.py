@@ -2,11 +2,12 @@
 operation_poll_s, reports its run's steps and heartbeat, follows the pipeline's desired
 state (pause, resume, stop, the automatic commit interval), performs the pipeline's pending
 operations between steps, and keeps the checkpoint mirror. It talks to the control plane
-only through `backend.services.run_control.ControlPlane`.
+only through the `control_plane.ControlPlane` it is given (over the database or the REST
+API).
 
 Operations and what the job does:
   commit             checkpoint now (waits until locally durable); result: the checkpoint
-  gc                 delete checkpoints chosen by backend.services.retention (pins respected)
+  gc                 delete checkpoints chosen by storage_engine.retention (pins respected)
   delete_checkpoint  delete one (not if pinned)
   restore            check the checkpoint exists, then exit with EXIT_RELAUNCH: the
                      supervisor starts a run from it, which completes the operation
@@ -22,18 +23,25 @@ import threading
 import time
 from typing import Any
 
-from backend.models import OperationKind
-from backend.services import checkpoints as cps
-from backend.services.run_control import (
+from pipeline_spec.exits import EXIT_INTERRUPTED, EXIT_RELAUNCH, EXIT_STOPPED
+from storage_engine import retention
+
+from .control_plane import (
+    COMMIT,
+    DELETE_CHECKPOINT,
+    GC,
+    OFFSET_KEYS,
+    RESTORE,
+    STOP,
     Checkpoints,
     Claimed,
     ControlPlane,
     Desired,
+    Finished,
+    Opened,
     Report,
     Skipped,
 )
-from pipeline_spec.exits import EXIT_INTERRUPTED, EXIT_RELAUNCH, EXIT_STOPPED
-
 from .runner import Runner
 
 log = logging.getLogger("spindle.job")
@@ -48,6 +56,8 @@ class JobControl:
         self._thread: threading.Thread | None = None
         self._parent = os.getppid()
         self.runner: Runner | None = None
+        # A checkpoint's metadata never changes: read once per checkpoint, not per mirror.
+        self._offsets: dict[str, dict[str, Any]] = {}
 
     # -- called by the runner's process --
 
@@ -61,7 +71,7 @@ class JobControl:
         loc = runner.loc
         restored = loc.restored.uuid if loc.restored is not None else None
         skipped = [Skipped(c.uuid, c.reason) for c in runner.skipped]
-        self._follow(self.plane.opened(runner.step, restored, skipped, self._checkpoints()))
+        self._follow(self.plane.opened(Opened(runner.step, restored, skipped, self._checkpoints())))
         self._thread = threading.Thread(target=self._loop, name="spindle-control", daemon=True)
         self._thread.start()
 
@@ -70,8 +80,7 @@ class JobControl:
         if self._thread is not None:
             self._thread.join(timeout=10)
         if self.runner is not None:
-            self.plane.poll(self._report(heartbeat=True))
-            self.plane.mirror(self._checkpoints())
+            self.plane.report(self._report(heartbeat=True, checkpoints=self._checkpoints()))
 
     # -- the loop --
 
@@ -85,19 +94,19 @@ class JobControl:
                     os._exit(EXIT_INTERRUPTED)
                 now = time.monotonic()
                 beat = now - last_beat >= self.heartbeat_s
-                self._follow(self.plane.poll(self._report(beat)))
+                now_cps = self._mirror_key()
+                # Mirrored when the job's own policy committed or gc'd.
+                changed = self._checkpoints() if now_cps != mirrored else None
+                self._follow(self.plane.report(self._report(beat, changed)))
                 if beat:
                     last_beat = now
-                now_cps = self._mirror_key()
-                if now_cps != mirrored:  # the job's own policy committed or gc'd
-                    self.plane.mirror(self._checkpoints())
-                    mirrored = now_cps
+                mirrored = now_cps
                 for op in self.plane.claim():
                     self._perform(op)
-            except Exception:  # the database may be briefly unavailable: keep trying
+            except Exception:  # the control plane may be briefly unreachable: keep trying
                 log.exception("control loop")
 
-    def _report(self, heartbeat: bool) -> Report:
+    def _report(self, heartbeat: bool, checkpoints: Checkpoints | None = None) -> Report:
         """The step now and the records queued since the last report (a record with an
         `event` is a durability event; the others are steps)."""
         assert self.runner is not None
@@ -109,7 +118,7 @@ class JobControl:
             except queue.Empty:
                 break
             (events if "event" in rec else samples).append(rec)
-        return Report(self.runner.step, samples, events, heartbeat)
+        return Report(self.runner.step, samples, events, heartbeat, checkpoints)
 
     def _follow(self, want: Desired) -> None:
         r = self.runner
@@ -132,27 +141,27 @@ class JobControl:
             result = self._do(r, op)
         except Exception as e:
             error = f"{type(e).__name__}: {e}"
-        self.plane.mirror(self._checkpoints())
-        self.plane.finish(op.id, result, error)
+        self.plane.finish(op.id, Finished(result, error, self._checkpoints()))
 
     def _do(self, r: Runner, op: Claimed) -> dict[str, Any] | None:
         kind, params = op.kind, op.params
-        if kind == OperationKind.commit:
+        if kind == COMMIT:
             h, step = r.checkpoints.request(params.get("identifier"))
             return {"checkpoint": h.wait_local(), "step": step}
-        if kind in (OperationKind.gc, OperationKind.delete_checkpoint):
+        if kind in (GC, DELETE_CHECKPOINT):
             with r.step_lock:
-                victims = cps.victims(kind, params, r.loc.list_checkpoints(), set(op.pinned))
+                listed = r.loc.list_checkpoints()
+                victims = retention.victims(kind, params, listed, set(op.pinned))
                 res = r.loc.delete_checkpoints(victims)
                 r.checkpoints.deleted()
-            return cps.gc_result(res)
-        if kind == OperationKind.restore:
+            return retention.gc_result(res)
+        if kind == RESTORE:
             uid = str(params["checkpoint"])
             if uid not in {c.uuid for c in r.loc.list_checkpoints()}:
                 raise LookupError(f"no checkpoint {uid}")
             r.request_exit(EXIT_RELAUNCH)
             return None
-        if kind == OperationKind.stop:
+        if kind == STOP:
             r.drain()  # no step after this one: the checkpoint is the final state
             out: dict[str, Any] = {"step": r.step}
             try:
@@ -175,8 +184,18 @@ class JobControl:
     def _checkpoints(self) -> Checkpoints:
         assert self.runner is not None
         loc = self.runner.loc
-        remote = set(loc.remote.checkpoints()) if loc.remote is not None else None
-        return Checkpoints(loc.list_checkpoints(), loc.checkpoint_metadata, remote)
+        remote = frozenset(loc.remote.checkpoints()) if loc.remote is not None else None
+        listed = loc.list_checkpoints()
+        known = self._offsets
+        self._offsets = {
+            i.uuid: known[i.uuid] if i.uuid in known else _offsets(loc.checkpoint_metadata(i.uuid))
+            for i in listed
+        }
+        return Checkpoints(listed, self._offsets, remote)
+
+
+def _offsets(meta: dict[str, Any]) -> dict[str, Any]:
+    return {k: meta[k] for k in OFFSET_KEYS if k in meta}
 
 
 __all__ = ["JobControl"]

@@ -6,7 +6,9 @@
 
 `run` opens the storage location, restores and runs the pipeline (`runner.Runner`) until it
 is stopped or a limit is reached, and ends with one of `pipeline_spec.exits`' codes; under
-the control plane (`--run-id`) its `control.JobControl` reports steps and run states. `spare`
+the control plane (`--run-id`) its `control.JobControl` reports steps and run states over the
+REST API when SPINDLE_API_URL and the run's token are set (`control_rest`), else over the
+database (`control_db`). `spare`
 starts Spark and waits to become some pipeline's `run` (`spare.py`).
 """
 
@@ -27,6 +29,7 @@ if __name__ == "__main__":
         _early.launch(*_early.driver_options(None, None))
 
 import json
+import os
 import signal
 from pathlib import Path
 from typing import Annotated, cast
@@ -50,6 +53,7 @@ from storage_engine.objstore import open_object_store
 from storage_engine.remote import FencedError
 
 from .batch_jobs import PRE_AGGREGATE_MIN_ROWS, PreAggregate
+from .control_plane import ControlPlane
 from .restore import StateError
 from .runner import TAKEOVER_LOCK_WAIT_S, Runner
 from .session import Timeline, process_start_time
@@ -79,6 +83,7 @@ def spare_cmd() -> None:
         spark.stop()
         return  # not needed
     _SPARE = (spark, takeover.at)
+    os.environ.update(takeover.env)
     app(["run", *takeover.argv], prog_name="python -m workers.driver")
 
 
@@ -123,8 +128,17 @@ def run_cmd(
     final_checkpoint: Annotated[bool, typer.Option(help="Checkpoint when stopping.")] = True,
     run_id: Annotated[
         int | None,
-        typer.Option(help="Run under the control plane as this run (database from SPINDLE_*)."),
+        typer.Option(
+            help="Run under the control plane as this run: over its REST API with "
+            "SPINDLE_API_URL and SPINDLE_RUN_TOKEN, else over its database (SPINDLE_*)."
+        ),
     ] = None,
+    control_poll_s: Annotated[
+        float, typer.Option(min=0.01, help="Under the control plane: how often to poll it.")
+    ] = 0.2,
+    heartbeat_s: Annotated[
+        float, typer.Option(min=0.01, help="Under the control plane: how often to heartbeat.")
+    ] = 1.0,
     remote: Annotated[
         str | None,
         typer.Option(help="Mirror checkpoints to this object store: file:///dir or s3://b/p."),
@@ -158,15 +172,9 @@ def run_cmd(
             spark, at = _SPARE
             timeline = Timeline(at, spare=True)
         if run_id is not None:
-            from backend.db import Database
-            from backend.services.run_control import DatabaseControlPlane
-            from backend.settings import Settings
-
             from .control import JobControl
 
-            settings = Settings()
-            plane = DatabaseControlPlane(Database(settings.db_url), run_id)
-            control = JobControl(plane, settings.operation_poll_s, settings.heartbeat_s)
+            control = JobControl(_control_plane(run_id), control_poll_s, heartbeat_s)
         # A spare may be told to take over while the driver it replaces is still exiting:
         # the location's lock is then released within moments.
         opening = tenacity.Retrying(
@@ -233,6 +241,22 @@ def run_cmd(
         runner.spark.stop()
     if code:
         raise typer.Exit(code)
+
+
+def _control_plane(run_id: int) -> ControlPlane:
+    """The control plane this driver is given: its REST API when the environment names it
+    and the run's token, else its database (each imported only when used: HTTP, or the
+    control plane's models and settings)."""
+    from . import control_rest
+
+    plane = control_rest.from_env(run_id)
+    if plane is not None:
+        typer.echo(f"run {run_id}: control plane over its REST API, {plane.client.base_url}")
+        return plane
+    from . import control_db
+
+    typer.echo(f"run {run_id}: control plane over its database")
+    return control_db.from_env(run_id)
 
 
 def main() -> None:

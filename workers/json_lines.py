@@ -27,7 +27,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.json as pjson
 
-from .decimal_text import json_decimals
+from pipeline_spec.decimal_text import json_decimals
+
 from .driver_files import read_files
 
 _BOM = b"\xef\xbb\xbf"

@@ -25,10 +25,9 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.json as pjson
 
+from pipeline_spec.decimal_text import NotDecimal, decimal_array, json_decimals, spark_decimal
 from pipeline_spec.fields import expand_sink_variables
 from pipeline_spec.kafka import KafkaSource
-
-from .decimal_text import NotDecimal, decimal_array, json_decimals, spark_decimal
 
 END = "__end"  # `sources.END` (not imported from there: sources imports this module)
 TIMEOUT_S = 30.0  # a broker request, or a step's records, not answered within this fails

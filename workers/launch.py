@@ -1,6 +1,8 @@
 """How one run's driver process starts: the spec written beside the run's log, the command
-line (`python -m workers.driver run ...`), its environment, and the process itself (dies with
-the worker, below the control plane's CPU priority, in a process group of its own)."""
+line (`python -m workers.driver run ...`), its environment (with the API's URL, the run's
+token: the driver then reaches the control plane over the REST API), and the process itself
+(dies with the worker, below the control plane's CPU priority, in a process group of its
+own)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,8 @@ from backend.services import checkpoints as cps
 from backend.services import lifecycle
 from backend.settings import Settings
 from pipeline_spec.model import is_object_path, resolve_path
+
+from .control_rest import API_URL_ENV, RUN_TOKEN_ENV
 
 DRIVER = [sys.executable, "-m", "workers.driver"]
 
@@ -38,6 +42,7 @@ class Launch:
     log_path: str
     from_checkpoint: str
     run_id: int
+    env: dict[str, str] = field(default_factory=dict)  # the run's own environment
 
     @property
     def cmd(self) -> list[str]:
@@ -58,7 +63,7 @@ def prepare(db: Database, settings: Settings, run_id: int) -> Launch | None:
         spec_text = json.dumps(_absolute_paths(p.spec, settings.roots), indent=1)
         spec_path.write_text(spec_text)
         log_path = str(pdir / "runs" / f"{run.number}.log")
-        lifecycle.run_prepared(run, log_path, socket.gethostname())
+        token = lifecycle.run_prepared(s, run, log_path, socket.gethostname())
         storage = settings.storage_dir(p.name)
         cps.reconcile_dir(s, p.id, storage)  # the manifest wins, before anything changes
         remote = settings.pipeline_store_url(p.name)
@@ -74,11 +79,16 @@ def prepare(db: Database, settings: Settings, run_id: int) -> Launch | None:
             *(a for r in settings.object_roots for a in ("--object-root", r)),
             "--hang-timeout",
             str(settings.hang_timeout_s),
+            "--control-poll-s",
+            str(settings.operation_poll_s),
+            "--heartbeat-s",
+            str(settings.heartbeat_s),
             *(["--remote", remote] if remote else []),
         ]
         own = ["--from-checkpoint", run.from_checkpoint, "--run-id", str(run.id)]
         own += [a for op in run.drop_state or [] for a in ("--drop-state", op)]
-        return Launch(p.name, driver, own, spec_text, log_path, run.from_checkpoint, run.id)
+        env = {API_URL_ENV: settings.api_url, RUN_TOKEN_ENV: token} if settings.api_url else {}
+        return Launch(p.name, driver, own, spec_text, log_path, run.from_checkpoint, run.id, env)
 
 
 def _absolute_paths(spec: dict[str, Any], roots: list[Path]) -> dict[str, Any]:
@@ -99,16 +109,26 @@ def _absolute_paths(spec: dict[str, Any], roots: list[Path]) -> dict[str, Any]:
     return out
 
 
-def _env(settings: Settings) -> dict[str, str]:
+def _env(settings: Settings, run_env: dict[str, str]) -> dict[str, str]:
     env = dict(os.environ)
+    # A run's token is its own: never inherited by another driver (a spare).
+    env.pop(RUN_TOKEN_ENV, None)
     env["SPINDLE_DATABASE_URL"] = settings.db_url
     env["SPINDLE_DATA_DIR"] = str(settings.data_path)
     env["SPINDLE_SPARK_MASTER"] = settings.spark_master
     env["PYTHONUNBUFFERED"] = "1"
-    return env
+    if settings.api_url:
+        env[API_URL_ENV] = settings.api_url
+    return env | run_env
 
 
-def spawn(cmd: list[str], settings: Settings, log_path: str, stdin: int) -> subprocess.Popen[bytes]:
+def spawn(
+    cmd: list[str],
+    settings: Settings,
+    log_path: str,
+    stdin: int,
+    run_env: dict[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
     root = settings.roots[0]
     root.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as out:
@@ -118,7 +138,7 @@ def spawn(cmd: list[str], settings: Settings, log_path: str, stdin: int) -> subp
             stderr=subprocess.STDOUT,
             stdin=stdin,
             cwd=root,
-            env=_env(settings),
+            env=_env(settings, run_env or {}),
             # The driver dies with the worker, and runs below the control plane's priority
             # (inherited by Spark's JVM and Python workers), so a pipeline using every core
             # delays the API's answers and the worker's heartbeats by little, and pipelines

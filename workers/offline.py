@@ -15,13 +15,13 @@ from sqlalchemy import select
 from backend.db import Database
 from backend.models import Operation, OperationKind, OperationStatus, Pipeline, RetentionPolicy
 from backend.services import checkpoints as cps
-from backend.services import lifecycle, retention
+from backend.services import lifecycle
 from backend.services import operations as ops
 from backend.services.queue import TaskQueue
 from backend.settings import Settings
 from pipeline_spec.model import LogSource, parse_spec
 from pipeline_spec.offsets import count
-from storage_engine import StorageLocation
+from storage_engine import StorageLocation, retention
 from storage_engine.errors import LockedError
 from storage_engine.input_log import InputLog
 from storage_engine.location_gc import GcResult
@@ -66,7 +66,7 @@ def execute(db: Database, settings: Settings, op_id: str) -> None:
         else:
             assert result is not None
             if kind == OperationKind.restore:
-                p2.restore_point = str(params["checkpoint"])
+                lifecycle.restore_at_next_start(p2, str(params["checkpoint"]))
             ops.succeed(op2, result)
 
 
@@ -89,9 +89,9 @@ def _do(
         if found is None:
             raise LookupError(f"no checkpoint {uid}")
         return {"checkpoint": uid, "step": found.step, "applies": "at the next start"}
-    victims = cps.victims(kind, params, listing, pinned)
+    victims = retention.victims(kind, params, listing, pinned)
     if not victims:
-        return cps.gc_result(GcResult([], 0, 0))
+        return retention.gc_result(GcResult([], 0, 0))
     # With the pipeline's object store, so the mirror deletes the same checkpoints.
     store = open_object_store(remote) if remote else None
     loc = StorageLocation.open(str(storage), checkpoint="none", remote=store)
@@ -109,7 +109,7 @@ def _do(
                     )
     finally:
         loc.close()
-    return cps.gc_result(res)
+    return retention.gc_result(res)
 
 
 def enforce_retention(db: Database, settings: Settings, queue: TaskQueue) -> list[str]:

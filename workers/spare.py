@@ -5,8 +5,9 @@ pipeline in particular, and becomes some pipeline's run when told to.
 
 starts Spark, warms up on small built-in pipelines (`warm_up_spare`: a group and a window
 aggregate over JSON, CSV and Parquet files, then a join, in a scratch directory), then waits
-for one line on standard input (`SpareTakeover`: `{"argv": [...]}`, the arguments of a
-`run`) and becomes that run, on its already started Spark. End of input first means not
+for one line on standard input (`SpareTakeover`: `{"argv": [...], "env": {...}}`, the
+arguments of a `run` and the environment it adds, such as the run's token) and becomes that
+run, on its already started Spark. End of input first means not
 needed (exit 0). The control plane keeps one per worker while it runs pipelines
 (`SPINDLE_SPARE_DRIVER`, `workers/spares.py`): any pipeline's next driver skips Spark's
 start-up and most of its first micro-batch's cold work, for one idle driver's memory per
@@ -27,7 +28,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
@@ -73,24 +74,34 @@ class TakeoverListener:
 
 @dataclass(frozen=True)
 class SpareTakeover:
-    """The line that turns a spare into a run: the run's arguments, as `run` takes them."""
+    """The line that turns a spare into a run: the run's arguments, as `run` takes them,
+    and the environment variables it adds (its token: never on a command line)."""
 
     at: float  # wall clock when it arrived
     argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, line: str, at: float) -> SpareTakeover:
-        """`line` is a JSON object `{"argv": [...]}`: `run`'s arguments (a spec file, then
-        options)."""
+        """`line` is a JSON object `{"argv": [...]}`, `run`'s arguments (a spec file, then
+        options), with an optional `"env": {name: value}`."""
         text = line.strip()
         try:
             fields = json.loads(text)
         except ValueError:
             fields = None
-        argv = fields.get("argv") if isinstance(fields, dict) and set(fields) == {"argv"} else None
-        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+        ok = isinstance(fields, dict) and {"argv"} <= set(fields) <= {"argv", "env"}
+        argv = fields.get("argv") if ok else None
+        env = fields.get("env", {}) if ok else None
+        if (
+            not isinstance(argv, list)
+            or not argv
+            or not all(isinstance(a, str) for a in argv)
+            or not isinstance(env, dict)
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
+        ):
             raise ValueError(f'not a spare\'s takeover ({{"argv": [...]}}): {text!r}')
-        return cls(at, list(argv))
+        return cls(at, list(argv), dict(env))
 
 
 def warm_up(spark: SparkSession, spec: S.PipelineSpec, until: threading.Event) -> float:
@@ -144,15 +155,21 @@ def stand_by_spare() -> tuple[SparkSession, SpareTakeover | None]:
         typer.echo(f"spare: {e}", err=True)
         raise typer.Exit(EXIT_SPEC) from None
     if takeover is not None:
-        typer.echo(f"spare: taking over: {json.dumps(vars(takeover))}")
+        # The environment's names only: its values include the run's token.
+        shown = {"at": takeover.at, "argv": takeover.argv, "env": sorted(takeover.env)}
+        typer.echo(f"spare: taking over: {json.dumps(shown)}")
     return spark, takeover
 
 
 def _preload_control_plane() -> None:
-    """Import what a run under the control plane imports (`workers.control`: its database
-    and settings modules) before the takeover, which then does not wait for
-    them: the control plane is what starts spares."""
-    from . import control  # noqa: F401
+    """Import what a run under the control plane imports (`workers.control` and the
+    control plane's implementation the driver will be given: HTTP's, or the database's
+    models and settings) before the takeover, which then does not wait for them: the
+    control plane is what starts spares."""
+    from . import control, control_rest  # noqa: F401
+
+    if not os.environ.get(control_rest.API_URL_ENV):
+        from . import control_db  # noqa: F401
 
 
 def warm_up_spare(spark: SparkSession, until: threading.Event) -> float:

@@ -109,7 +109,7 @@ def _hand_over(sb: Spare, launch: Launch) -> bool:
     except OSError:
         log.warning("%s: the driver's log stays at %s", launch.pipeline, sb.log_path)
     assert sb.proc.stdin is not None
-    line = {"argv": launch.cmd[len(DRIVER) + 1 :]}
+    line = {"argv": launch.cmd[len(DRIVER) + 1 :], "env": launch.env}
     try:
         sb.proc.stdin.write((json.dumps(line) + "\n").encode())
         sb.proc.stdin.close()

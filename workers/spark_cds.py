@@ -60,11 +60,13 @@ _SIGNATURE = re.compile(r"META-INF/[^/]+\.(SF|RSA|DSA|EC)$")
 
 
 def _settings() -> tuple[bool, Path]:
-    """`SPINDLE_SPARK_CDS` and `SPINDLE_SPARK_CDS_DIR` (backend.settings.Settings)."""
-    from backend.settings import Settings
+    """`SPINDLE_SPARK_CDS` and `SPINDLE_SPARK_CDS_DIR`, read as `backend.settings.Settings`
+    reads them (which documents them): the runtime does not import the control plane."""
+    from pydantic import TypeAdapter
 
-    s = Settings()
-    return s.spark_cds, s.spark_cds_dir or Path(sys.prefix) / "share" / "spindle"
+    enabled = TypeAdapter(bool).validate_python(os.environ.get("SPINDLE_SPARK_CDS", "true"))
+    directory = os.environ.get("SPINDLE_SPARK_CDS_DIR")
+    return enabled, Path(directory) if directory else Path(sys.prefix) / "share" / "spindle"
 
 
 def _key() -> str:

@@ -59,7 +59,7 @@ def _supervise(db: Database, settings: Settings, queue: TaskQueue, run_id: int) 
             proc = spare.proc
             log.info("run %s: taken over by spare driver pid %s", run_id, proc.pid)
         else:
-            proc = spawn(launch.cmd, settings, launch.log_path, subprocess.DEVNULL)
+            proc = spawn(launch.cmd, settings, launch.log_path, subprocess.DEVNULL, launch.env)
             log.info("run %s: driver pid %s", run_id, proc.pid)
         with db.session() as s:
             run = s.get(Run, run_id)

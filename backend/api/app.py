@@ -1,9 +1,9 @@
 """The FastAPI application: `create_app(settings, db, queue)`; components are injected so
-tests can run it against any database and broker."""
+tests can run it against any database and broker (the composition root, `backend.__main__`,
+builds them from the environment)."""
 
 from __future__ import annotations
 
-import gc
 from typing import Any
 
 from fastapi import FastAPI
@@ -18,7 +18,7 @@ from . import errors, ui
 from .context import Context
 from .limits import BodyLimit
 from .read_cache import InvalidateOnWrite, ReadCache
-from .routers import checkpoints, data, health, observe, operations, pipelines, tokens
+from .routers import checkpoints, data, health, observe, operations, pipelines, runs, tokens
 
 API = "/api/v1"
 
@@ -52,7 +52,7 @@ def create_app(settings: Settings, db: Database, queue: TaskQueue) -> FastAPI:
     app.state.ctx = ctx
     errors.install(app)
     app.include_router(health.router)
-    for r in (pipelines, checkpoints, operations, observe, data, tokens):
+    for r in (pipelines, checkpoints, operations, observe, data, tokens, runs):
         app.include_router(r.router, responses=ERRORS)
     ui.install(app)
     if settings.cors_origins:
@@ -67,21 +67,4 @@ def create_app(settings: Settings, db: Database, queue: TaskQueue) -> FastAPI:
     return app
 
 
-def create_app_from_env() -> FastAPI:
-    """The app with every component built from `Settings()` (the environment): the factory
-    each API process imports when `serve` runs several of them, and the one to give
-    `uvicorn --factory backend.api.app:create_app_from_env` in a deployment."""
-    from workers.celery_app import make_celery
-    from workers.tasks import CeleryQueue
-
-    settings = Settings()
-    app = create_app(settings, Database(settings.db_url), CeleryQueue(make_celery(settings)))
-    # The loaded libraries' objects live as long as the process: moved out of the
-    # collector's reach, a full collection no longer walks them all, a pause every request
-    # in flight would otherwise wait out (the API's latency tail).
-    gc.collect()
-    gc.freeze()
-    return app
-
-
-__all__ = ["API", "create_app", "create_app_from_env"]
+__all__ = ["API", "create_app"]

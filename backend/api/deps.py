@@ -1,12 +1,13 @@
 """Dependencies shared by the routers: the context, a database session, the caller's
-token with a minimum role, and the addressed pipeline."""
+token with a minimum role (or, for a run's endpoints, its run token), and the addressed
+pipeline."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Path, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import select
@@ -14,7 +15,8 @@ from sqlalchemy.orm import Session
 
 from ..errors import Forbidden, NotFound, Unauthorized
 from ..models import Pipeline, Role
-from ..services import tokens
+from ..schemas.common import INT32_MAX
+from ..services import run_tokens, tokens
 from ..services.tokens import Caller
 from .context import Context
 
@@ -87,6 +89,36 @@ def require(role: Role) -> Callable[..., Awaitable[Caller]]:
 Viewer = Annotated[Caller, Depends(require(Role.viewer))]
 Operator = Annotated[Caller, Depends(require(Role.operator))]
 Admin = Annotated[Caller, Depends(require(Role.admin))]
+
+
+RunId = Annotated[int, Path(ge=1, le=INT32_MAX, description="the run's id")]
+
+
+def _run_of_token(ctx: Context, secret: str) -> tuple[int, bool] | None:
+    with ctx.db.session() as s:
+        row = run_tokens.find(s, secret)
+        return None if row is None else (row.run_id, row.revoked_at is not None)
+
+
+async def require_run(
+    ctx: Ctx, run_id: RunId, cred: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> int:
+    """The addressed run, if the caller holds its token (a live run's: revoked when the
+    run ends). Never cached, so a revocation holds at once."""
+    if cred is None or cred.scheme.lower() != "bearer" or not cred.credentials:
+        raise Unauthorized("a run token is required: Authorization: Bearer <token>")
+    found = await run_in_threadpool(_run_of_token, ctx, cred.credentials)
+    if found is None:
+        raise Unauthorized("unknown run token")
+    token_run, revoked = found
+    if revoked:
+        raise Unauthorized("revoked run token: its run has ended")
+    if token_run != run_id:
+        raise Forbidden(f"this token is not run {run_id}'s")
+    return run_id
+
+
+OwnRun = Annotated[int, Depends(require_run)]
 
 
 def pipeline_by_name(s: Session, name: str) -> Pipeline:

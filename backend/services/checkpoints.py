@@ -16,12 +16,10 @@ from sqlalchemy.orm import Session
 
 from storage_engine.errors import StorageError
 from storage_engine.fileio import PosixFileLayer
-from storage_engine.location_gc import GcResult
 from storage_engine.location_view import list_checkpoints
 from storage_engine.manifest import CHECKPOINT_META, CheckpointInfo, read_doc
 
-from ..models import Checkpoint, OperationKind
-from .retention import Candidate, for_gc
+from ..models import Checkpoint
 
 
 def reconcile(
@@ -104,36 +102,6 @@ def rows(s: Session, pipeline_id: int) -> list[Checkpoint]:
     )
 
 
-def candidates(infos: Sequence[CheckpointInfo], pinned: set[str]) -> list[Candidate]:
-    return [Candidate(i.uuid, i.created_at, i.uuid in pinned) for i in infos]
-
-
-def victims(
-    kind: OperationKind, params: dict[str, Any], infos: Sequence[CheckpointInfo], pins: set[str]
-) -> list[str]:
-    """The checkpoints a gc or delete operation removes, decided on the manifest at the time
-    it runs (by the job or a worker alike): one named checkpoint (never a pinned one), the
-    retention policy's choice re-checked against pins and the newest, or `for_gc`."""
-    if kind == OperationKind.delete_checkpoint:
-        uid = str(params["checkpoint"])
-        if uid in pins:
-            raise ValueError(f"checkpoint {uid} is pinned; unpin it first")
-        return [uid]
-    cands = candidates(infos, pins)
-    if "uuids" in params:
-        allowed = {c.uuid for c in cands[:-1] if not c.pinned}
-        return [u for u in params["uuids"] if u in allowed]
-    return for_gc(cands, params.get("keep"))
-
-
-def gc_result(res: GcResult) -> dict[str, Any]:
-    return {
-        "deleted": res.deleted,
-        "files_removed": res.files_removed,
-        "bytes_freed": res.bytes_freed,
-    }
-
-
 def pinned(s: Session, pipeline_id: int) -> set[str]:
     return set(
         s.scalars(
@@ -152,12 +120,9 @@ def _is_offset(v: object) -> bool:
 
 
 __all__ = [
-    "candidates",
-    "gc_result",
     "manifest",
     "pinned",
     "reconcile",
     "reconcile_dir",
     "rows",
-    "victims",
 ]

@@ -3,7 +3,7 @@ parsed with the stream's declared schema, appended durably as one segment. A req
 all-or-nothing: a bad record rejects the whole body, naming the problem.
 
 Decimal columns take what Spark's JSON and CSV readers take, as they convert it
-(`workers.decimal_text`: a JSON number from its own digits, never a double, or a string;
+(`pipeline_spec.decimal_text`: a JSON number from its own digits, never a double, or a string;
 rounded HALF_UP to the scale); a value with too many digits before the point rejects the
 body."""
 
@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.json as pjson
 
+from pipeline_spec.decimal_text import decimal_array, json_decimals
 from pipeline_spec.model import LogSource, PipelineSpec
 from pipeline_spec.offsets import count
 from storage_engine.errors import StorageError
@@ -24,7 +25,6 @@ from storage_engine.fileio import PosixFileLayer
 from storage_engine.input_log import InputLog
 from storage_engine.location_view import list_checkpoints
 from storage_engine.manifest import CHECKPOINT_META, MANIFEST, read_doc
-from workers.decimal_text import decimal_array, json_decimals
 
 from ..errors import InvalidInput, NotFound
 

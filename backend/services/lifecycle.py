@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import datetime as dt
 import signal
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import select, update
+from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
 from pipeline_spec.exits import (
@@ -44,6 +45,7 @@ from ..models import (
 )
 from ..settings import Settings
 from . import operations as ops
+from . import run_tokens
 
 LIVE_RUN = (RunState.starting, RunState.running)
 
@@ -137,10 +139,12 @@ def resume(s: Session, p: Pipeline) -> None:
     p.desired_state = DesiredState.running
 
 
-def run_prepared(run: Run, log_path: str, host: str) -> None:
-    """The run's driver is about to start on `host`, logging to `log_path`."""
+def run_prepared(s: Session, run: Run, log_path: str, host: str) -> str:
+    """The run's driver is about to start on `host`, logging to `log_path`; returns the
+    run's token, its credential for the REST API's run endpoints until the run ends."""
     run.log_path = log_path
     run.host = host
+    return run_tokens.issue(s, run)
 
 
 def driver_launched(run: Run, pid: int, log_path: str) -> None:
@@ -184,12 +188,45 @@ def run_opened(s: Session, run: Run, first_step: int, restored: str | None, pid:
         )
 
 
+def run_heartbeat(s: Session, run_id: int, pid: int, step: int) -> None:
+    """The running driver `pid` is alive at `step` (not if the run is another process's
+    now: a run id reused after its pipeline was deleted)."""
+    s.execute(
+        update(Run)
+        .where(Run.id == run_id, or_(Run.pid == pid, Run.pid.is_(None)))
+        .values(heartbeat_at=utcnow(), last_step=step)
+    )
+
+
 def run_follows(run: Run | None, paused: bool) -> None:
     """A running run follows its pipeline's desired state: the pipeline shows paused, or
     running again."""
     if run is None or run.state != RunState.running:
         return
     run.pipeline.state = PipelineState.paused if paused else PipelineState.running
+
+
+def restore_at_next_start(p: Pipeline, checkpoint: str) -> None:
+    """A restore of a stopped pipeline: its next start from "latest" resumes from
+    `checkpoint` (until a run has opened it)."""
+    p.restore_point = checkpoint
+
+
+# Durability events (`workers.durability`) that leave the pipeline in trouble, and those
+# that end the trouble.
+DURABILITY_PROBLEMS = ("commit_failed", "upload_failed", "remote_unavailable", "fenced")
+DURABILITY_OK = ("durable", "remote_available")
+
+
+def durability_reported(p: Pipeline, events: Sequence[tuple[str, str | None]]) -> None:
+    """A run's durability events, (kind, message) oldest first: the newest problem shows
+    on the pipeline until a checkpoint is durable again."""
+    for kind, message in events:
+        if kind in DURABILITY_OK:
+            p.durability_error = p.durability_error_at = None
+        elif kind in DURABILITY_PROBLEMS:
+            p.durability_error = (message or kind)[:2000]
+            p.durability_error_at = utcnow()
 
 
 def describe_exit(code: int) -> str:
@@ -212,6 +249,7 @@ def run_exited(s: Session, run: Run, code: int, log_tail: str = "") -> Exit:
     now = utcnow()
     run.ended_at = now
     run.exit_code = code
+    run_tokens.revoke(s, run)
     p = run.pipeline
     tail = log_tail.strip()
     _fail_orphans(s, run, code)
@@ -365,6 +403,7 @@ def reap(s: Session, settings: Settings, now: dt.datetime | None = None) -> list
         if now - seen > timeout:
             run.state = RunState.lost
             run.ended_at = now
+            run_tokens.revoke(s, run)
             run.exit_reason = (
                 f"no heartbeat for {settings.heartbeat_timeout_s:g}s (driver or worker lost)"
             )
@@ -424,6 +463,7 @@ __all__ = [
     "Exit",
     "backoff_s",
     "describe_exit",
+    "durability_reported",
     "fail_restores",
     "latest_run",
     "live_run",
@@ -432,8 +472,12 @@ __all__ = [
     "request_stop",
     "restart_delay_s",
     "restart_number",
+    "restore_at_next_start",
     "resume",
     "run_exited",
+    "run_follows",
+    "run_heartbeat",
     "run_opened",
+    "run_prepared",
     "start",
 ]

@@ -206,6 +206,8 @@ def test_a_crashed_driver_is_restarted_at_once_by_its_supervisor_on_the_spare(
     assert started(p, name)[-1]["pid"] == spare and started(p, name)[-1]["spare"]
     lines = p.ok("GET", f"/api/v1/pipelines/{name}/logs")["lines"]
     assert any("spare: taking over" in x for x in lines)
+    # Told its run's token in the takeover line, it reports over serve's REST API.
+    assert any("control plane over its REST API" in x for x in lines)
     # It keeps stepping. (No checkpoint is taken, so it started again from step 0.)
     p.wait_step(name, started(p, name)[-1]["first_step"] + 2)
     assert p.pipeline(name)["state"] == "running"

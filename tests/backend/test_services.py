@@ -34,11 +34,12 @@ from backend.models import (
     RunState,
     utcnow,
 )
-from backend.services import lifecycle, metrics, retention
+from backend.services import lifecycle, metrics
 from backend.services import operations as ops
-from backend.services.retention import Candidate, Policy
 from backend.settings import Settings
 from pipeline_spec import exits
+from storage_engine import retention
+from storage_engine.retention import Candidate, Policy
 
 from .api_fixtures import clicks_spec, sqlite_url
 
@@ -763,7 +764,8 @@ def test_counters_only_grow_and_durability_problems_show(
 ) -> None:
     """Prometheus `*_total` were sums over the history, which downsampling deletes: they went
     down. A run's durability events were counted nowhere and shown nowhere."""
-    from backend.services.run_control import DatabaseControlPlane, Report
+    from workers.control_db import DatabaseControlPlane
+    from workers.control_plane import Report
 
     cfg = Settings(data_dir=tmp_path, metrics_raw_s=3600, metrics_keep_s=86400)
     pid = add_pipeline(sqlite_db)
@@ -784,7 +786,7 @@ def test_counters_only_grow_and_durability_problems_show(
         {"ts": NOW, "event": "commit_failed", "message": "step 3: disk full"},
         {"ts": NOW, "event": "upload_failed", "message": "step 3: denied"},
     ]
-    plane.poll(Report(3, samples, events))
+    plane.report(Report(3, samples, events))
     got = _prometheus(sqlite_db)
     assert got[("spindle_pipeline_rows_in_total", "p")] == 30
     assert got[("spindle_pipeline_dead_letters_total", "p")] == 3
@@ -798,7 +800,9 @@ def test_counters_only_grow_and_durability_problems_show(
         metrics.downsample(s, cfg, NOW + 86_400)  # every sample aged out
         assert s.scalars(select(MetricSample)).all() == []
     assert _prometheus(sqlite_db)[("spindle_pipeline_rows_in_total", "p")] == 30
-    plane.poll(Report(4, events=[{"ts": NOW, "event": "durable", "message": "step 4 is durable"}]))
+    plane.report(
+        Report(4, events=[{"ts": NOW, "event": "durable", "message": "step 4 is durable"}])
+    )
     assert get_pipeline(sqlite_db, pid).durability_error is None
     assert _prometheus(sqlite_db)[("spindle_pipeline_durability_ok", "p")] == 1
 
@@ -983,18 +987,19 @@ def test_a_deleted_pipelines_driver_leaves_alone_the_run_that_reuses_its_id(
     pipeline was deleted (and its supervisor) must not heartbeat, follow or end the other
     pipeline's run that now has its run's id. (In CI a late exit of a deleted pipeline's
     driver ended a new run of another pipeline, whose replacement then found it alive.)"""
-    from backend.services.run_control import DatabaseControlPlane, Report
+    from workers.control_db import DatabaseControlPlane
+    from workers.control_plane import Report
 
     gone = add_pipeline(sqlite_db, name="gone")
     run = add_run(sqlite_db, gone, pid=os.getpid(), started_at=utcnow())
     plane = DatabaseControlPlane(sqlite_db, run)
-    assert not plane.poll(Report(1)).exit
+    assert not plane.report(Report(1)).exit
     with sqlite_db.session() as s:
         s.delete(s.get(Pipeline, gone))
     other = add_pipeline(sqlite_db, name="other")
     reused = add_run(sqlite_db, other, pid=os.getpid() + 1, state=RunState.starting)
     assert reused == run  # the scenario: the id came back
-    assert plane.poll(Report(7)).exit
+    assert plane.report(Report(7)).exit
     with sqlite_db.session() as s:
         assert not lifecycle.vouch_starting(s, run, os.getpid())
         assert lifecycle.vouch_starting(s, run, os.getpid() + 1)

@@ -1,5 +1,5 @@
 """The job's command follower (workers.control) over the database's control plane
-(backend.services.run_control), without Spark: its metrics sink keeps `latency_ms`, and it
+(workers.control_db), without Spark: its metrics sink keeps `latency_ms`, and it
 applies the retention policy's auto-commit interval as the API edits it, null (off)
 included."""
 
@@ -23,8 +23,8 @@ from backend.models import (
     Run,
     RunState,
 )
-from backend.services.run_control import DatabaseControlPlane
 from workers.control import JobControl
+from workers.control_db import DatabaseControlPlane
 
 
 @pytest.fixture
@@ -62,7 +62,7 @@ def test_the_metrics_sink_stores_latency_ms(db: Database, control: JobControl) -
     control.runner = SimpleNamespace(step=2)  # type: ignore[assignment]
     control.metrics_sink({**base, "step": 1, "latency_ms": 5123.25})
     control.metrics_sink({**base, "step": 2, "latency_ms": None})
-    control.plane.poll(control._report(heartbeat=True))
+    control.plane.report(control._report(heartbeat=True))
     with db.session() as s:
         rows = s.query(MetricSample.step, MetricSample.latency_ms).order_by(MetricSample.id)
         assert [tuple(r) for r in rows] == [(1, 5123.25), (2, None)]
@@ -81,5 +81,5 @@ def test_the_auto_commit_interval_follows_the_policy_row(db: Database, control: 
             policy = s.get(RetentionPolicy, plane.pipeline_id)
             assert policy is not None
             policy.auto_commit_interval_s = interval
-        control._follow(control.plane.poll(control._report(heartbeat=False)))
+        control._follow(control.plane.report(control._report(heartbeat=False)))
         assert runner.checkpoints.auto_commit_s == interval

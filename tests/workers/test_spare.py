@@ -74,8 +74,11 @@ def test_the_spare_warms_up_on_json_csv_and_parquet_files_and_a_join(
 def test_spare_takeover_lines() -> None:
     got = SpareTakeover.parse('{"argv": ["spec.json", "--storage", "s"]}\n', 3.0)
     assert got == SpareTakeover(3.0, ["spec.json", "--storage", "s"])
+    got = SpareTakeover.parse('{"argv": ["s.json"], "env": {"SPINDLE_RUN_TOKEN": "t"}}', 1.0)
+    assert got == SpareTakeover(1.0, ["s.json"], {"SPINDLE_RUN_TOKEN": "t"})
     bad = ["", "{}", '{"argv": []}', '{"argv": "spec.json"}', '{"argv": [1]}', "[]", "{not"]
-    bad += ['{"argv": ["s.json"], "run_id": 1}']
+    bad += ['{"argv": ["s.json"], "run_id": 1}', '{"env": {}}']
+    bad += ['{"argv": ["s.json"], "env": ["A"]}', '{"argv": ["s.json"], "env": {"A": 1}}']
     for line in bad:
         with pytest.raises(ValueError):
             SpareTakeover.parse(line, 0.0)
@@ -120,12 +123,14 @@ def test_the_spare_serves_any_run_and_is_kept_only_while_runs_are_supervised(
         assert spares.pid() == first  # one per worker
         driver = [*stand_in, "run", "p.json", "--storage", "s"]
         log_path = str(tmp_path / "runs" / "1.log")
-        launch = launches.Launch("p", driver, ["--run-id", "7"], "{}", log_path, "latest", 7)
+        env = {"SPINDLE_RUN_TOKEN": "spr_secret"}
+        launch = launches.Launch("p", driver, ["--run-id", "7"], "{}", log_path, "latest", 7, env)
         sb = spares.take(launch)
         assert sb is not None and sb.proc.pid == first and spares.pid() is None
         assert sb.proc.wait(timeout=60) == 0
         assert json.loads(told.read_text()) == {
-            "argv": ["p.json", "--storage", "s", "--run-id", "7"]
+            "argv": ["p.json", "--storage", "s", "--run-id", "7"],
+            "env": env,  # the run's token: never on a command line
         }
         assert sb.log_path == log_path and os.path.exists(log_path)  # its log is the run's
         assert spares.take(launch) is None  # taken: none left until the next is spawned

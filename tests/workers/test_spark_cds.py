@@ -94,3 +94,28 @@ def test_a_failed_build_says_why_and_leaves_no_file(
     with pytest.raises(RuntimeError, match="no class-data archive"):
         spark_cds.build()
     assert list((tmp_path / "cds").iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},
+        {"SPINDLE_SPARK_CDS": "false"},
+        {"SPINDLE_SPARK_CDS": "0", "SPINDLE_SPARK_CDS_DIR": "/x/cds"},
+        {"SPINDLE_SPARK_CDS": "yes", "SPINDLE_SPARK_CDS_DIR": "/y"},
+    ],
+)
+def test_the_runtime_reads_the_archive_settings_as_the_control_plane_documents_them(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str]
+) -> None:
+    """The driver reads them without the control plane's Settings (the runtime does not
+    import backend); both must agree."""
+    from backend.settings import Settings
+
+    monkeypatch.delenv("SPINDLE_SPARK_CDS", raising=False)
+    monkeypatch.delenv("SPINDLE_SPARK_CDS_DIR", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    s = Settings()
+    default_dir = Path(sys.prefix) / "share" / "spindle"
+    assert spark_cds._settings() == (s.spark_cds, s.spark_cds_dir or default_dir)

@@ -438,6 +438,87 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/runs/{run_id}/claim": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Claim
+         * @description The pipeline's pending operations, now the run's to perform.
+         */
+        post: operations["claim_api_v1_runs__run_id__claim_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/runs/{run_id}/opened": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Opened
+         * @description The run restored its state and is about to process: it is running.
+         */
+        post: operations["opened_api_v1_runs__run_id__opened_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/runs/{run_id}/operations/{operation_id}/finish": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Finish
+         * @description An operation the run claimed ended: its result or error.
+         */
+        post: operations["finish_api_v1_runs__run_id__operations__operation_id__finish_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/runs/{run_id}/report": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Report
+         * @description The run's steps since its last report, its durability events, its heartbeat and
+         *     changed checkpoints; answers what the pipeline asks of the run.
+         */
+        post: operations["report_api_v1_runs__run_id__report_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/tokens": {
         parameters: {
             query?: never;
@@ -551,6 +632,57 @@ export interface components {
             /** Identifier */
             identifier?: string | null;
         };
+        /**
+         * CheckpointIn
+         * @description A manifest entry (`storage_engine.manifest.CheckpointInfo`) and its offsets.
+         */
+        CheckpointIn: {
+            /** Created At */
+            created_at: number;
+            /**
+             * Duration Ms
+             * @default 0
+             */
+            duration_ms: number;
+            /**
+             * Files
+             * @default 0
+             */
+            files: number;
+            /** Fingerprint */
+            fingerprint: string;
+            /** Identifier */
+            identifier?: string | null;
+            /**
+             * New Bytes
+             * @default 0
+             */
+            new_bytes: number;
+            /** Parent */
+            parent?: string | null;
+            /**
+             * Rows
+             * @default 0
+             */
+            rows: number;
+            /** Source Offset */
+            source_offset?: number | null;
+            /** Source Offsets */
+            source_offsets?: {
+                [key: string]: number | {
+                    [key: string]: number;
+                };
+            } | null;
+            /** Step */
+            step: number;
+            /**
+             * Total Bytes
+             * @default 0
+             */
+            total_bytes: number;
+            /** Uuid */
+            uuid: string;
+        };
         /** CheckpointOut */
         CheckpointOut: {
             /**
@@ -597,6 +729,26 @@ export interface components {
         CheckpointPatch: {
             /** Pinned */
             pinned: boolean;
+        };
+        /** CheckpointsIn */
+        CheckpointsIn: {
+            /** Listed */
+            listed: components["schemas"]["CheckpointIn"][];
+            /** Remote */
+            remote?: string[] | null;
+        };
+        /** ClaimedOut */
+        ClaimedOut: {
+            /** Id */
+            id: string;
+            /** Kind */
+            kind: string;
+            /** Params */
+            params: {
+                [key: string]: unknown;
+            };
+            /** Pinned */
+            pinned: string[];
         };
         /** DataflowEdge */
         DataflowEdge: {
@@ -648,6 +800,23 @@ export interface components {
              */
             step?: number | null;
         };
+        /** DesiredOut */
+        DesiredOut: {
+            /** Auto Commit S */
+            auto_commit_s?: number | null;
+            /**
+             * Exit
+             * @default false
+             */
+            exit: boolean;
+            /**
+             * Has Policy
+             * @default false
+             */
+            has_policy: boolean;
+            /** Paused */
+            paused?: boolean | null;
+        };
         /**
          * DesiredState
          * @enum {string}
@@ -675,12 +844,32 @@ export interface components {
             /** Message */
             message: string;
         };
+        /**
+         * EventIn
+         * @description A durability event (`workers.durability`).
+         */
+        EventIn: {
+            /** Event */
+            event: string;
+            /** Message */
+            message?: string | null;
+        };
         /** FieldError */
         FieldError: {
             /** Field */
             field: string;
             /** Message */
             message: string;
+        };
+        /** FinishIn */
+        FinishIn: {
+            checkpoints: components["schemas"]["CheckpointsIn"];
+            /** Error */
+            error: string | null;
+            /** Result */
+            result: {
+                [key: string]: unknown;
+            } | null;
         };
         /** GcRequest */
         GcRequest: {
@@ -783,6 +972,18 @@ export interface components {
             steps: number;
             /** Ts */
             ts: number;
+        };
+        /** OpenedIn */
+        OpenedIn: {
+            checkpoints: components["schemas"]["CheckpointsIn"];
+            /** Pid */
+            pid: number;
+            /** Restored */
+            restored: string | null;
+            /** Skipped */
+            skipped: components["schemas"]["SkippedIn"][];
+            /** Step */
+            step: number;
         };
         /**
          * OperationKind
@@ -923,6 +1124,23 @@ export interface components {
                 [key: string]: unknown;
             };
         };
+        /** ReportIn */
+        ReportIn: {
+            checkpoints?: components["schemas"]["CheckpointsIn"] | null;
+            /** Events */
+            events?: components["schemas"]["EventIn"][];
+            /**
+             * Heartbeat
+             * @default true
+             */
+            heartbeat: boolean;
+            /** Pid */
+            pid: number;
+            /** Samples */
+            samples?: components["schemas"]["SampleIn"][];
+            /** Step */
+            step: number;
+        };
         /** RetentionIn */
         RetentionIn: {
             /** Auto Commit Interval S */
@@ -1008,6 +1226,95 @@ export interface components {
          */
         RunState: "starting" | "running" | "stopped" | "finished" | "failed" | "lost";
         /**
+         * SampleIn
+         * @description One step's metrics (`backend.models.MetricSample`).
+         */
+        SampleIn: {
+            /**
+             * Commit Ms
+             * @default 0
+             */
+            commit_ms: number;
+            /**
+             * Dead Letters
+             * @default 0
+             */
+            dead_letters: number;
+            /**
+             * Engine Ms
+             * @default 0
+             */
+            engine_ms: number;
+            /** Inputs */
+            inputs?: {
+                [key: string]: unknown;
+            } | null;
+            /**
+             * Late Rows
+             * @default 0
+             */
+            late_rows: number;
+            /** Latency Ms */
+            latency_ms?: number | null;
+            /**
+             * Merge Backlog
+             * @default 0
+             */
+            merge_backlog: number;
+            /** Operators */
+            operators?: {
+                [key: string]: unknown;
+            } | null;
+            /**
+             * Rows In
+             * @default 0
+             */
+            rows_in: number;
+            /**
+             * Rows Out
+             * @default 0
+             */
+            rows_out: number;
+            /** Sinks */
+            sinks?: {
+                [key: string]: unknown;
+            } | null;
+            /**
+             * Spark Ms
+             * @default 0
+             */
+            spark_ms: number;
+            /**
+             * Spine Batches
+             * @default 0
+             */
+            spine_batches: number;
+            /**
+             * State Bytes
+             * @default 0
+             */
+            state_bytes: number;
+            /**
+             * State Rows
+             * @default 0
+             */
+            state_rows: number;
+            /** Step */
+            step: number;
+            /**
+             * Step Ms
+             * @default 0
+             */
+            step_ms: number;
+            /**
+             * Steps
+             * @default 1
+             */
+            steps: number;
+            /** Ts */
+            ts: number;
+        };
+        /**
          * SinkStepOut
          * @description A sink after a step: what the step wrote to it, and when it last wrote.
          */
@@ -1022,6 +1329,13 @@ export interface components {
              * @description rows (changes) the step wrote to the sink
              */
             rows: number;
+        };
+        /** SkippedIn */
+        SkippedIn: {
+            /** Reason */
+            reason: string;
+            /** Uuid */
+            uuid: string;
         };
         /** SpecValidation */
         SpecValidation: {
@@ -3328,6 +3642,361 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ViewPage"];
+                };
+            };
+            /** @description no valid token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the token's role is not enough */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description no such pipeline, checkpoint, operation, token, stream or view */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description conflicts with the current state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description invalid spec, request or records; `errors` names the fields */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description stored state cannot be read (a corrupt or missing file, named in `message`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    claim_api_v1_runs__run_id__claim_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the run's id */
+                run_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ClaimedOut"][];
+                };
+            };
+            /** @description no valid token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the token's role is not enough */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description no such pipeline, checkpoint, operation, token, stream or view */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description conflicts with the current state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description invalid spec, request or records; `errors` names the fields */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description stored state cannot be read (a corrupt or missing file, named in `message`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    opened_api_v1_runs__run_id__opened_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the run's id */
+                run_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["OpenedIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DesiredOut"];
+                };
+            };
+            /** @description no valid token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the token's role is not enough */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description no such pipeline, checkpoint, operation, token, stream or view */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description conflicts with the current state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description invalid spec, request or records; `errors` names the fields */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description stored state cannot be read (a corrupt or missing file, named in `message`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    finish_api_v1_runs__run_id__operations__operation_id__finish_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                operation_id: string;
+                /** @description the run's id */
+                run_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["FinishIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description no valid token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the token's role is not enough */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description no such pipeline, checkpoint, operation, token, stream or view */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description conflicts with the current state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description invalid spec, request or records; `errors` names the fields */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description stored state cannot be read (a corrupt or missing file, named in `message`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    report_api_v1_runs__run_id__report_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the run's id */
+                run_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ReportIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DesiredOut"];
                 };
             };
             /** @description no valid token */

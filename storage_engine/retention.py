@@ -7,6 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from .location_gc import GcResult
+from .manifest import CheckpointInfo
+
+# The operation that names one checkpoint to delete; every other deletion is a gc.
+DELETE_CHECKPOINT = "delete_checkpoint"
 
 
 @dataclass(frozen=True)
@@ -52,4 +59,45 @@ def expired(cps: Sequence[Candidate], policy: Policy, now: float) -> list[str]:
     return out
 
 
-__all__ = ["Candidate", "Policy", "expired", "for_gc"]
+def candidates(infos: Sequence[CheckpointInfo], pinned: set[str]) -> list[Candidate]:
+    return [Candidate(i.uuid, i.created_at, i.uuid in pinned) for i in infos]
+
+
+def victims(
+    kind: str, params: dict[str, Any], infos: Sequence[CheckpointInfo], pins: set[str]
+) -> list[str]:
+    """The checkpoints a gc or delete operation (`kind`) removes, decided on the manifest
+    at the time it runs (by the job or a worker alike): one named checkpoint (never a
+    pinned one), the retention policy's choice re-checked against pins and the newest, or
+    `for_gc`."""
+    if kind == DELETE_CHECKPOINT:
+        uid = str(params["checkpoint"])
+        if uid in pins:
+            raise ValueError(f"checkpoint {uid} is pinned; unpin it first")
+        return [uid]
+    cands = candidates(infos, pins)
+    if "uuids" in params:
+        allowed = {c.uuid for c in cands[:-1] if not c.pinned}
+        return [u for u in params["uuids"] if u in allowed]
+    return for_gc(cands, params.get("keep"))
+
+
+def gc_result(res: GcResult) -> dict[str, Any]:
+    """A gc or delete operation's result."""
+    return {
+        "deleted": res.deleted,
+        "files_removed": res.files_removed,
+        "bytes_freed": res.bytes_freed,
+    }
+
+
+__all__ = [
+    "DELETE_CHECKPOINT",
+    "Candidate",
+    "Policy",
+    "candidates",
+    "expired",
+    "for_gc",
+    "gc_result",
+    "victims",
+]
