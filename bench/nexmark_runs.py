@@ -28,7 +28,7 @@ import yaml
 
 from oracles.nexmark import Rows, norm
 from storage_engine.schema import WEIGHT
-from workers.sinks import STEP
+from workers.connectors.files_sink import STEP
 
 from .nexmark_queries import (
     EVENTS_DDL,

@@ -1,0 +1,30 @@
+"""The connectors by the spec's `kind`: the one place that names every kind. The runtime
+opens a source or sink here and then uses only its protocol."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pipeline_spec import model as S
+
+from . import delta_sink, discard_sink, files_sink, kafka_sink, postgres_sink, view_sink
+from .sink import Sink, SinkContext
+
+# Each opener takes the spec model of its own kind (the key says which), hence `Any`.
+SINKS: dict[str, Callable[[Any, SinkContext], Sink]] = {
+    "files": files_sink.open_sink,
+    "postgres": postgres_sink.open_sink,
+    "delta": delta_sink.open_sink,
+    "kafka": kafka_sink.open_sink,
+    "discard": discard_sink.open_sink,
+    "view": view_sink.open_sink,
+}
+
+
+def open_sink(spec: S.Sink, ctx: SinkContext) -> Sink:
+    """The sink `spec` describes, over output of `ctx.schema`."""
+    return SINKS[spec.kind](spec, ctx)
+
+
+__all__ = ["SINKS", "open_sink"]
