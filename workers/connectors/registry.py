@@ -8,10 +8,29 @@ from typing import Any
 
 from pipeline_spec import model as S
 
-from . import delta_sink, discard_sink, files_sink, kafka_sink, postgres_sink, view_sink
+from . import (
+    datagen_source,
+    delta_sink,
+    discard_sink,
+    files_sink,
+    files_source,
+    kafka_sink,
+    kafka_source,
+    log_source,
+    postgres_sink,
+    view_sink,
+)
 from .sink import Sink, SinkContext
+from .source import Source, SourceContext
 
 # Each opener takes the spec model of its own kind (the key says which), hence `Any`.
+SOURCES: dict[str, Callable[[Any, SourceContext], Source]] = {
+    "files": files_source.open_source,
+    "kafka": kafka_source.open_source,
+    "log": log_source.open_source,
+    "datagen": datagen_source.open_source,
+}
+
 SINKS: dict[str, Callable[[Any, SinkContext], Sink]] = {
     "files": files_sink.open_sink,
     "postgres": postgres_sink.open_sink,
@@ -22,9 +41,14 @@ SINKS: dict[str, Callable[[Any, SinkContext], Sink]] = {
 }
 
 
+def open_source(spec: S.InputSource, ctx: SourceContext) -> Source:
+    """The source `spec` describes, its rows as `ctx.plan` reads them."""
+    return SOURCES[spec.kind](spec, ctx)
+
+
 def open_sink(spec: S.Sink, ctx: SinkContext) -> Sink:
     """The sink `spec` describes, over output of `ctx.schema`."""
     return SINKS[spec.kind](spec, ctx)
 
 
-__all__ = ["SINKS", "open_sink"]
+__all__ = ["SINKS", "SOURCES", "open_sink", "open_source"]

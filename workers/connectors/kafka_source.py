@@ -16,16 +16,24 @@ later start at their earliest record. A record whose value does not parse is a d
 from __future__ import annotations
 
 import json
+import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
+from pyspark.sql.datasource import DataSource
 
 from pipeline_spec.fields import expand_sink_variables
 from pipeline_spec.formats.values import ValueParser
 from pipeline_spec.kafka import KafkaSource
+from pipeline_spec.offsets import Offset
 
-END = "__end"  # `sources.END` (not imported from there: sources imports this module)
+from ..sources import END
+from ..step_ends import StepEndsSource
+from .source import PartitionSplit, Rows, SourceContext, Split
+
+log = logging.getLogger("spindle.runner")
 TIMEOUT_S = 30.0  # a broker request, or a step's records, not answered within this fails
 
 
@@ -276,9 +284,104 @@ def _metadata(m: Any, what: str) -> Any:
     return None if kind == 0 else pa.scalar(ms * 1000, pa.timestamp("us", tz="UTC"))
 
 
+class KafkaInput:
+    """A `kafka` table as a run's source: a step's splits are its partitions' offset
+    ranges, read by the driver's consumer; the query's trigger asks the driver where steps
+    end, answered on a thread of its own through a consumer of its own."""
+
+    batches = None
+    reads_ahead = False
+    parses_in_driver = True
+    has_lines = False
+    input_log = None
+
+    def __init__(self, spec: KafkaSource, ctx: SourceContext) -> None:
+        self.spec, self.table = spec, spec.table
+        self.kafka = KafkaTable(spec)
+        self.schema = self.kafka.schema
+        self._ends: KafkaTable | None = None
+
+    def first_offset(self, restored: Offset) -> Offset:
+        return restored if restored else self.kafka.first_offsets()
+
+    def step_end(self, start: Offset) -> Offset:
+        assert isinstance(start, dict)
+        if self._ends is None:
+            self._ends = KafkaTable(self.spec)
+        return self._ends.step_end(start)
+
+    def driver_step_end(self, start: Offset) -> int | None:
+        return None  # the query's trigger asks (`step_end`)
+
+    def splits(self, start: Offset, end: Offset) -> list[Split]:
+        assert isinstance(start, dict) and isinstance(end, dict)
+        return [
+            PartitionSplit(p, start.get(p, 0), e) for p, e in end.items() if e > start.get(p, 0)
+        ]
+
+    def to_batches(self, splits: list[Split]) -> None:
+        pass  # read in the driver
+
+    def read(self, splits: list[Split]) -> Rows:
+        parts = [s for s in splits if isinstance(s, PartitionSplit)]
+        return self.kafka.read(
+            {s.partition: s.start for s in parts}, {s.partition: s.end for s in parts}
+        )
+
+    def spark_query(
+        self, start: Offset, ends: Callable[[], str]
+    ) -> tuple[type[DataSource], dict[str, str]]:
+        return StepEndsSource, {"ends": ends(), "start": json.dumps(start)}
+
+    def waiting(self, offset: Offset) -> bool:
+        assert isinstance(offset, dict)
+        return self.kafka.waiting(offset)
+
+    def lag(self, offset: Offset) -> dict[str, Any]:
+        """Its partitions' end offsets minus `offset`, in all and per partition."""
+        assert isinstance(offset, dict)
+        ends = self.kafka.end_offsets()
+        partitions = {p: max(0, e - offset.get(p, 0)) for p, e in ends.items()}
+        return {"lag": sum(partitions.values()), "partitions": partitions}
+
+    def on_durable(self, offset: Offset) -> None:
+        """Commit `offset` to the spec's `commit_to_group`, if any (a failure is logged: it
+        is for monitoring only)."""
+        if not isinstance(offset, dict):
+            return
+        try:
+            self.kafka.commit_to_group(offset)
+        except Exception as e:
+            log.warning("%s", e)
+
+    def dead_letters(self, table: str, bad: pa.Table) -> list[dict[str, Any]]:
+        return [
+            {
+                "table": table,
+                "topic": r["__file"].rpartition(":")[0],
+                "partition": int(r["__file"].rpartition(":")[2]),
+                "offset": r["__lineno"],
+                "record": r["__line"],
+                "reason": "no value, or not parseable with the table's format and schema",
+            }
+            for r in bad.select(["__file", "__lineno", "__line"]).to_pylist()
+        ]
+
+    def close(self) -> None:
+        self.kafka.close()
+        if self._ends is not None:
+            self._ends.close()
+
+
+def open_source(spec: KafkaSource, ctx: SourceContext) -> KafkaInput:
+    return KafkaInput(spec, ctx)
+
+
 __all__ = [
+    "KafkaInput",
     "KafkaSourceError",
     "KafkaTable",
     "client_config",
+    "open_source",
     "partition_id",
 ]
