@@ -20,7 +20,7 @@ from storage_engine.input_log import InputLog
 
 from .connectors.registry import open_source
 from .connectors.source import Source, SourceContext
-from .plan import Plan
+from .plan import Plan, arrow_schema, ddl
 from .pre_aggregation import JobTables
 from .progress import ReadAhead
 from .sources import END
@@ -39,9 +39,11 @@ class StepInput:
     ) -> None:
         self.spark, self.source, self.plan = spark, spec.source, plan
         self.storage = storage
-        self.connector: Source = open_source(
-            spec.source, SourceContext(spark, plan, storage, roots)
+        read = plan.source_schema
+        ctx = SourceContext(
+            spark, arrow_schema(read), ddl(read), plan.spark_options, storage, roots
         )
+        self.connector: Source = open_source(spec.source, ctx)
         # The query's trigger asks the driver where steps end (`step_ends.py`), for the
         # sources whose ends the driver decides.
         self._ends: StepEndServer | None = None

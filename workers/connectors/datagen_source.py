@@ -13,8 +13,7 @@ from pyspark.sql.datasource import DataSource
 from pipeline_spec import model as S
 from pipeline_spec.offsets import Offset, count
 
-from ..plan import arrow_schema
-from ..sources import DatagenSource, datagen_batches
+from ..sources import CLICKS_SCHEMA, NEXMARK_SCHEMA, DatagenSource, datagen_batches
 from .letters import line_letters
 from .source import RangeSplit, Rows, SourceContext, Split
 
@@ -29,8 +28,8 @@ class DatagenInput:
 
     def __init__(self, spec: S.DatagenSource, ctx: SourceContext) -> None:
         self.spec, self.table = spec, spec.table
-        self.schema = arrow_schema(ctx.plan.source_schema)
-        self._options = ctx.plan.spark_options
+        self.schema = ctx.schema
+        self._options = ctx.options
 
     def first_offset(self, restored: Offset) -> Offset:
         return restored
@@ -76,8 +75,35 @@ class DatagenInput:
         pass
 
 
-def open_source(spec: S.DatagenSource, ctx: SourceContext) -> DatagenInput:
-    return DatagenInput(spec, ctx)
+class DatagenKind:
+    def columns(self, spec: S.DatagenSource) -> str:
+        return NEXMARK_SCHEMA if spec.generator == "nexmark" else CLICKS_SCHEMA
+
+    def spark_options(self, spec: S.DatagenSource, schema: pa.Schema, ddl: str) -> dict[str, str]:
+        return {
+            "generator": spec.generator,
+            "seed": str(spec.seed),
+            "rows_per_second": str(spec.rows_per_second),
+            "max_rows_per_step": str(spec.max_rows_per_step),
+            "users": str(spec.users),
+            **({"limit": str(spec.limit)} if spec.limit else {}),
+        }
+
+    def line_records(self, spec: S.DatagenSource) -> bool:
+        return False
+
+    def reads_by_name(self, spec: S.DatagenSource) -> bool:
+        return False  # generated in the driver
+
+    def wall_clock(self, spec: S.DatagenSource) -> bool:
+        # `ts` is synthetic (2024-01-01 + i / rows_per_second, so that row i is a pure
+        # function of seed and i): no latency against it.
+        return False
+
+    def open(self, spec: S.DatagenSource, ctx: SourceContext) -> DatagenInput:
+        return DatagenInput(spec, ctx)
 
 
-__all__ = ["DatagenInput", "open_source"]
+KIND = DatagenKind()
+
+__all__ = ["KIND", "DatagenInput"]

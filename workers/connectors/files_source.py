@@ -22,11 +22,10 @@ from ..input_files import open_input_files
 from ..json_lines import parses_in_driver as json_parses
 from ..json_lines import read_json_lines
 from ..parquet_files import NarrowerDecimal, read_parquet_files
-from ..plan import arrow_schema, ddl
 from ..sources import END
 from ..step_ends import StepEndsSource
 from .letters import line_letters
-from .source import FileSplit, Rows, SourceContext, Split
+from .source import FileSplit, Rows, SourceContext, Split, columns_ddl
 
 # A files table's reader in the driver, by format: its rows, or None when Spark must read.
 _READERS: dict[str, Callable[[Sequence[str], pa.Schema], pa.Table | None]] = {
@@ -48,10 +47,8 @@ class FilesInput:
 
     def __init__(self, spec: S.FilesSource, ctx: SourceContext) -> None:
         self.spec, self.table = spec, spec.table
-        self.schema = arrow_schema(ctx.plan.source_schema)
-        self.batches: FileBatches | None = FileBatches(
-            ctx.spark, spec.format, ddl(ctx.plan.source_schema)
-        )
+        self.schema = ctx.schema
+        self.batches: FileBatches | None = FileBatches(ctx.spark, spec.format, ctx.ddl)
         self.listing = open_input_files(spec.path, spec.table, ctx.roots)
         self.parses_in_driver = _PARSES[spec.format](self.schema)
         self.has_lines = spec.format != "parquet"  # Parquet's reader flags no record
@@ -129,8 +126,30 @@ class FilesInput:
         self.listing.close()
 
 
-def open_source(spec: S.FilesSource, ctx: SourceContext) -> FilesInput:
-    return FilesInput(spec, ctx)
+class FilesKind:
+    def columns(self, spec: S.FilesSource) -> str:
+        if spec.schema_:
+            return columns_ddl(spec.schema_)
+        if spec.format == "parquet":
+            raise S.SpecError([("source.schema", "give the schema of the parquet files")])
+        raise S.SpecError([("source.schema", "required for json and csv files")])
+
+    def spark_options(self, spec: S.FilesSource, schema: pa.Schema, ddl: str) -> dict[str, str]:
+        return {}  # the driver decides where steps end (`step_ends.py`)
+
+    def line_records(self, spec: S.FilesSource) -> bool:
+        return spec.format != "parquet"
+
+    def reads_by_name(self, spec: S.FilesSource) -> bool:
+        return spec.format in ("json", "parquet")  # CSV fields are parsed by position
+
+    def wall_clock(self, spec: S.FilesSource) -> bool:
+        return True
+
+    def open(self, spec: S.FilesSource, ctx: SourceContext) -> FilesInput:
+        return FilesInput(spec, ctx)
 
 
-__all__ = ["FilesInput", "open_source"]
+KIND = FilesKind()
+
+__all__ = ["KIND", "FilesInput"]

@@ -31,7 +31,7 @@ from pipeline_spec.offsets import Offset
 
 from ..sources import END
 from ..step_ends import StepEndsSource
-from .source import PartitionSplit, Rows, SourceContext, Split
+from .source import PartitionSplit, Rows, SourceContext, Split, columns_ddl
 
 log = logging.getLogger("spindle.runner")
 TIMEOUT_S = 30.0  # a broker request, or a step's records, not answered within this fails
@@ -373,15 +373,34 @@ class KafkaInput:
             self._ends.close()
 
 
-def open_source(spec: KafkaSource, ctx: SourceContext) -> KafkaInput:
-    return KafkaInput(spec, ctx)
+class KafkaKind:
+    def columns(self, spec: KafkaSource) -> str:
+        return columns_ddl(spec.columns())
+
+    def spark_options(self, spec: KafkaSource, schema: pa.Schema, ddl: str) -> dict[str, str]:
+        return {}  # the driver decides where steps end (`step_ends.py`)
+
+    def line_records(self, spec: KafkaSource) -> bool:
+        return False  # records are values, parsed in the driver
+
+    def reads_by_name(self, spec: KafkaSource) -> bool:
+        return False
+
+    def wall_clock(self, spec: KafkaSource) -> bool:
+        return True
+
+    def open(self, spec: KafkaSource, ctx: SourceContext) -> KafkaInput:
+        return KafkaInput(spec, ctx)
+
+
+KIND = KafkaKind()
 
 
 __all__ = [
+    "KIND",
     "KafkaInput",
     "KafkaSourceError",
     "KafkaTable",
     "client_config",
-    "open_source",
     "partition_id",
 ]

@@ -14,10 +14,9 @@ from pipeline_spec import model as S
 from pipeline_spec.offsets import Offset, count
 from storage_engine.input_log import InputLog
 
-from ..plan import arrow_schema
-from ..sources import END, LogSource, log_batches
+from ..sources import END, LogSource, arrow_schema_option, log_batches
 from .letters import line_letters
-from .source import RangeSplit, Rows, SourceContext, Split
+from .source import RangeSplit, Rows, SourceContext, Split, columns_ddl
 
 
 class LogInput:
@@ -29,8 +28,8 @@ class LogInput:
 
     def __init__(self, spec: S.LogSource, ctx: SourceContext) -> None:
         self.spec, self.table = spec, spec.table
-        self.schema = arrow_schema(ctx.plan.source_schema)
-        self._options = ctx.plan.spark_options
+        self.schema = ctx.schema
+        self._options = ctx.options
         self._dir = spec.log_dir(ctx.storage)
 
     def input_log(self) -> InputLog:
@@ -83,8 +82,31 @@ class LogInput:
         pass
 
 
-def open_source(spec: S.LogSource, ctx: SourceContext) -> LogInput:
-    return LogInput(spec, ctx)
+class LogKind:
+    def columns(self, spec: S.LogSource) -> str:
+        return columns_ddl(spec.schema_)
+
+    def spark_options(self, spec: S.LogSource, schema: pa.Schema, ddl: str) -> dict[str, str]:
+        return {
+            "stream": spec.stream,
+            "schema": ddl,
+            "arrow_schema": arrow_schema_option(schema),
+            "max_records_per_step": str(spec.max_records_per_step),
+        }
+
+    def line_records(self, spec: S.LogSource) -> bool:
+        return False  # records are parsed when pushed (`pipeline_spec.formats.bodies`)
+
+    def reads_by_name(self, spec: S.LogSource) -> bool:
+        return False  # the driver reads the log
+
+    def wall_clock(self, spec: S.LogSource) -> bool:
+        return True
+
+    def open(self, spec: S.LogSource, ctx: SourceContext) -> LogInput:
+        return LogInput(spec, ctx)
 
 
-__all__ = ["LogInput", "open_source"]
+KIND = LogKind()
+
+__all__ = ["KIND", "LogInput"]

@@ -21,16 +21,15 @@ from . import (
     view_sink,
 )
 from .sink import Sink, SinkContext
-from .source import Source, SourceContext
+from .source import Source, SourceContext, SourceKind
 
-# Each opener takes the spec model of its own kind (the key says which), hence `Any`.
-SOURCES: dict[str, Callable[[Any, SourceContext], Source]] = {
-    "files": files_source.open_source,
-    "kafka": kafka_source.open_source,
-    "log": log_source.open_source,
-    "datagen": datagen_source.open_source,
+SOURCES: dict[str, SourceKind] = {
+    "files": files_source.KIND,
+    "kafka": kafka_source.KIND,
+    "log": log_source.KIND,
+    "datagen": datagen_source.KIND,
 }
-
+# Each opener takes the spec model of its own kind (the key says which), hence `Any`.
 SINKS: dict[str, Callable[[Any, SinkContext], Sink]] = {
     "files": files_sink.open_sink,
     "postgres": postgres_sink.open_sink,
@@ -41,9 +40,14 @@ SINKS: dict[str, Callable[[Any, SinkContext], Sink]] = {
 }
 
 
+def source_kind(spec: S.InputSource) -> SourceKind:
+    """What planning knows of `spec`'s kind of source."""
+    return SOURCES[spec.kind]
+
+
 def open_source(spec: S.InputSource, ctx: SourceContext) -> Source:
-    """The source `spec` describes, its rows as `ctx.plan` reads them."""
-    return SOURCES[spec.kind](spec, ctx)
+    """The source `spec` describes, its rows as `ctx` says they are planned."""
+    return SOURCES[spec.kind].open(spec, ctx)
 
 
 def open_sink(spec: S.Sink, ctx: SinkContext) -> Sink:
@@ -51,4 +55,4 @@ def open_sink(spec: S.Sink, ctx: SinkContext) -> Sink:
     return SINKS[spec.kind](spec, ctx)
 
 
-__all__ = ["SINKS", "SOURCES", "open_sink", "open_source"]
+__all__ = ["SINKS", "SOURCES", "open_sink", "open_source", "source_kind"]

@@ -24,7 +24,6 @@ from storage_engine.input_log import InputLog
 
 if TYPE_CHECKING:
     from ..file_batches import FileBatches
-    from ..plan import Plan
 
 
 @dataclass(frozen=True)
@@ -55,6 +54,13 @@ class PartitionSplit:
 
 
 Split = FileSplit | RangeSplit | PartitionSplit
+
+
+def columns_ddl(columns: dict[str, str]) -> str:
+    """Declared columns (name -> Spark SQL type) as Spark DDL."""
+    return ", ".join(f"`{k}` {v}" for k, v in columns.items())
+
+
 # What a read gives: the rows (the table's columns, then `__end`), and the records that did
 # not parse (`__file`, `__lineno`, `__line`; None: none).
 Rows = tuple[pa.Table, pa.Table | None]
@@ -62,15 +68,39 @@ Rows = tuple[pa.Table, pa.Table | None]
 
 @dataclass(frozen=True)
 class SourceContext:
-    """What a source is opened with besides its spec: the Spark session, the table's plan
-    (its schema as Spark reads it, its data source's options), the run's storage location
-    (a log's directory) and where local files must resolve (os.pathsep-joined; "":
-    anywhere)."""
+    """What a source is opened with besides its spec: the Spark session, the table's
+    columns as planned (Arrow, and Spark's DDL), its Spark data source's options
+    (`SourceKind.spark_options`), the run's storage location (a log's directory) and where
+    local files must resolve (os.pathsep-joined; "": anywhere)."""
 
     spark: SparkSession
-    plan: Plan
+    schema: pa.Schema
+    ddl: str
+    options: dict[str, str]
     storage: str
     roots: str
+
+
+class SourceKind(Protocol):
+    """What planning knows of a kind of source from its spec alone, and how to open one."""
+
+    def columns(self, spec: Any) -> str:
+        """The columns it reads, as Spark DDL; SpecError if the spec lacks them."""
+
+    def spark_options(self, spec: Any, schema: pa.Schema, ddl: str) -> dict[str, str]:
+        """Its Spark data source's options (`sources.py`), the table's columns given."""
+
+    def line_records(self, spec: Any) -> bool:
+        """Whether its records are lines of text (a bad one's text is a dead letter's)."""
+
+    def reads_by_name(self, spec: Any) -> bool:
+        """Whether Spark's reader parses only the columns a query reads (by name)."""
+
+    def wall_clock(self, spec: Any) -> bool:
+        """Whether its rows' times are real (datagen's are synthetic: no latency)."""
+
+    def open(self, spec: Any, ctx: SourceContext) -> Source:
+        """The source, opened for a run."""
 
 
 class Source(Protocol):
@@ -152,5 +182,7 @@ __all__ = [
     "Rows",
     "Source",
     "SourceContext",
+    "SourceKind",
     "Split",
+    "columns_ddl",
 ]
