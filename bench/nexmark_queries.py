@@ -82,7 +82,7 @@ class Query:
     @property
     def side_input(self) -> Path | None:
         """q13's side table: a directory of CSV files (`key`, `value`) with a header."""
-        for t in self.spec.tables:
+        for t in self.spec.tables[1:]:
             assert isinstance(t, FilesSource) and t.table == "side_input"
             return ROOT / t.path
         return None

@@ -28,7 +28,7 @@ import yaml
 
 from oracles.nexmark import Rows, norm
 from storage_engine.schema import WEIGHT
-from workers.sinks import STEP
+from workers.connectors.files_sink import STEP
 
 from .nexmark_queries import (
     EVENTS_DDL,
@@ -148,17 +148,19 @@ def spindle_spec(
     with `checkpoint` (the spec's policy), 10 ms trigger: written to `work`; its path and
     the run's storage location."""
     doc = json.loads(q.spec.model_dump_json(by_alias=True, exclude_none=True))
-    doc["source"] = {
+    first, *rest = doc["tables"]
+    events_table = {
         "kind": "files",
         "table": "events",
         "path": str(events),
         "format": "json",
         "schema": dict(c.split() for c in EVENTS_DDL.split(",")),
         "max_files_per_step": 1,
-        **({"event_time": doc["source"]["event_time"]} if q.lateness_s is not None else {}),
+        **({"event_time": first["event_time"]} if q.lateness_s is not None else {}),
     }
-    for t in doc.get("tables", []):
+    for t in rest:
         t["path"] = str(ROOT / t["path"])
+    doc["tables"] = [events_table, *rest]
     doc["sinks"] = [{"name": "out", "from": q.name, **sink}]
     doc["checkpoint"] = checkpoint
     doc["trigger"] = {"interval": "10ms"}

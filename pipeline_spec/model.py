@@ -1,7 +1,7 @@
 """The pipeline spec: what users register (YAML or JSON), validated by pydantic.
 
     name: clicks-per-user
-    source: {kind: datagen, generator: clicks, seed: 7, rows_per_second: 5000}
+    tables: [{kind: datagen, generator: clicks, seed: 7, rows_per_second: 5000}]
     transform: {where: "amount > 0", select: ["user", "amount", "ts"]}
     state:
       - {name: per_user, kind: aggregate, group_by: [user],
@@ -10,7 +10,9 @@
       - {name: out, kind: files, from: per_user, format: parquet, path: out/}
     checkpoint: {every_steps: 10, every: 30s}
 
-Every error names its field path (`state.0.group_by`) and reason; `load_spec` raises
+The input tables are one list, `tables` (`inputs`: a spec of earlier releases gives the
+first as `source`, and still loads). Every error names its field path (`state.0.group_by`)
+and reason; `load_spec` raises
 `SpecError` with all of them. Column references are checked against the source's schema
 when the runner plans the query, before anything starts. The JSON Schema published in
 `docs/pipeline-spec.schema.json` is `PipelineSpec.model_json_schema()`.
@@ -28,13 +30,16 @@ import pyarrow as pa
 import yaml
 from pydantic import (
     AfterValidator,
+    ConfigDict,
     Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
 )
 
-from . import expressions
+from . import expressions, inputs
 from .exits import SPEC_ERROR_HEADING
 from .fields import (
     DROP_STATE_RE,
@@ -52,7 +57,7 @@ from .fields import (
 )
 from .fields import SpecModel as _Model
 from .kafka import KafkaSink, KafkaSource
-from .offsets import Offset
+from .offsets import Offset, checkpoint_offsets
 from .sinks import DeltaSink, DiscardSink, FilesSink, PostgresSink, Sink, ViewSink
 from .types import TYPE_NAMES_DOC, arrow_schema, check_types
 
@@ -273,8 +278,17 @@ class Trigger(_Model):
 
 
 class PipelineSpec(_Model):
+    model_config = ConfigDict(
+        extra="forbid", populate_by_name=True, json_schema_extra=inputs.take_source_too
+    )
+
     name: str = Field(pattern=NAME_RE, description="unique slug")
-    source: Source
+    tables: list[Source] = Field(
+        min_length=1,
+        max_length=65,
+        description="the input tables, each a source of its own with its `table` name; "
+        "operators (`state`) read the first, `sql` views any (docs/sql.md, Input tables)",
+    )
     transform: Transform = Field(default_factory=Transform)
     state: list[StateOp] = Field(
         default_factory=list, description="stateful operators (or `sql`, not both)"
@@ -284,18 +298,27 @@ class PipelineSpec(_Model):
         min_length=1,
         max_length=200_000,
         description="CREATE VIEW name AS SELECT ... statements (Spark SQL) over the input "
-        "tables (`source.table` and `tables`, docs/sql.md); sinks write views",
-    )
-    tables: list[Source] = Field(
-        default_factory=list,
-        max_length=64,
-        description="pipelines with `sql`: further input tables besides `source`, each a "
-        "source of its own with its `table` name (docs/sql.md, Input tables)",
+        "tables (`tables`, docs/sql.md); sinks write views",
     )
     sinks: list[Sink] = Field(default_factory=list)
     checkpoint: CheckpointPolicy = Field(default_factory=CheckpointPolicy)
     retention: RetentionPolicy = Field(default_factory=RetentionPolicy)
     trigger: Trigger = Field(default_factory=Trigger)
+
+    # Whether the spec was written with `source` (earlier releases): its fields' paths.
+    _gave_source: bool = PrivateAttr(False)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _one_list(cls, data: Any, handler: ModelWrapValidatorHandler[PipelineSpec]) -> PipelineSpec:
+        spec = handler(inputs.as_one_list(data))
+        spec._gave_source = inputs.gives_source(data)
+        return spec
+
+    @property
+    def source(self) -> InputSource:
+        """The first input table's source: the stream operators (`state`) read."""
+        return self.tables[0]
 
     @model_validator(mode="after")
     def _references(self) -> PipelineSpec:
@@ -311,7 +334,7 @@ class PipelineSpec(_Model):
                 raise ValueError(f"tables: table names must be unique, repeated: {dup}")
             # The views, and the sinks' `from`, are checked by the SQL planner (sql package).
             return self
-        if self.tables:
+        if len(self.tables) > 1:
             raise ValueError("tables: several input tables need sql (views over them)")
         if isinstance(self.source, KafkaSource):
             raise ValueError("source: a kafka source needs sql (views over its table)")
@@ -334,41 +357,28 @@ class PipelineSpec(_Model):
         return self
 
     def input_sources(self) -> list[InputSource]:
-        """Every input table's source: `source`, then `tables`."""
-        return [self.source, *self.tables]
+        """Every input table's source, in order."""
+        return list(self.tables)
 
     def input_fields(self) -> list[tuple[str, InputSource]]:
-        """Every input table's source with its field path (`source`, `tables.0`, ...)."""
-        return [("source", self.source), *((f"tables.{i}", t) for i, t in enumerate(self.tables))]
+        """Every input table's source with its field path as the spec was written
+        (`tables.0`, ...; `source`, `tables.0`, ... in a spec giving `source`)."""
+        return [
+            (".".join(map(str, inputs.written_path(("tables", i), self._gave_source))), t)
+            for i, t in enumerate(self.tables)
+        ]
 
     def table_spec(self, table: str) -> PipelineSpec:
-        """The spec as one input table's reader sees it: that table's source as `source`
-        (the runtime reads each table as it reads a one-source pipeline's)."""
+        """The spec as one input table's reader sees it: that table alone (the runtime
+        reads each table as it reads a one-table pipeline's)."""
         src = next(s for s in self.input_sources() if s.table == table)
-        return self.model_copy(update={"source": src, "tables": []})
+        return self.model_copy(update={"tables": [src]})
 
     def offsets(self, metadata: dict[str, Any]) -> dict[str, Offset]:
         """Each input table's offset in a checkpoint's metadata (`source_offsets`; a
         checkpoint of a one-source release has only `source_offset`, the source's)."""
-        per_table = metadata.get("source_offsets")
-        if not isinstance(per_table, dict):
-            per_table = {self.source.table: metadata.get("source_offset", 0)}
-        return {
-            s.table: _offset(per_table.get(s.table), isinstance(s, KafkaSource))
-            for s in self.input_sources()
-        }
-
-
-def _offset(value: Any, per_partition: bool) -> Offset:
-    if per_partition:
-        if not isinstance(value, dict):
-            return {}
-        return {str(k): v for k, v in value.items() if _is_int(v)}
-    return value if _is_int(value) else 0
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+        tables = [(s.table, isinstance(s, KafkaSource)) for s in self.tables]
+        return checkpoint_offsets(metadata, tables)
 
 
 class SpecError(ValueError):
@@ -406,9 +416,10 @@ def parse_spec(doc: Any) -> PipelineSpec:
         return PipelineSpec.model_validate(doc)
     except ValidationError as e:
         errors = []
+        gave_source = inputs.gives_source(doc)
         for err in e.errors():
             msg = str(err["msg"]).removeprefix("Value error, ")
-            errors.append((_path(tuple(err["loc"])), msg))
+            errors.append((_path(inputs.written_path(tuple(err["loc"]), gave_source)), msg))
         raise SpecError(errors) from None
 
 

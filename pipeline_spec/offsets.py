@@ -4,6 +4,8 @@ starts at its earliest record)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 Offset = int | dict[str, int]
 
 
@@ -39,4 +41,28 @@ def count(offset: Offset) -> int:
     return offset
 
 
-__all__ = ["Offset", "advanced", "count", "parse", "total"]
+def checkpoint_offsets(
+    metadata: dict[str, Any], tables: list[tuple[str, bool]]
+) -> dict[str, Offset]:
+    """Each input table's offset in a checkpoint's metadata (`tables`: each one's name,
+    and whether its offset is per partition, a Kafka table's): `source_offsets`, or, in a
+    checkpoint of a one-source release, `source_offset`, the first table's."""
+    per_table = metadata.get("source_offsets")
+    if not isinstance(per_table, dict):
+        per_table = {tables[0][0]: metadata.get("source_offset", 0)}
+    return {t: _offset(per_table.get(t), per_partition) for t, per_partition in tables}
+
+
+def _offset(value: Any, per_partition: bool) -> Offset:
+    if per_partition:
+        if not isinstance(value, dict):
+            return {}
+        return {str(k): v for k, v in value.items() if _is_int(v)}
+    return value if _is_int(value) else 0
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+__all__ = ["Offset", "advanced", "checkpoint_offsets", "count", "parse", "total"]

@@ -19,9 +19,9 @@ from pyspark.sql import functions as F
 
 from pipeline_spec import model as S
 
-from . import csv_lines, json_lines
-from .file_batches import CORRUPT, FileBatches
-from .plan import Plan, arrow_schema
+from .connectors.source import Source
+from .file_batches import CORRUPT
+from .plan import Plan
 from .pre_aggregation import JobTables, MicroBatch, PreAggregation, min_event_us
 from .sources import END, SOURCE
 
@@ -32,19 +32,15 @@ PRE_AGGREGATE_MIN_ROWS = 100_000
 
 class BatchJobs:
     def __init__(
-        self, spec: S.PipelineSpec, plan: Plan, files: FileBatches | None, policy: PreAggregate
+        self, spec: S.PipelineSpec, plan: Plan, source: Source, policy: PreAggregate
     ) -> None:
-        self.spec, self.plan, self.files, self.policy = spec, plan, files, policy
+        self.spec, self.plan, self.policy = spec, plan, policy
+        self.files = source.batches
         self.last_rows_in = 0  # the previous step's, for the `auto` policy
         # The first batch's tables, computed while the query started (`Runner._read_ahead`).
         self.ready: tuple[bool, JobTables] | None = None
-        src = spec.source
-        parses = {"json": json_lines.parses_in_driver, "csv": csv_lines.parses_in_driver}
-        self._made_in_driver = (
-            not isinstance(src, S.FilesSource)
-            or src.format == "parquet"
-            or parses[src.format](arrow_schema(plan.source_schema))
-        )
+        self._made_in_driver = source.parses_in_driver
+        self._has_lines = source.has_lines
         # pre-aggregated? -> a files batch's rows and jobs over them (`_jobs_of`)
         self._jobs: dict[bool, tuple[DataFrame, tuple[DataFrame | None, DataFrame | None]]] = {}
 
@@ -65,8 +61,8 @@ class BatchJobs:
 
     def skips_spark(self) -> bool:
         """Whether this step's rows, made in the driver (a log, datagen or Kafka source, or
-        JSON, CSV or Parquet files that Arrow reads as Spark would: `json_lines`,
-        `csv_lines`, `parquet_files`), go to the circuit as they are (`arrow_batch`): the
+        JSON, CSV or Parquet files that Arrow reads as Spark would: the source's
+        `parses_in_driver`), go to the circuit as they are (`arrow_batch`): the
         transform is the identity, only the stream is read (no join side) and it is not
         pre-aggregated, as in every SQL pipeline, whose views filter and project in the
         engine. Spark would only copy them."""
@@ -232,10 +228,9 @@ class BatchJobs:
         type (an empty string for a number included); a CSV record when Spark's CSV reader
         finds it malformed: the wrong number of fields, or a non-empty value that does not
         convert."""
-        src = self.spec.source
         fields = self.plan.source_schema.fields
         columns = [F.col(f"`{f.name}`") for f in fields]
-        if not isinstance(src, S.FilesSource) or src.format == "parquet":
+        if not self._has_lines:
             return df.select(
                 *columns,
                 F.lit(False).alias("__bad"),

@@ -17,8 +17,8 @@ from storage_engine.circuit import Stepper
 from storage_engine.commit import CommitHandle
 from storage_engine.input_log import InputLog
 
+from .connectors.sink import Sink
 from .durability import DurabilityWatch
-from .sinks import Sink
 
 
 class Checkpointing:

@@ -29,14 +29,10 @@ from storage_engine.circuit import (
     WindowAggregate,
 )
 
+from .connectors.registry import source_kind
 from .dataflow_run import DataflowRun
 from .pre_aggregation import PreAggregation, pre_aggregation
-from .sources import (
-    END,
-    SOURCE,
-    arrow_schema_option,
-    table_input,
-)
+from .sources import END, SOURCE, table_input
 
 
 @dataclass
@@ -64,18 +60,7 @@ class Plan:
 
 
 def source_schema(spark: SparkSession, source: S.InputSource) -> StructType:
-    from .sources import CLICKS_SCHEMA, NEXMARK_SCHEMA
-
-    if isinstance(source, S.DatagenSource):
-        ddl = NEXMARK_SCHEMA if source.generator == "nexmark" else CLICKS_SCHEMA
-    elif isinstance(source, S.KafkaSource):
-        ddl = ", ".join(f"`{k}` {v}" for k, v in source.columns().items())
-    elif source.schema_:
-        ddl = ", ".join(f"`{k}` {v}" for k, v in source.schema_.items())
-    elif isinstance(source, S.FilesSource) and source.format == "parquet":
-        raise S.SpecError([("source.schema", "give the schema of the parquet files")])
-    else:
-        raise S.SpecError([("source.schema", "required for json and csv files")])
+    ddl = source_kind(source).columns(source)
     try:
         schema = StructType.fromDDL(ddl)
     except Exception as e:  # Spark's parser raises several kinds
@@ -171,7 +156,7 @@ def plan(spark: SparkSession, spec: S.PipelineSpec) -> Plan:
         schemas[SOURCE] = stream_arrow
     event_time = _event_time(spec, stream_arrow)
     circuit: Stepper = DataflowRun(flow) if flow is not None else Circuit(ops)
-    lines = isinstance(spec.source, S.FilesSource) and spec.source.format != "parquet"
+    lines = source_kind(spec.source).line_records(spec.source)
     pre = pre_aggregation(circuit, stream_arrow, event_time, lines)
     opts = _options(spec.source, src)
     live = _live(spec, sql)
@@ -208,7 +193,7 @@ def _read_live(
     whole schema to pad them to (None: Spark reads every column). JSON and Parquet files
     are read by column name, so Spark's readers parse and ship only the live columns; CSV
     lines are parsed by position, and the other sources' rows are made in the driver."""
-    readable = isinstance(source, S.FilesSource) and source.format in ("json", "parquet")
+    readable = source_kind(source).reads_by_name(source)
     keep = [f.name for f in schema if f.name in live] or schema.names[:1]
     if not readable or len(keep) == len(schema):
         return src, schema, None
@@ -250,23 +235,7 @@ def _table_plan(
 
 def _options(s: S.InputSource, src: StructType) -> dict[str, str]:
     """The source's options for its Spark data source (`sources.py`)."""
-    if isinstance(s, S.DatagenSource):
-        return {
-            "generator": s.generator,
-            "seed": str(s.seed),
-            "rows_per_second": str(s.rows_per_second),
-            "max_rows_per_step": str(s.max_rows_per_step),
-            "users": str(s.users),
-            **({"limit": str(s.limit)} if s.limit else {}),
-        }
-    if isinstance(s, S.FilesSource | S.KafkaSource):
-        return {}  # the driver decides their steps' ends (`step_ends.py`)
-    return {
-        "stream": s.stream,
-        "schema": ddl(src),
-        "arrow_schema": arrow_schema_option(arrow_schema(src)),
-        "max_records_per_step": str(s.max_records_per_step),
-    }
+    return source_kind(s).spark_options(s, arrow_schema(src), ddl(src))
 
 
 def _event_time(spec: S.PipelineSpec, stream: pa.Schema) -> str | None:
@@ -276,10 +245,11 @@ def _event_time(spec: S.PipelineSpec, stream: pa.Schema) -> str | None:
     pure function of seed and i), not wall clock: no latency unless the spec names a column."""
     col = spec.transform.event_time
     table_time = spec.source.event_time
-    if col is None and table_time is not None and not isinstance(spec.source, S.DatagenSource):
+    real = source_kind(spec.source).wall_clock(spec.source)
+    if col is None and table_time is not None and real:
         col = table_time.column  # a SQL table's (sql.spec checked it)
     if col is None:
-        if isinstance(spec.source, S.DatagenSource):
+        if not real:
             return None
         windows = [op for op in spec.state if isinstance(op, S.WindowAggregateOp)]
         if not windows:

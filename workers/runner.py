@@ -43,6 +43,7 @@ from storage_engine.objstore import ObjectStoreLike
 
 from .batch_jobs import BatchJobs, PreAggregate
 from .checkpointing import Checkpointing
+from .connectors.source import Source
 from .dead_letters import DeadLetters
 from .durability import DurabilityWatch
 from .offset_log import OffsetLog
@@ -165,11 +166,11 @@ class Runner:
         # Held while a step runs; commands from outside (commit, gc) take it between steps.
         self.step_lock = threading.RLock()
         self.input = StepInput(self.spark, spec, self.plan, storage, roots)
-        self.jobs = BatchJobs(spec, self.plan, self.input.files, pre_aggregate)
+        self.jobs = BatchJobs(spec, self.plan, self.input.connector, pre_aggregate)
         self._readers = {spec.source.table: _Table(SOURCE, self.input, self.jobs)}
         for t, p in self.plan.tables.items():
             step_input = StepInput(self.spark, p.spec, p, storage, roots)
-            jobs = BatchJobs(p.spec, p, step_input.files, pre_aggregate)
+            jobs = BatchJobs(p.spec, p, step_input.connector, pre_aggregate)
             self._readers[t] = _Table(table_input(t), step_input, jobs)
         self.checkpoints = Checkpointing(
             spec,
@@ -180,21 +181,15 @@ class Runner:
             self.step_lock,
             lambda: (self.step, dict(self.offsets), {"sink_steps": dict(self.written.steps)}),
             own_retention,
-            {
-                t: r.input.input_log
-                for t, r in self._readers.items()
-                if isinstance(r.input.source, S.LogSource)
-            },
-            {t: r.input.checkpoint_durable for t, r in self._readers.items() if r.input.kafka},
+            {t: c.input_log for t, c in self._sources().items() if c.input_log is not None},
+            {t: c.on_durable for t, c in self._sources().items() if c.on_durable is not None},
         )
         self.paused = False
         self.exit_code: int | None = None
         self._draining = False
         self._gate = threading.Lock()  # makes "not draining, so busy" one step
         self._last_allowed_step: int | None = None  # `run(max_steps)`: no step beyond it
-        self.dead_letters = DeadLetters(
-            storage, {t: (r.input.source, r.input.files) for t, r in self._readers.items()}
-        )
+        self.dead_letters = DeadLetters(storage, self._sources())
         self.dead_letters.rollback(self.step)
         tl.mark("sinks_rollback")
         self._reported = False
@@ -233,6 +228,9 @@ class Runner:
                 count(self._replay[0][self._table]) if self._replay else None,
             )
         )
+
+    def _sources(self) -> dict[str, Source]:
+        return {t: r.input.connector for t, r in self._readers.items()}
 
     @property
     def offset(self) -> int:
@@ -299,7 +297,7 @@ class Runner:
             table = ahead.result()
             self.timeline.mark("first_batch")
             if table is None:
-                if self.input.files is None:
+                if self.input.connector.batches is None:
                     return  # the query reads the batch, and reports what fails
                 self.input.rows(self.offset, ahead.end)  # read again, and fail if it does
             self.jobs.ready = table
@@ -443,7 +441,6 @@ class Runner:
             self.spark,
             inputs,
             self.offsets,
-            self.storage,
             self._query_name,
             self.process,
             self.spec.trigger.interval,

@@ -16,38 +16,17 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.datasource import DataSource
 
-from pipeline_spec import model as S
-from pipeline_spec.offsets import Offset, count, parse
+from pipeline_spec.offsets import Offset, parse
 
-from .sources import DatagenSource, LogSource, TablesSource
-from .step_ends import StepEndsSource
+from .sources import TablesSource
 from .step_input import StepInput
-
-_SOURCES: dict[str, type[DataSource]] = {
-    "datagen": DatagenSource,
-    "files": StepEndsSource,
-    "log": LogSource,
-    "kafka": StepEndsSource,
-}
-
-
-def _options(input: StepInput, start: Offset, storage: str) -> dict[str, str]:
-    """An input table's options for its Spark data source, from offset `start`."""
-    if isinstance(input.source, S.FilesSource | S.KafkaSource):
-        return {"ends": input.step_end_socket(), "start": json.dumps(start)}
-    opts = {**input.plan.spark_options, "start": str(count(start))}
-    if isinstance(input.source, S.LogSource):
-        opts["path"] = input.source.log_dir(storage)
-    return opts
 
 
 def start_query(
     spark: SparkSession,
     inputs: Mapping[str, StepInput],
     offsets: Mapping[str, Offset],
-    storage: str,
     name: str,
     process: Callable[[DataFrame, int], None],
     interval_s: float,
@@ -56,13 +35,11 @@ def start_query(
     `process` per micro-batch every `interval_s`; the query and its scratch checkpoint
     location (the caller removes it once the query stopped)."""
     first = next(iter(inputs))
-    source = _SOURCES[inputs[first].source.kind]
-    options = _options(inputs[first], offsets[first], storage)
+    source, options = inputs[first].spark_query(offsets[first])
     if len(inputs) > 1:
         source = TablesSource
         per_table = {
-            t: {"kind": i.source.kind, **_options(i, offsets[t], storage)}
-            for t, i in inputs.items()
+            t: {"kind": i.source.kind, **i.spark_query(offsets[t])[1]} for t, i in inputs.items()
         }
         options = {"tables": json.dumps(per_table)}
     # Registered here, not with the session: a session's first registration is slow (Spark

@@ -51,7 +51,7 @@ from pipeline_spec.model import ViewSink as ViewSinkSpec
 from storage_engine import WEIGHT, Batch, StorageLocation, ZSetSchema
 from storage_engine.input_log import InputLog
 from workers import offline
-from workers.sinks import ViewSink
+from workers.connectors.view_sink import ViewSink
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 API = "/api/v1"

@@ -133,7 +133,7 @@ def test_input_tables_offsets_and_roots(tmp_path: Path) -> None:
         "a": 7,
         "b": 3,
     }
-    assert spec.table_spec("b").source == spec.tables[0]
+    assert spec.table_spec("b").source == spec.tables[1]
     root = tmp_path / "root"
     root.mkdir()
     assert outside_roots(spec, [root]) == [
@@ -212,3 +212,38 @@ sinks: [{{name: a, kind: {kind}, from: v, path: "{path}"}}]
     ):
         spec = load_spec(f"name: p\nsource: {source % path}\nsql: CREATE VIEW v AS SELECT 1")
         assert [f for f, _ in outside_roots(spec, [tmp_path], roots)] == expected, path
+
+
+def test_input_tables_are_one_list_and_specs_giving_source_still_load() -> None:
+    """Specs of earlier releases give the first input table as `source`, the others in
+    `tables`: they load as the one list the spec is now, with their errors still named by
+    the fields they were written with."""
+    a = {"kind": "datagen", "table": "a"}
+    b = {"kind": "files", "table": "b", "path": "b", "format": "parquet"}
+    common = {"name": "two", "sql": "CREATE VIEW v AS SELECT * FROM a"}
+    listed = parse_spec({**common, "tables": [a, b]})
+    written_before = parse_spec({**common, "source": a, "tables": [b]})
+    assert [s.table for s in listed.tables] == ["a", "b"]
+    assert listed.model_dump() == written_before.model_dump()
+    assert listed.source == written_before.source == listed.tables[0]
+    assert [f for f, _ in listed.input_fields()] == ["tables.0", "tables.1"]
+    assert [f for f, _ in written_before.input_fields()] == ["source", "tables.0"]
+    assert parse_spec({"name": "one", "source": a, "state": [{"name": "d", "kind": "distinct"}]})
+
+    bad = {**b, "max_files_per_step": 0}
+    with pytest.raises(SpecError) as listed_error:
+        parse_spec({**common, "tables": [a, bad]})
+    assert [f for f, _ in listed_error.value.errors] == ["tables.1.max_files_per_step"]
+    with pytest.raises(SpecError) as before_error:
+        parse_spec({**common, "source": bad, "tables": [a]})
+    assert [f for f, _ in before_error.value.errors] == ["source.max_files_per_step"]
+    with pytest.raises(SpecError, match="at least 1"):
+        parse_spec({**common, "tables": []})
+
+
+def test_the_json_schema_takes_both_ways_of_giving_input_tables() -> None:
+    schema = json.loads(json_schema())
+    assert "tables" in schema["properties"] and schema["properties"]["source"]["deprecated"]
+    assert {"required": ["tables"]} in schema["anyOf"]
+    assert {"required": ["source"]} in schema["anyOf"]
+    assert "source" not in schema["required"] and "tables" not in schema["required"]

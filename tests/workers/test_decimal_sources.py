@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 from backend.errors import InvalidInput
 from backend.services import ingest
 from pipeline_spec.kafka import KafkaSource
-from workers.kafka_source import KafkaTable
+from workers.connectors.kafka_source import KafkaTable
 
 from .test_json_lines import DECIMALS
 

@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 
 from storage_engine.location_view import inspect_location, list_checkpoints
 from storage_engine.schema import WEIGHT
-from workers.sinks import STEP
+from workers.connectors.files_sink import STEP
 
 from ..conftest import trials
 

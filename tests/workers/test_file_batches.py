@@ -21,10 +21,10 @@ from pyspark.sql import functions as F
 
 from pipeline_spec.model import parse_spec
 from storage_engine.schema import WEIGHT
+from workers.connectors.files_sink import FilesSink
 from workers.file_batches import CORRUPT, FileBatches
 from workers.input_files import list_input_files
 from workers.runner import Runner
-from workers.sinks import FilesSink
 
 # Names a Hadoop path cannot hold (a colon) or Spark would glob (brackets, braces, stars).
 ODD_NAMES = ["events-12:00:00.json", "x [1] {a,b} *?.json", "data#1 %20 + é.json"]

@@ -225,6 +225,6 @@ def test_a_null_record_does_not_reach_arrows_reader(tmp_path: Path, data: bytes)
 
 
 def test_only_types_arrow_converts_as_spark_does_are_parsed_in_the_driver() -> None:
-    assert parses_in_driver(SCHEMA)  # decimals included: `decimal_text`
+    assert parses_in_driver(SCHEMA)  # decimals included: `pipeline_spec.formats.decimals`
     for t in (pa.float32(), pa.date32(), pa.decimal256(40, 2), pa.timestamp("us")):
         assert not parses_in_driver(pa.schema([("x", t)]))

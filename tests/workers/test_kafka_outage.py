@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from local_servers.kafka import KafkaBroker
-from workers.kafka_sink import STEP
+from workers.connectors.kafka_sink import STEP
 
 from .test_exactly_once import _steps, _wait_for_steps, start_run
 from .test_kafka_sink import consume_all, oracle, spec

@@ -19,8 +19,8 @@ from pyspark.sql import SparkSession
 
 from local_servers.kafka import KafkaBroker
 from pipeline_spec.model import parse_spec
-from workers.kafka_sink import STEP
-from workers.postgres_sinks import SinkConflictError
+from workers.connectors.kafka_sink import STEP
+from workers.connectors.sink import SinkConflictError
 from workers.runner import Runner
 
 from .test_kafka_source import orders, produce

@@ -26,8 +26,8 @@ from pyspark.sql import SparkSession
 from local_servers.kafka import KafkaBroker
 from pipeline_spec.model import SpecError, parse_spec
 from storage_engine import StorageLocation
-from workers import kafka_source
-from workers.kafka_source import KafkaSourceError
+from workers.connectors import kafka_source
+from workers.connectors.kafka_source import KafkaSourceError
 from workers.offset_log import OffsetLog
 from workers.runner import Runner
 

@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 from storage_engine.location_view import list_checkpoints
 from storage_engine.objstore import DirectoryObjectStore, TierSettings
 from storage_engine.schema import WEIGHT
+from workers.connectors.files_sink import STEP
 from workers.durability import DurabilityWatch
 from workers.offset_log import OffsetLog
-from workers.sinks import STEP
 
 from .test_exactly_once import run
 

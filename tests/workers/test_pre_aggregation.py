@@ -22,9 +22,9 @@ from pyspark.sql import functions as F
 from pipeline_spec.model import parse_spec
 from storage_engine.schema import WEIGHT
 from workers.batch_jobs import PRE_AGGREGATE_MIN_ROWS
+from workers.connectors.files_sink import FilesSink
 from workers.plan import plan
 from workers.runner import Runner
-from workers.sinks import FilesSink
 
 FILES, ROWS = 4, 150
 T0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)

@@ -27,8 +27,8 @@ from pipeline_spec.model import SpecError, load_spec, parse_spec
 from storage_engine.input_log import InputLog
 from storage_engine.schema import WEIGHT
 from tests.polling import wait_until
+from workers.connectors.files_sink import FilesSink
 from workers.runner import QUERY_RESTARTS, Runner
-from workers.sinks import FilesSink
 from workers.step_input import StepInput
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -218,7 +218,7 @@ def test_log_example_runs_on_appended_records(tmp_path: Path, spark: SparkSessio
 
     import pyarrow as pa
 
-    from workers.sinks import ViewSink
+    from workers.connectors.view_sink import ViewSink
 
     doc = _fast(yaml.safe_load((EXAMPLES / "ingest-log.yaml").read_text()))
     doc["retention"] = {"keep_last": 2}
@@ -339,7 +339,7 @@ def _append(log: InputLog, records: list[Bid]) -> None:
 
 
 def _view_rows(r: Runner, auctions: Iterable[int]) -> list[dict[str, Any]]:
-    from workers.sinks import ViewSink
+    from workers.connectors.view_sink import ViewSink
 
     view = r.sinks["latest"]
     assert isinstance(view, ViewSink)

@@ -21,10 +21,12 @@ from pipeline_spec.model import outside_roots
 from storage_engine import StorageLocation
 from storage_engine.location_view import to_jsonable
 from storage_engine.schema import WEIGHT
-from workers import sinks
+from workers.connectors import files_sink
+from workers.connectors.files_sink import FilesSink
+from workers.connectors.postgres_sink import PostgresSink
+from workers.connectors.sink import SinkConflictError
+from workers.connectors.view_sink import ViewSink
 from workers.input_files import list_input_files
-from workers.postgres_sinks import PostgresSink, SinkConflictError
-from workers.sinks import FilesSink, ViewSink
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 
@@ -130,8 +132,8 @@ def test_files_sink_output_is_fsynced_before_a_checkpoint_covers_it(
     """Before, step files were only renamed into place: a power loss could drop steps a
     checkpoint said were written."""
     synced: list[str] = []
-    real = sinks._fsync
-    monkeypatch.setattr(sinks, "_fsync", lambda p: (synced.append(p), real(p)))
+    real = files_sink._fsync
+    monkeypatch.setattr(files_sink, "_fsync", lambda p: (synced.append(p), real(p)))
     s = FilesSink(FilesSpec(name="out", kind="files", **{"from": "op"}, path="o"), str(tmp_path))
     s.write(1, delta([("a", 1, 1)]))
     s.write(2, delta([("b", 1, 1)]))

@@ -24,7 +24,7 @@ from deltalake import DeltaTable
 
 from storage_engine.location_view import list_checkpoints
 from storage_engine.schema import WEIGHT
-from workers.delta_sink import STEP_COLUMN
+from workers.connectors.delta_sink import STEP_COLUMN
 
 from ..conftest import trials
 from ..sql.test_dataflow_oracle import _norm

@@ -22,9 +22,9 @@ from deltalake import DeltaTable
 from pipeline_spec.model import DeltaSink as DeltaSpec
 from pipeline_spec.model import PostgresSink as PgSpec
 from storage_engine.schema import WEIGHT
-from workers.delta_sink import STEP_COLUMN, DeltaSink, storage_options
-from workers.postgres_sinks import PostgresSink, PostgresTableSink, SinkConflictError, SinkError
-from workers.sinks import Sink
+from workers.connectors.delta_sink import STEP_COLUMN, DeltaSink, storage_options
+from workers.connectors.postgres_sink import PostgresSink, PostgresTableSink
+from workers.connectors.sink import Sink, SinkConflictError, SinkError
 
 SCHEMA = pa.schema(
     [

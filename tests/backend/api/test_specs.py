@@ -28,7 +28,7 @@ def test_validate_names_every_bad_field(api: Api) -> None:
     spec["state"][0]["group_by"] = "user"
     spec["bogus"] = 1
     body = error(api.post("pipelines/validate", json={"spec": spec}), 422, "invalid_spec")
-    assert sorted(fields(body)) == ["bogus", "source", "state.0.group_by"]
+    assert sorted(fields(body)) == ["bogus", "state.0.group_by", "tables"]
     # Creating with the same spec fails the same way and creates nothing.
     r = api.post("pipelines", json={"spec": spec})
     assert fields(error(r, 422, "invalid_spec")) == fields(body)

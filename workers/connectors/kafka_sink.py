@@ -33,8 +33,8 @@ from pipeline_spec.model import KafkaSink as KafkaSinkSpec
 from storage_engine.location_view import to_jsonable
 from storage_engine.schema import WEIGHT
 
-from .keyed_changes import KeyBroken, keyed_changes
-from .postgres_sinks import SinkConflictError, SinkError
+from ..keyed_changes import KeyBroken, keyed_changes
+from .sink import SinkConflictError, SinkContext, SinkError
 
 WRITER, STEP = "spindle-writer", "spindle-step"  # record headers
 TIMEOUT_S = 30.0
@@ -42,6 +42,8 @@ _TAIL = 64  # offsets read back from a partition's end at a time, looking for th
 
 
 class KafkaSink:
+    rolls_back = False  # a committed transaction stays: steps up to `last_step` are skipped
+
     def __init__(self, spec: KafkaSinkSpec, schema: pa.Schema, pipeline: str) -> None:
         from confluent_kafka import Producer
 
@@ -62,7 +64,7 @@ class KafkaSink:
         }
         self._producer = Producer(config)
         self._call("init_transactions", TIMEOUT_S)
-        self.last_step = self._last_step()
+        self._last = self._last_step()
 
     def _describe(self) -> str:
         return f"kafka sink {self.name!r} (topic {self.spec.topic!r})"
@@ -145,11 +147,14 @@ class KafkaSink:
             )
         return step
 
+    def last_step(self) -> int:
+        return self._last
+
     def rollback(self, step: int) -> None:
         pass  # committed steps stay; `write` skips those up to `last_step`
 
     def write(self, step: int, delta: pa.Table) -> None:
-        if step <= self.last_step:
+        if step <= self._last:
             return  # committed before a restart: the redone step has the same output
         records = list(self._records(step, delta))
         if not records:
@@ -166,7 +171,7 @@ class KafkaSink:
             with contextlib.suppress(KafkaException):  # else the broker times it out
                 self._producer.abort_transaction(TIMEOUT_S)
             raise
-        self.last_step = step
+        self._last = step
 
     def _produce(self, key: bytes | None, value: bytes | None, headers: list[Any]) -> None:
         while True:
@@ -219,4 +224,8 @@ def _value(v: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(v).__name__}")
 
 
-__all__ = ["STEP", "WRITER", "KafkaSink"]
+def open_sink(spec: KafkaSinkSpec, ctx: SinkContext) -> KafkaSink:
+    return KafkaSink(spec, ctx.schema, ctx.pipeline)
+
+
+__all__ = ["STEP", "WRITER", "KafkaSink", "open_sink"]

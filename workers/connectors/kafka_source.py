@@ -7,29 +7,33 @@ so a step redone after a crash reads the same records (a partition's records bel
 last stable offset never change). Each step ends at each partition's end offset now, at
 most `max_records_per_step` in all (`step_end`, the driver's answer to the query's trigger:
 `step_ends.py`); the driver reads the records itself (`KafkaTable.read`) with
-`confluent-kafka`, `read_committed`, and parses values in Arrow. Partitions that appear
+`confluent-kafka`, `read_committed`, and parses values as ingest and files do
+(`pipeline_spec.formats`). Partitions that appear
 later start at their earliest record. A record whose value does not parse is a dead letter
 (topic, partition, offset).
 """
 
 from __future__ import annotations
 
-import base64
-import io
 import json
+import logging
 import time
-from decimal import Decimal
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.csv as pcsv
-import pyarrow.json as pjson
+from pyspark.sql.datasource import DataSource
 
-from pipeline_spec.decimal_text import NotDecimal, decimal_array, json_decimals, spark_decimal
 from pipeline_spec.fields import expand_sink_variables
+from pipeline_spec.formats.values import ValueParser
 from pipeline_spec.kafka import KafkaSource
+from pipeline_spec.offsets import Offset
 
-END = "__end"  # `sources.END` (not imported from there: sources imports this module)
+from ..sources import END
+from ..step_ends import StepEndsSource
+from .source import PartitionSplit, Rows, SourceContext, Split, columns_ddl
+
+log = logging.getLogger("spindle.runner")
 TIMEOUT_S = 30.0  # a broker request, or a step's records, not answered within this fails
 
 
@@ -95,7 +99,7 @@ class KafkaTable:
         self.src = src
         self.value_schema = pa.schema([f for f in src.arrow_schema() if f.name in src.schema_])
         self.schema = src.arrow_schema()
-        self._avro = _AvroValues(src, self.value_schema) if src.avro_schema is not None else None
+        self._values = ValueParser(src.format, self.value_schema, src.avro_schema, src.avro_framing)
         self._consumer = Consumer(client_config(src))
 
     def close(self) -> None:
@@ -253,150 +257,12 @@ class KafkaTable:
         )
 
     def _letter(self, value: bytes | None) -> str | None:
-        """A dead letter's record: the value as text, an Avro value (binary) in base64."""
-        if value is not None and self._avro is not None:
-            return base64.b64encode(value).decode()
-        return _text(value)
+        return self._values.letter(value)
 
     def _parse(self, values: list[bytes | None]) -> tuple[pa.Table, set[int]]:
         """The values that parse, as the value schema's columns, and the indexes of those
-        that do not. Arrow parses them all at once; only when that fails, one at a time."""
-        if self._avro is not None:
-            return self._avro.parse(values)
-        bad = {i for i, v in enumerate(values) if not v or not _plausible(v, self.src.format)}
-        good = [v for i, v in enumerate(values) if i not in bad]
-        try:
-            table = self._arrow(good)
-            if table.num_rows == len(good):
-                return table, bad
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
-            pass
-        tables = []
-        for i, v in enumerate(values):
-            if i in bad:
-                continue
-            try:
-                one = self._arrow([v])
-            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
-                one = None
-            if one is None or one.num_rows != 1:
-                bad.add(i)
-            else:
-                tables.append(one)
-        return (pa.concat_tables(tables) if tables else self.value_schema.empty_table()), bad
-
-    def _arrow(self, values: list[Any]) -> pa.Table:
-        """The values parsed by Arrow, decimal columns as Spark reads them (`decimal_text`:
-        from a CSV field's or a JSON number's own text); ArrowInvalid if one does not
-        convert."""
-        if not values:
-            return self.value_schema.empty_table()
-        # A record per line: a JSON value's own line breaks are whitespace.
-        lines = [v.replace(b"\n", b" ").replace(b"\r", b" ") for v in values]
-        body = b"\n".join(lines)
-        schema = self.value_schema
-        decimals = {f.name: f.type for f in schema if pa.types.is_decimal(f.type)}
-        if self.src.format == "csv":
-            as_text = pa.schema(
-                [f.with_type(pa.string()) if f.name in decimals else f for f in schema]
-            )
-            table = pcsv.read_csv(
-                io.BytesIO(body),
-                read_options=pcsv.ReadOptions(column_names=schema.names),
-                convert_options=pcsv.ConvertOptions(column_types=as_text, strings_can_be_null=True),
-            )
-            converted = {
-                c: decimal_array(table.column(c).to_pylist(), t) for c, t in decimals.items()
-            }
-            wrong = {i for _, bad in converted.values() for i in bad}
-            arrays = {c: a for c, (a, _) in converted.items()}
-        else:
-            rest = pa.schema([f for f in schema if f.name not in decimals])
-            table = pjson.read_json(
-                io.BytesIO(body),
-                parse_options=pjson.ParseOptions(
-                    explicit_schema=rest, unexpected_field_behavior="ignore"
-                ),
-            )
-            arrays, bad = json_decimals(lines, decimals) if decimals else ({}, {})
-            wrong = set(bad)
-        if wrong:
-            raise pa.ArrowInvalid(f"records {sorted(wrong)} do not convert to a decimal column")
-        for c, a in arrays.items():
-            table = table.drop_columns([c]) if c in table.column_names else table
-            table = table.append_column(c, a)
-        return table.select(schema.names).cast(schema)
-
-
-class _AvroValues:
-    """Avro values decoded with the table's writer schema (`avro_schema`), after the
-    Confluent framing (magic byte 0, 4-byte schema id, not looked up) if `avro_framing` says
-    so. A value that does not decode, or does not decode to exactly its bytes, or whose
-    fields do not convert to the columns' types, does not parse. A decimal column takes an
-    Avro decimal (at the writer's scale), an int or long, or a numeric string, converted
-    as Spark converts decimal text (`decimal_text`: HALF_UP to the column's scale)."""
-
-    def __init__(self, src: KafkaSource, value_schema: pa.Schema) -> None:
-        import fastavro
-
-        assert src.avro_schema is not None
-        self._schema = fastavro.parse_schema(src.avro_schema)
-        self._read = fastavro.schemaless_reader
-        self._skip = 5 if src.avro_framing == "confluent" else 0
-        self.value_schema = value_schema
-        self._decimals = {f.name: f.type for f in value_schema if pa.types.is_decimal(f.type)}
-
-    def _datum(self, value: bytes | None) -> dict[str, Any] | None:
-        if not value or (self._skip and (len(value) < self._skip or value[0] != 0)):
-            return None
-        buf = io.BytesIO(value[self._skip :])
-        try:
-            record = self._read(buf, self._schema, None)
-        except Exception:  # fastavro raises what the bytes make it raise
-            return None
-        if not isinstance(record, dict) or buf.tell() != len(value) - self._skip:
-            return None
-        row = {c: record.get(c) for c in self.value_schema.names}
-        for c, t in self._decimals.items():
-            v = row[c]
-            if v is None:
-                continue
-            # A decimal logical type's value (at the writer's scale) or an integer, by
-            # Spark's rule for decimal text: HALF_UP to the column's scale; a string too.
-            if isinstance(v, bool) or not isinstance(v, Decimal | int | str):
-                return None
-            try:
-                row[c] = spark_decimal(v if isinstance(v, str) else str(v), t)
-            except NotDecimal:
-                return None
-        return row
-
-    def parse(self, values: list[bytes | None]) -> tuple[pa.Table, set[int]]:
-        decoded = [(i, self._datum(v)) for i, v in enumerate(values)]
-        rows = [(i, r) for i, r in decoded if r is not None]
-        bad = {i for i, r in decoded if r is None}
-        try:
-            return pa.Table.from_pylist([r for _, r in rows], schema=self.value_schema), bad
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-            pass
-        # Some field does not convert: find the records, one at a time.
-        good = []
-        for i, r in rows:
-            try:
-                good.append(pa.Table.from_pylist([r], schema=self.value_schema))
-            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-                bad.add(i)
-        return (pa.concat_tables(good) if good else self.value_schema.empty_table()), bad
-
-
-def _plausible(value: bytes, fmt: str) -> bool:
-    """Checked before Arrow's reader sees the value: that reader takes the process down on
-    a record that is not an object (a bare `null`) instead of raising. One that looks like an
-    object but does not parse makes it raise, and is found by parsing one at a time."""
-    if fmt == "csv":
-        return b"\n" not in value.rstrip(b"\r\n")
-    v = value.strip()
-    return v[:1] == b"{" and v[-1:] == b"}"
+        that do not (`pipeline_spec.formats.values`)."""
+        return self._values.parse(values)
 
 
 def _text(value: bytes | None) -> str | None:
@@ -418,7 +284,121 @@ def _metadata(m: Any, what: str) -> Any:
     return None if kind == 0 else pa.scalar(ms * 1000, pa.timestamp("us", tz="UTC"))
 
 
+class KafkaInput:
+    """A `kafka` table as a run's source: a step's splits are its partitions' offset
+    ranges, read by the driver's consumer; the query's trigger asks the driver where steps
+    end, answered on a thread of its own through a consumer of its own."""
+
+    batches = None
+    reads_ahead = False
+    parses_in_driver = True
+    has_lines = False
+    input_log = None
+
+    def __init__(self, spec: KafkaSource, ctx: SourceContext) -> None:
+        self.spec, self.table = spec, spec.table
+        self.kafka = KafkaTable(spec)
+        self.schema = self.kafka.schema
+        self._ends: KafkaTable | None = None
+
+    def first_offset(self, restored: Offset) -> Offset:
+        return restored if restored else self.kafka.first_offsets()
+
+    def step_end(self, start: Offset) -> Offset:
+        assert isinstance(start, dict)
+        if self._ends is None:
+            self._ends = KafkaTable(self.spec)
+        return self._ends.step_end(start)
+
+    def driver_step_end(self, start: Offset) -> int | None:
+        return None  # the query's trigger asks (`step_end`)
+
+    def splits(self, start: Offset, end: Offset) -> list[Split]:
+        assert isinstance(start, dict) and isinstance(end, dict)
+        return [
+            PartitionSplit(p, start.get(p, 0), e) for p, e in end.items() if e > start.get(p, 0)
+        ]
+
+    def to_batches(self, splits: list[Split]) -> None:
+        pass  # read in the driver
+
+    def read(self, splits: list[Split]) -> Rows:
+        parts = [s for s in splits if isinstance(s, PartitionSplit)]
+        return self.kafka.read(
+            {s.partition: s.start for s in parts}, {s.partition: s.end for s in parts}
+        )
+
+    def spark_query(
+        self, start: Offset, ends: Callable[[], str]
+    ) -> tuple[type[DataSource], dict[str, str]]:
+        return StepEndsSource, {"ends": ends(), "start": json.dumps(start)}
+
+    def waiting(self, offset: Offset) -> bool:
+        assert isinstance(offset, dict)
+        return self.kafka.waiting(offset)
+
+    def lag(self, offset: Offset) -> dict[str, Any]:
+        """Its partitions' end offsets minus `offset`, in all and per partition."""
+        assert isinstance(offset, dict)
+        ends = self.kafka.end_offsets()
+        partitions = {p: max(0, e - offset.get(p, 0)) for p, e in ends.items()}
+        return {"lag": sum(partitions.values()), "partitions": partitions}
+
+    def on_durable(self, offset: Offset) -> None:
+        """Commit `offset` to the spec's `commit_to_group`, if any (a failure is logged: it
+        is for monitoring only)."""
+        if not isinstance(offset, dict):
+            return
+        try:
+            self.kafka.commit_to_group(offset)
+        except Exception as e:
+            log.warning("%s", e)
+
+    def dead_letters(self, table: str, bad: pa.Table) -> list[dict[str, Any]]:
+        return [
+            {
+                "table": table,
+                "topic": r["__file"].rpartition(":")[0],
+                "partition": int(r["__file"].rpartition(":")[2]),
+                "offset": r["__lineno"],
+                "record": r["__line"],
+                "reason": "no value, or not parseable with the table's format and schema",
+            }
+            for r in bad.select(["__file", "__lineno", "__line"]).to_pylist()
+        ]
+
+    def close(self) -> None:
+        self.kafka.close()
+        if self._ends is not None:
+            self._ends.close()
+
+
+class KafkaKind:
+    def columns(self, spec: KafkaSource) -> str:
+        return columns_ddl(spec.columns())
+
+    def spark_options(self, spec: KafkaSource, schema: pa.Schema, ddl: str) -> dict[str, str]:
+        return {}  # the driver decides where steps end (`step_ends.py`)
+
+    def line_records(self, spec: KafkaSource) -> bool:
+        return False  # records are values, parsed in the driver
+
+    def reads_by_name(self, spec: KafkaSource) -> bool:
+        return False
+
+    def wall_clock(self, spec: KafkaSource) -> bool:
+        return True
+
+    def open(self, spec: KafkaSource, ctx: SourceContext) -> KafkaInput:
+        return KafkaInput(spec, ctx)
+
+
+KIND = KafkaKind()
+
+
 __all__ = [
+    "KIND",
+    "KafkaInput",
     "KafkaSourceError",
     "KafkaTable",
     "client_config",

@@ -33,7 +33,8 @@ from pipeline_spec.fields import expand_sink_variables
 from pipeline_spec.model import PostgresSink as PostgresSinkSpec
 from storage_engine.schema import WEIGHT
 
-from .keyed_changes import KeyBroken, KeyChange, keyed_changes
+from ..keyed_changes import KeyBroken, KeyChange, keyed_changes
+from .sink import SinkConflictError, SinkContext, SinkError
 
 _PG_TYPES = {
     pa.types.is_boolean: "boolean",
@@ -55,17 +56,11 @@ def _pg_type(t: pa.DataType) -> str:
     raise ValueError(f"no Postgres column type for Arrow type {t}")
 
 
-class SinkConflictError(ValueError):
-    """Another pipeline's sink already writes this table."""
-
-
-class SinkError(RuntimeError):
-    """A step's changes do not fit the sink's table (table mode's contract)."""
-
-
 class _PostgresTable(ABC):
     """A connection to the sink's server, the sink's progress row, and the table's one
     writer."""
+
+    rolls_back = True
 
     def __init__(self, spec: PostgresSinkSpec, schema: pa.Schema, pipeline: str) -> None:
         import psycopg
@@ -145,6 +140,12 @@ class _PostgresTable(ABC):
         with cur.copy(f'COPY "{self.table}" ({self._cols}) FROM STDIN') as cp:
             for row in rows:
                 cp.write_row([row[c] for c in self.columns])
+
+    def last_step(self) -> int:
+        with self._conn.transaction(), self._conn.cursor() as cur:
+            cur.execute("SELECT step FROM spindle_sink_progress WHERE sink = %s", (self._key,))
+            row = cur.fetchone()
+        return 0 if row is None else int(row[0])
 
     def sync(self) -> None:
         return  # each step is one committed transaction
@@ -303,4 +304,10 @@ def _json(row: dict[str, Any] | None) -> str | None:
     )
 
 
-__all__ = ["PostgresSink", "PostgresTableSink", "SinkConflictError", "SinkError"]
+def open_sink(spec: PostgresSinkSpec, ctx: SinkContext) -> PostgresSink | PostgresTableSink:
+    """The sink of `spec`'s mode."""
+    mode = PostgresTableSink if spec.mode == "table" else PostgresSink
+    return mode(spec, ctx.schema, ctx.pipeline)
+
+
+__all__ = ["PostgresSink", "PostgresTableSink", "open_sink"]

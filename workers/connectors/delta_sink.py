@@ -28,8 +28,8 @@ from pipeline_spec.model import is_object_path
 from storage_engine.objstore import ObjectStoreSettings
 from storage_engine.schema import WEIGHT
 
-from .keyed_changes import KeyBroken, keyed_changes
-from .postgres_sinks import SinkConflictError, SinkError
+from ..keyed_changes import KeyBroken, keyed_changes
+from .sink import SinkConflictError, SinkContext, SinkError
 
 STEP_COLUMN = "__step"
 _OP = "__op"  # the merge source's: upsert or delete
@@ -51,6 +51,8 @@ def storage_options(path: str) -> dict[str, str]:
 
 
 class DeltaSink:
+    rolls_back = True
+
     def __init__(
         self, spec: DeltaSinkSpec, schema: pa.Schema, pipeline: str, base_dir: str = "."
     ) -> None:
@@ -113,6 +115,9 @@ class DeltaSink:
             custom_metadata={"spindle.sink": self.app, "spindle.step": str(step)},
             app_transactions=[Transaction(app_id=self.app, version=step)],
         )
+
+    def last_step(self) -> int:
+        return self._table().transaction_version(self.app) or 0
 
     def rollback(self, step: int) -> None:
         """Restore the table to its version after step `step` (no commit if it is there)."""
@@ -193,4 +198,8 @@ class DeltaSink:
         pass
 
 
-__all__ = ["STEP_COLUMN", "DeltaSink"]
+def open_sink(spec: DeltaSinkSpec, ctx: SinkContext) -> DeltaSink:
+    return DeltaSink(spec, ctx.schema, ctx.pipeline, ctx.base_dir)
+
+
+__all__ = ["STEP_COLUMN", "DeltaSink", "open_sink"]
