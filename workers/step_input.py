@@ -23,9 +23,9 @@ from .file_batches import FileBatches
 from .input_files import open_input_files
 from .json_lines import read_json_lines
 from .kafka_source import KafkaTable
+from .micro_batch import JobTables
 from .parquet_files import NarrowerDecimal, read_parquet_files
 from .plan import Plan, arrow_schema, ddl
-from .pre_aggregation import JobTables
 from .progress import ReadAhead
 from .sources import END, datagen_batches, log_batches
 from .step_ends import StepEndServer
@@ -127,7 +127,7 @@ class StepInput:
     def read_ahead(
         self,
         start: int,
-        tables: Callable[[DataFrame], tuple[bool, JobTables]],
+        tables: Callable[[DataFrame], JobTables],
         end: int | None = None,
     ) -> ReadAhead | None:
         """Start reading the batch a step from `start` would take (a files source's files,
@@ -143,7 +143,7 @@ class StepInput:
                 return None  # the query waits for records
             frame: list[DataFrame] = []
 
-            def log_job() -> tuple[bool, JobTables]:
+            def log_job() -> JobTables:
                 frame.append(self.driver_frame(start, end))
                 return tables(frame[0])
 
@@ -157,7 +157,7 @@ class StepInput:
         last = start + len(names)
         files = self.files
 
-        def files_job() -> tuple[bool, JobTables]:
+        def files_job() -> JobTables:
             self._read_files(names, last)
             return tables(files.rows())
 
