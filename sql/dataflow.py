@@ -250,17 +250,10 @@ class Dataflow:
             for name, v in self.views.items()
         }
 
-    def step(
-        self,
-        deltas: Mapping[str, pa.Table | pa.RecordBatch],
-        partials: Mapping[str, pa.Table] | None = None,
-    ) -> dict[str, pa.Table]:
+    def step(self, deltas: Mapping[str, pa.Table | pa.RecordBatch]) -> dict[str, pa.Table]:
         """Every view's delta for these input deltas (tables absent: no change), with the
         view's column names and `__weight`; rows that cancel out are left out (a delta
-        holding only insertions is given as it is: equal rows may come one by one). (No
-        operator takes pre-aggregated input: `partials` must be empty.)"""
-        if partials:
-            raise ValueError("a SQL dataflow takes rows, not pre-aggregated input")
+        holding only insertions is given as it is: equal rows may come one by one)."""
         tables = {
             name: self.watermarks.admit(self._tables.get(name, name), weighted(t))
             for name, t in deltas.items()
