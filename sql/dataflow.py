@@ -269,6 +269,10 @@ class Dataflow:
             t = values[id(view.root)]
             if name in self._final:
                 t = self._emit_final(self._final[name], t, view.root.schema)
+            elif not self.layout.sql:
+                # An operator spec's output as its operator gives it, as its sinks have
+                # always had it (one schema every step: no consolidation's to vary with).
+                t = t.select([*view.root.schema.names, WEIGHT])
             elif t.num_rows == 0 or pc.min(t.column(WEIGHT)).as_py() <= 0:
                 t = consolidate(t, view.root.schema)
             else:
