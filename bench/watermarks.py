@@ -34,6 +34,7 @@ from pipeline_spec.model import load_spec
 from sql.dataflow import Dataflow
 from sql.spec import plan_spec
 from storage_engine import StorageLocation
+from workers.dataflow_run import DataflowRun
 from workers.nexmark import events as nexmark_events
 from workers.sources import EPOCH_US
 
@@ -52,7 +53,7 @@ def run(work: Path, query: str, stream: pa.Table, per_step: int, watermark: bool
     planned = plan_spec(spec)
     flow = Dataflow(planned.views, event_time=planned.event_time if watermark else None)
     loc = StorageLocation.open(str(work / f"{query}-{watermark}"), fingerprint=flow.fingerprint)
-    flow.open(loc)
+    DataflowRun(flow).open(loc)
     ms, peak = [], 0
     try:
         for start in range(0, stream.num_rows, per_step):

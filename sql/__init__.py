@@ -5,7 +5,7 @@ the control plane validates SQL as it is submitted.
     views = compile_views(text, {"bid": bid_schema})   # SqlError at a line and column
     flow = Dataflow(views)
     loc = StorageLocation.open(path, fingerprint=flow.fingerprint)
-    flow.open(loc)
+    DataflowRun(flow).open(loc)  # the runtime's (workers/): state kept, restored, committed
     out = flow.step({"bid": delta})                     # {view: delta}
 """
 

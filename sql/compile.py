@@ -18,7 +18,7 @@ from pipeline_spec.types import arrow_type
 from . import functions as F
 from .errors import Problem, SqlError
 from .expr import Call, Case, Cast, Column, Expr, Literal
-from .functions_base import TIMESTAMP
+from .functions.base import TIMESTAMP
 from .intervals import IntervalError, interval
 from .parse import Script
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,8 +40,6 @@ from storage_engine.circuit import (
     OperatorMetrics,
 )
 from storage_engine.circuit.operator import consolidate, empty_delta, fingerprint, weighted
-from storage_engine.commit import CommitHandle
-from storage_engine.location import StorageLocation
 from storage_engine.schema import WEIGHT
 
 from . import plan as P
@@ -67,7 +65,8 @@ class _Final:
 
 
 class Dataflow:
-    """The views' plans, runnable step by step over a storage location."""
+    """The views' plans, runnable step by step once the runtime has opened `circuit` (the
+    stateful operators) on a storage location and called `resume`."""
 
     def __init__(
         self,
@@ -220,14 +219,13 @@ class Dataflow:
     def changed_operators(self, fingerprint: str, metadata: Mapping[str, Any]) -> list[str]:
         return self.circuit.changed_operators(fingerprint, metadata)
 
-    def open(self, location: StorageLocation, drop: Collection[str] = ()) -> None:
-        """Bind the stateful operators to `location` (opened with `fingerprint`) and restore
-        their state from its opened checkpoint (those in `drop` start empty)."""
-        self.circuit.open(location, drop)
+    def resume(self, metadata: Mapping[str, Any] | None) -> None:
+        """Continue from a checkpoint with this metadata, or (None) start a new pipeline.
+        The runtime calls it once it has opened `circuit` on its storage location."""
         # A new pipeline's first step brings the rows of aggregates without GROUP BY.
-        self._first = location.restored is None
-        if location.restored is not None:
-            self.watermarks.restore(location.metadata.get(METADATA_KEY, {}))
+        self._first = metadata is None
+        if metadata is not None:
+            self.watermarks.restore(metadata.get(METADATA_KEY, {}))
 
     def _global(self, node: P.Aggregate, out: pa.Table) -> pa.Table:
         """An aggregate without GROUP BY has one row even over no input (count 0, other
@@ -360,16 +358,10 @@ class Dataflow:
             return pa.concat_tables([t.rename_columns(want.names).cast(want) for t in inputs])
         raise TypeError(f"no evaluation for {type(node).__name__}")
 
-    def commit_async(
-        self,
-        step: int,
-        metadata: Mapping[str, Any] | None = None,
-        identifier: str | None = None,
-        keep_last: int | None = None,
-    ) -> CommitHandle:
-        """`Circuit.commit_async` of the stateful operators, with the watermarks."""
-        meta = {**(metadata or {}), METADATA_KEY: self.watermarks.state()}
-        return self.circuit.commit_async(step, meta, identifier, keep_last)
+    def checkpoint_metadata(self) -> dict[str, Any]:
+        """What a checkpoint keeps beside the operators' state (the watermarks), for
+        `resume`."""
+        return {METADATA_KEY: self.watermarks.state()}
 
     def metrics(self) -> dict[str, dict[str, Any]]:
         return self.circuit.metrics()

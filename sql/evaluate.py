@@ -1,5 +1,5 @@
 """Vectorised evaluation of typed scalar expressions (`expr.py`) on Arrow tables, with
-Spark's semantics (`functions.py`): one pyarrow.compute pass per node, no per-row Python.
+Spark's semantics (`functions/`): one pyarrow.compute pass per node, no per-row Python.
 
 Spark evaluates some arguments only on some rows: a CASE branch where it is taken, the
 right side of AND only where the left is not false, a COALESCE argument where the earlier
@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from .expr import Call, Case, Cast, Column, Expr, Literal
 from .functions import FUNCTIONS, EvaluationError, Val, cast_value, common_type
-from .functions_base import (
+from .functions.base import (
     TIMESTAMP,
     is_decimal,
     is_floating,
@@ -28,7 +28,7 @@ from .functions_base import (
     is_numeric,
     is_string,
 )
-from .functions_logic import equal
+from .functions.logic import equal
 
 BOOL = pa.bool_()
 

@@ -250,7 +250,7 @@ def _words(data: Array, last: int) -> Array:
 
 def _load8_words(words: Array, pos: Array) -> Array:
     """`_load8` at any positions: two aligned word gathers per value, joined by shifts
-    (a gather of 8 single bytes per value costs 3-4x as much on short strings)."""
+    (a gather of 8 single bytes per value costs several times as much on short strings)."""
     at = pos >> 3
     shift = (pos & 7).astype(np.uint64)
     shift <<= np.uint64(3)  # bits of the first word below the position

@@ -4,7 +4,9 @@ statement counts, those inside functions and under TYPE_CHECKING too.
 - `pipeline_spec` and `local_servers` import nothing else of Spindle's; `storage_engine`
   imports no package above it; `oracles` (the tests' and benchmarks' references) reaches no
   runtime package, and nothing of the product imports it; `sql` (SQL to dataflow) imports
-  only the engine and the spec; the control plane (`backend`) does not import Spark.
+  only the engine and the spec, and of the engine not the storage location, checkpoints or
+  commits (the runtime binds the dataflow to those); the control plane (`backend`) does
+  not import Spark.
 - Tests import the benchmarks only to test them (`tests/bench/`).
 - No import cycle between modules.
 - No module over 600 lines unless its docstring says why (a paragraph starting
@@ -128,6 +130,29 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 def test_a_package_does_not_reach(graph: grimp.ImportGraph, importer: str, imported: str) -> None:
     chains = graph.find_shortest_chains(importer=importer, imported=imported, as_packages=True)
     assert not chains, f"{importer} imports {imported}: {sorted(chains)[0]}"
+
+
+# What keeps state where, and checkpoints it: the runtime's (workers/dataflow_run.py), not the
+# compiler's. The engine's operators reach them (they take a location to open on), so the
+# rule is on what sql's own modules import.
+STORAGE_MACHINERY = (
+    "storage_engine.location",
+    "storage_engine.location_commit",
+    "storage_engine.location_gc",
+    "storage_engine.location_scan",
+    "storage_engine.location_view",
+    "storage_engine.commit",
+    "storage_engine.manifest",
+)
+
+
+@pytest.mark.parametrize("imported", STORAGE_MACHINERY)
+def test_sql_does_not_import_the_storage_location_or_commits(
+    graph: grimp.ImportGraph, imported: str
+) -> None:
+    importers = graph.find_modules_that_directly_import(imported)
+    ours = sorted(m for m in importers if m == "sql" or m.startswith("sql."))
+    assert ours == [], f"{ours} import {imported}"
 
 
 def _long_modules_without_a_reason() -> list[str]:

@@ -1,8 +1,9 @@
 """A driver's JVM started before the driver's Python modules have loaded.
 
-`python -m workers.driver run` spends about 0.9 s on its imports (interpreter, pyarrow,
-pyspark, the engine), then starts Spark, whose first part is launching the JVM and its Py4J
-gateway (about 1 s): the two need not take turns. `launch()` starts the JVM the way PySpark's
+`python -m workers.driver run` spends a good part of its start-up on its imports
+(interpreter, pyarrow, pyspark, the engine), then starts Spark, whose first part is launching
+the JVM and its Py4J gateway: the two need not take turns (docs/benchmarks.md, "Figures
+behind design choices"). `launch()` starts the JVM the way PySpark's
 `launch_gateway` does (`spark-submit ... pyspark-shell`, the connection details written to a
 file it names), with the driver options of `spark_session` that only a JVM launch can take
 (Java options, class path); `attach()`, called by `spark_session` before it builds the
@@ -13,7 +14,7 @@ The JVM is started without `bin/spark-submit`: that script and `bin/spark-class`
 then a JVM of Spark's launcher library (`org.apache.spark.launcher.Main`) that prints the
 real `java` command line, then that command. `launch` runs the launcher itself once per
 distinct set of inputs and keeps its answer beside the class-data archive
-(`launch-<key>.json`), so a driver execs `java` at once: its gateway is up ~0.2 s sooner.
+(`launch-<key>.json`), so a driver execs `java` at once and its gateway is up sooner.
 
 Contract:
 - Imports only the standard library: it runs before the heavy imports it overlaps.

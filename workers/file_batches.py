@@ -9,14 +9,15 @@ Spark reads a directory of symbolic links, one per file of the batch, named
 `<end offset>-<index>`: Hadoop paths cannot name a file with a colon (`events-12:00.json`),
 Spark would expand glob characters (`[`, `{`, `*`) in a path, and, above all, the DataFrame
 over that directory is built once per run: each batch only relinks and refreshes its file
-listing. (Building and analysing a batch's DataFrames cost a step 100-150 ms, about as much
-as running them.) The name gives each row its batch's end offset and its file.
+listing. (Building and analysing a batch's DataFrames cost a step about as much as running
+them: docs/benchmarks.md, "Figures behind design choices".) The name gives each row its
+batch's end offset and its file.
 
 JSON files are read by Spark's JSON reader (as `spark.read.json` in PERMISSIVE mode): the
 source schema's columns, and `__corrupt`, a record's text when it does not parse (its line;
 invalid UTF-8 replaced by U+FFFD). CSV files are read by Spark's CSV reader with
 `CSV_OPTIONS` (RFC 4180 quoting: a record may span lines), the same way. (Spark's JSON reader
-parsed a step's lines in 60 % of the time `from_json` over raw lines took.) Neither reader
+parses a step's lines faster than `from_json` over raw lines.) Neither reader
 gives line numbers; `bad_line_numbers` finds a bad record's first line by reading its file
 in Python, which only a batch with bad records pays. Parquet files become the source
 schema's columns.

@@ -61,8 +61,8 @@ def client_config(src: KafkaSource) -> dict[str, Any]:
         "auto.offset.reset": "earliest",
         "socket.timeout.ms": int(TIMEOUT_S * 1000),
         # A step reads to known end offsets; what a fetch brings beyond them is decoded for
-        # nothing, so fetches stay small (the defaults, 50 MB and 1 MB a partition, made a
-        # step mid-topic take 5x as long on the tests' broker: docs/benchmarks.md).
+        # nothing, so fetches stay small (with the defaults, 50 MB and 1 MB a partition, a
+        # step that ends mid-topic spent most of its read past its end: docs/benchmarks.md).
         "fetch.max.bytes": 2 << 20,
         "max.partition.fetch.bytes": 512 << 10,
         # A fetch at a partition's end waits this long for records; the watermark queries

@@ -22,6 +22,7 @@ from sql.operators import plan_operators
 from sql.spec import SqlPlan, plan_spec
 from storage_engine.circuit import CircuitError
 
+from .dataflow_run import DataflowRun
 from .sources import (
     END,
     SOURCE,
@@ -39,7 +40,8 @@ class Plan:
     stream_schema: pa.Schema  # after the transform: the dataflow's "source" input
     inputs: dict[str, tuple[str | None, list[str]]]  # dataflow input -> (where, select)
     input_schemas: dict[str, pa.Schema]
-    dataflow: Dataflow  # the SQL views', or the operator spec's operators as views
+    # The SQL views', or the operator spec's operators as views, bound to the run's storage.
+    dataflow: DataflowRun
     spark_options: dict[str, str] = field(default_factory=dict)
     # The stream column holding event times for the end-to-end latency metric, if any.
     event_time: str | None = None
@@ -149,9 +151,10 @@ def plan(spark: SparkSession, spec: S.PipelineSpec) -> Plan:
     event_time = _event_time(spec, stream_arrow)
     opts = _options(spec.source, src)
     live = _live(spec, sql)
+    run = DataflowRun(flow)
     tables = {
         source.table: _table_plan(
-            spark, spec.table_spec(source.table), where, more[source.table], flow, live
+            spark, spec.table_spec(source.table), where, more[source.table], run, live
         )
         for where, source in spec.input_fields()
         if source.table in more
@@ -160,7 +163,7 @@ def plan(spark: SparkSession, spec: S.PipelineSpec) -> Plan:
     if sql is not None:
         src, stream_arrow, padded = _read_live(spec.source, src, sql.schema, live[sql.table])
         schemas[SOURCE] = stream_arrow
-    return Plan(spec, src, stream_arrow, inputs, schemas, flow, opts, event_time, tables, padded)
+    return Plan(spec, src, stream_arrow, inputs, schemas, run, opts, event_time, tables, padded)
 
 
 def _operators(
@@ -226,7 +229,7 @@ def _table_plan(
     lane: S.PipelineSpec,
     where: str,
     schema: pa.Schema,
-    flow: Dataflow,
+    run: DataflowRun,
     live: dict[str, set[str]],
 ) -> Plan:
     """A further input table's plan (`lane`: the spec as that table sees it, `where`: its
@@ -246,7 +249,7 @@ def _table_plan(
         rows,
         {SOURCE: (None, ["*"])},
         {SOURCE: rows},
-        flow,
+        run,
         _options(lane.source, src),
         event_time,
         padded=padded,

@@ -18,6 +18,7 @@ from sql.parse import parse
 from sql.planner import plan
 from storage_engine import EngineSettings, StorageLocation
 from storage_engine.schema import WEIGHT
+from workers.dataflow_run import DataflowRun
 
 SETTINGS = EngineSettings(memory_budget_bytes=64 << 10)
 Rows = Counter[tuple[Any, ...]]
@@ -47,7 +48,7 @@ def check_view(
         loc = StorageLocation.open(
             str(tmp_path), fingerprint=flow.fingerprint, settings=SETTINGS, checkpoint=checkpoint
         )
-        flow.open(loc)
+        DataflowRun(flow).open(loc)
         return flow, loc
 
     live: dict[str, Rows] = {t: Counter() for t in tables}

@@ -23,6 +23,7 @@ from sql.planner import plan
 from sql.spec import plan_spec
 from storage_engine import StorageLocation
 from storage_engine.schema import WEIGHT
+from workers.dataflow_run import DataflowRun
 
 from .incremental import SETTINGS
 from .incremental import delta_table as _table
@@ -70,8 +71,8 @@ def test_rows_come_once_when_the_watermark_closes_their_window(name: str, tmp_pa
     integral: Counter[tuple[Any, ...]] = Counter()
     busy: Counter[tuple[Any, ...]] = Counter()
 
-    def open_flow(checkpoint: str) -> tuple[Dataflow, StorageLocation]:
-        flow = Dataflow(views, event_time=EVENT_TIME)
+    def open_flow(checkpoint: str) -> tuple[DataflowRun, StorageLocation]:
+        flow = DataflowRun(Dataflow(views, event_time=EVENT_TIME))
         loc = StorageLocation.open(
             str(tmp_path), fingerprint=flow.fingerprint, settings=SETTINGS, checkpoint=checkpoint
         )

@@ -1,4 +1,4 @@
-"""Spindle's scalar functions and their evaluation on Arrow (`sql/functions.py`,
+"""Spindle's scalar functions and their evaluation on Arrow (`sql/functions/`,
 `sql/evaluate.py`) agree with Spark itself, the engine whose SQL they implement: every
 function and operator runs on seeded random tables (NULLs, zeros, extremes, NaN,
 infinities, unicode) both ways, our evaluation and a Spark SQL query over the same table,

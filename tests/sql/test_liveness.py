@@ -17,6 +17,7 @@ from sql.parse import parse
 from sql.planner import PlannedView, plan
 from storage_engine import StorageLocation
 from storage_engine.schema import WEIGHT
+from workers.dataflow_run import DataflowRun
 
 TABLES = {
     "t": pa.schema(
@@ -156,7 +157,7 @@ def test_read_views_and_state_are_those_of_the_whole_input(
     def opened(name: str) -> tuple[Dataflow, StorageLocation]:
         flow = Dataflow(_views(sql))
         loc = StorageLocation.open(str(tmp_path / name), fingerprint=flow.fingerprint)
-        flow.open(loc)
+        DataflowRun(flow).open(loc)
         return flow, loc
 
     (whole, whole_loc), (pruned, loc) = opened("whole"), opened("pruned")

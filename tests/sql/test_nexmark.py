@@ -24,6 +24,7 @@ from sql.dataflow import Dataflow
 from sql.spec import plan_spec, table_schema
 from storage_engine import EngineSettings, StorageLocation
 from storage_engine.schema import WEIGHT
+from workers.dataflow_run import DataflowRun
 from workers.nexmark import events
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,7 +66,7 @@ def test_nexmark_query_equals_duckdb(name: str, stream: pa.Table, tmp_path: Path
     loc = StorageLocation.open(
         str(tmp_path), fingerprint=flow.fingerprint, settings=EngineSettings()
     )
-    flow.open(loc)
+    DataflowRun(flow).open(loc)
     integral: Counter[tuple[Any, ...]] = Counter()
     side = _side_tables(spec)  # read in the first step, as a files table is
     try:

@@ -132,9 +132,10 @@ def test_steps_give_the_circuits_outputs(tmp_path: Path) -> None:
     """Both run the same steps (with a retraction on a join side) from their own location:
     each step's outputs are equal as Z-sets."""
     flow, before = _flow(), _circuit_before()
-    for name, stepper in (("a", flow), ("b", before)):
-        loc = StorageLocation.open(str(tmp_path / name), fingerprint=stepper.fingerprint)
-        stepper.open(loc)
+    for name, circuit in (("a", flow.circuit), ("b", before)):
+        loc = StorageLocation.open(str(tmp_path / name), fingerprint=circuit.fingerprint)
+        circuit.open(loc)
+    flow.resume(None)
     t0 = 1_700_000_000_000_000
     stream = pa.table(
         {

@@ -14,6 +14,7 @@ from sql.parse import parse
 from sql.planner import plan
 from storage_engine import StorageLocation
 from storage_engine.schema import WEIGHT
+from workers.dataflow_run import DataflowRun
 from workers.restore import DROP_ALL, StateError, open_circuit_state
 
 TABLES = {
@@ -44,8 +45,8 @@ def _delta(rows: list[tuple[int, str, int]]) -> dict[str, pa.Table]:
     return {"t": t.append_column(WEIGHT, pa.array([1] * len(rows), pa.int64()))}
 
 
-def _open(path: Path, sql: str, drop: tuple[str, ...] = ()) -> tuple[Dataflow, StorageLocation]:
-    flow = Dataflow(plan(parse(sql), TABLES))
+def _open(path: Path, sql: str, drop: tuple[str, ...] = ()) -> tuple[DataflowRun, StorageLocation]:
+    flow = DataflowRun(Dataflow(plan(parse(sql), TABLES)))
     loc, _ = open_circuit_state(
         str(path), flow, "latest", drop_state=drop, remote=None, fallback=False
     )

@@ -34,6 +34,7 @@ from sql.planner import plan
 from sql.spec import plan_spec, table_schema
 from storage_engine import EngineSettings, StorageLocation
 from storage_engine.schema import WEIGHT
+from workers.dataflow_run import DataflowRun
 
 from ..tpch import SPEC as SPEC_PATH
 from ..tpch import TpchData, schemas, spec_doc
@@ -85,7 +86,7 @@ def incremental(name: str, text: str, data: TpchData, storage: Path) -> None:
     integrated output compared with DuckDB's over the files read so far."""
     flow = Dataflow(plan(parse(text), TABLES))
     loc = StorageLocation.open(str(storage), fingerprint=flow.fingerprint, settings=SETTINGS)
-    flow.open(loc)
+    DataflowRun(flow).open(loc)
     integral: Rows = Counter()
     read: dict[str, list[Path]] = {t: [] for t in TABLES}
     compared = []

@@ -22,6 +22,7 @@ from sql.planner import plan
 from sql.watermarks import EventTime
 from storage_engine import StorageLocation
 from storage_engine.schema import WEIGHT
+from workers.dataflow_run import DataflowRun
 
 from .incremental import SETTINGS
 from .incremental import delta_table as _table
@@ -137,8 +138,8 @@ def test_views_equal_the_batch_query_over_rows_not_late(name: str, tmp_path: Pat
     live: dict[str, Counter[tuple[Any, ...]]] = {t: Counter() for t in TABLES}
     integral: Counter[tuple[Any, ...]] = Counter()
 
-    def open_flow(path: Path, checkpoint: str, event_time: bool) -> tuple[Dataflow, Any]:
-        flow = Dataflow(views, event_time=EVENT_TIME if event_time else None)
+    def open_flow(path: Path, checkpoint: str, event_time: bool) -> tuple[DataflowRun, Any]:
+        flow = DataflowRun(Dataflow(views, event_time=EVENT_TIME if event_time else None))
         loc = StorageLocation.open(
             str(path), fingerprint=flow.fingerprint, settings=SETTINGS, checkpoint=checkpoint
         )
@@ -164,7 +165,7 @@ def test_views_equal_the_batch_query_over_rows_not_late(name: str, tmp_path: Pat
             integral[tuple(_norm(v) for v in r.values())] += w
         assert +integral == integral, f"negative weights after step {step}"
         assert integral == _duckdb(oracle, live["b"]), f"step {step}"
-        assert flow.watermarks.late_rows["b"] == model.late, f"step {step}"
+        assert flow.flow.watermarks.late_rows["b"] == model.late, f"step {step}"
         if step == 15:
             flow.commit_async(15).wait_local()
             saved = (step, Counter(integral), Counter(live["b"]), model.watermark, model.late)
@@ -196,7 +197,7 @@ def test_state_below_the_watermark_goes_per_operator(tmp_path: Path) -> None:
         == (flow.circuit.operator_fingerprints["per_auction.agg0"])
     )
     loc = StorageLocation.open(str(tmp_path), fingerprint=flow.fingerprint, settings=SETTINGS)
-    flow.open(loc)
+    DataflowRun(flow).open(loc)
     for second in range(0, 60, 2):
         ts = T0 + timedelta(seconds=second)
         flow.step({"b": _table(TABLES["b"], [(second % 5, 1, ts)], [1])})

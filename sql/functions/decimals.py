@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .functions_base import (
+from .base import (
     EvaluationError,
     Val,
     adjust_precision,

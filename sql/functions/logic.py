@@ -15,7 +15,7 @@ from functools import reduce
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .functions_base import (
+from .base import (
     TIMESTAMP,
     Function,
     Val,
@@ -26,7 +26,7 @@ from .functions_base import (
     is_scalar,
     wider_type,
 )
-from .functions_cast import cast_value
+from .cast import cast_value
 
 BOOL = pa.bool_()
 _NULL_BOOL = pa.scalar(None, BOOL)

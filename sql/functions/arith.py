@@ -13,8 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import functions_decimal as dec
-from .functions_base import (
+from . import decimals as dec
+from .base import (
     EvaluationError,
     Function,
     FunctionTypeError,
@@ -32,7 +32,7 @@ from .functions_base import (
     to_array,
     wider_numeric,
 )
-from .functions_cast import cast_value
+from .cast import cast_value
 
 F64 = pa.float64()
 ResultType = Callable[[list[pa.DataType]], pa.DataType]

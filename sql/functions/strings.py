@@ -18,7 +18,7 @@ from collections.abc import Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .functions_base import (
+from .base import (
     EvaluationError,
     Function,
     Val,
@@ -29,7 +29,7 @@ from .functions_base import (
     is_string,
     to_array,
 )
-from .functions_cast import cast_type_ok, cast_value
+from .cast import cast_type_ok, cast_value
 
 STR = pa.string()
 BOOL = pa.bool_()

@@ -22,8 +22,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import functions_decimal as dec
-from .functions_base import (
+from . import decimals as dec
+from .base import (
     TIMESTAMP,
     EvaluationError,
     Function,
@@ -36,7 +36,7 @@ from .functions_base import (
     is_string,
     to_array,
 )
-from .functions_cast import cast_value
+from .cast import cast_value
 
 DATE = pa.date32()
 I32 = pa.int32()

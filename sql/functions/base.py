@@ -1,6 +1,6 @@
 """The function library's foundations: its two errors, the `Function` record, Spark's names
 for Arrow types, and Spark's (ANSI mode) rules for finding the common type of several
-arguments. `functions.py` assembles the library from the modules that build on this one.
+arguments. `__init__.py` assembles the library from the modules that build on this one.
 
 Values passed to and returned by a function's `impl` are `Val`s: a `pa.Array` (one value
 per row) or, for a literal, a `pa.Scalar` (the same value on every row). An impl may return

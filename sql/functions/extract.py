@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .functions_base import (
+from .base import (
     EvaluationError,
     Function,
     Val,
@@ -24,7 +24,7 @@ from .functions_base import (
     is_string,
     to_array,
 )
-from .functions_string import by_pattern, java_regex
+from .strings import by_pattern, java_regex
 
 STR = pa.string()
 

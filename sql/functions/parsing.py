@@ -18,8 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .functions_base import TIMESTAMP, EvaluationError, nonnull_any, spark_name
-from .functions_decimal import from_numpy, py_decimal, rescale, valid_mask
+from .base import TIMESTAMP, EvaluationError, nonnull_any, spark_name
+from .decimals import from_numpy, py_decimal, rescale, valid_mask
 
 # Spark trims what `UTF8String.trimAll` and `String.trim` trim: ASCII controls and space.
 _SPACE = r"[\x00-\x20]"

@@ -1,7 +1,6 @@
 """CAST as Spark runs it in ANSI mode: which casts exist (`cast_type_ok`) and their
 evaluation (`cast_array`), with EvaluationError where Spark raises (overflow, invalid
-input). Casts from strings are in `functions_parse.py`, decimal conversions in
-`functions_decimal.py`.
+input). Casts from strings are in `parsing.py`, decimal conversions in `decimals.py`.
 
 Left out (cast_type_ok refuses them): float/double to string (Spark prints Java's
 Double.toString, whose digits for some doubles depend on the Java version), and casts
@@ -16,9 +15,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import functions_decimal as dec
-from . import functions_parse as parse
-from .functions_base import (
+from . import decimals as dec
+from . import parsing as parse
+from .base import (
     TIMESTAMP,
     EvaluationError,
     Val,

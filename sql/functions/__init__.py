@@ -4,10 +4,9 @@ implementation on Arrow, following Spark 4's SQL semantics in ANSI mode (the def
 what Spindle's Spark sessions run). Also the type rules shared with the planner:
 `common_type` (CASE, COALESCE, UNION, IN lists) and `cast_type_ok` (CAST).
 
-The functions live in topic modules: `functions_arith` (arithmetic, math),
-`functions_logic` (comparisons, logic, IN, conditionals), `functions_string`,
-`functions_datetime`, with casts in `functions_cast`/`functions_parse` and decimal
-arithmetic in `functions_decimal`; `functions_base` holds what they share.
+The functions live in topic modules: `arith` (arithmetic, math), `logic` (comparisons,
+logic, IN, conditionals), `strings`, `extract`, `datetimes`, with casts in
+`cast`/`parsing` and decimal arithmetic in `decimals`; `base` holds what they share.
 
 A function's `impl` gets its arguments evaluated: an array of one value per row, or for a
 literal a `pa.Scalar` (not broadcast); given only scalars it may return a scalar, which
@@ -21,13 +20,13 @@ is_not_null like rlike in (BETWEEN is rewritten by the compiler).
 from __future__ import annotations
 
 from . import (
-    functions_arith,
-    functions_datetime,
-    functions_extract,
-    functions_logic,
-    functions_string,
+    arith,
+    datetimes,
+    extract,
+    logic,
+    strings,
 )
-from .functions_base import (
+from .base import (
     EvaluationError,
     Function,
     FunctionTypeError,
@@ -35,13 +34,13 @@ from .functions_base import (
     common_type,
     spark_name,
 )
-from .functions_cast import cast_array, cast_type_ok, cast_value
+from .cast import cast_array, cast_type_ok, cast_value
 
 
 def _registry() -> dict[str, Function]:
     out: dict[str, Function] = {}
-    modules = (functions_arith, functions_logic, functions_string, functions_extract)
-    for module in (*modules, functions_datetime):
+    modules = (arith, logic, strings, extract)
+    for module in (*modules, datetimes):
         for f in module.functions():
             assert f.name not in out, f.name
             out[f.name] = f

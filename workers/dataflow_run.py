@@ -1,0 +1,73 @@
+"""A compiled dataflow (`sql.Dataflow`) as a run steps and checkpoints it (`Stepper`).
+
+The SQL compiler stops at the dataflow over the engine's operators: where their state is
+kept and how a checkpoint is written is the runtime's, so `sql` stays importable (and
+testable) without the storage location or the commit machinery. This wrapper opens the
+dataflow's operators on the run's location, resumes the dataflow from the restored
+checkpoint's metadata (its watermarks), and commits that metadata with the operators'
+state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from sql.dataflow import Dataflow
+from storage_engine.circuit import Operator, OperatorMetrics
+from storage_engine.commit import CommitHandle
+from storage_engine.location import StorageLocation
+
+
+class DataflowRun:
+    """`flow` bound to a storage location: a `Stepper` for the runner."""
+
+    def __init__(self, flow: Dataflow) -> None:
+        self.flow = flow
+        self.operators: list[Operator] = flow.operators
+
+    @property
+    def fingerprint(self) -> str:
+        return self.flow.fingerprint
+
+    @property
+    def output_schemas(self) -> dict[str, pa.Schema]:
+        return self.flow.output_schemas
+
+    def open(self, location: StorageLocation, drop: Collection[str] = ()) -> None:
+        """Bind the stateful operators to `location` (opened with `fingerprint`) and restore
+        their state and the dataflow's from its opened checkpoint (operators in `drop`
+        start empty)."""
+        self.flow.circuit.open(location, drop)
+        self.flow.resume(location.metadata if location.restored is not None else None)
+
+    def changed_operators(self, fingerprint: str, metadata: Mapping[str, Any]) -> list[str]:
+        return self.flow.changed_operators(fingerprint, metadata)
+
+    def step(self, deltas: Mapping[str, pa.Table | pa.RecordBatch]) -> dict[str, pa.Table]:
+        return self.flow.step(deltas)
+
+    def commit_async(
+        self,
+        step: int,
+        metadata: Mapping[str, Any] | None = None,
+        identifier: str | None = None,
+        keep_last: int | None = None,
+    ) -> CommitHandle:
+        """`Circuit.commit_async` of the stateful operators, with the dataflow's state."""
+        meta = {**(metadata or {}), **self.flow.checkpoint_metadata()}
+        return self.flow.circuit.commit_async(step, meta, identifier, keep_last)
+
+    def metrics(self) -> dict[str, dict[str, Any]]:
+        return self.flow.metrics()
+
+    def late_rows(self) -> int:
+        return self.flow.late_rows()
+
+    def operator_metrics(self) -> dict[str, OperatorMetrics]:
+        return self.flow.operator_metrics()
+
+
+__all__ = ["DataflowRun"]
