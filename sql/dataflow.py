@@ -4,17 +4,21 @@ deltas (Z-sets: rows with a `__weight`) and returns every view's delta.
 Linear operators run on the delta alone: `Filter` and `Project` evaluate their expressions
 on Arrow (`evaluate.py`), `UnionAll` concatenates. Stateful ones are the engine's circuit
 operators, keeping their state in the storage location: `Aggregate` a `GroupAggregate`,
+`WindowAggregate` a `WindowAggregate`,
 `Join` a `Join` (ΔA⋈B + A⋈ΔB + ΔA⋈ΔB), `Distinct` a `Distinct`, `TopN` a `TopN`,
 `RowsOver` a `RowsOver`, `Sessions` a `SessionWindows`. A node read by several views (a
 view read by others) is computed once per step.
 
-Operator ids are `<view>.<kind><n>`, numbered in the order the view's plan is walked
+Operator ids and column names come from the `Layout` (`layout.py`): SQL views' or operator
+specs'. SQL's ids are `<view>.<kind><n>`, numbered in the order the view's plan is walked
 (inputs first, left before right): the same SQL gives the same ids, so a restored checkpoint
-finds its state. Each operator's fingerprint covers its layout and its plan down to the
+finds its state. Each SQL operator's fingerprint covers its layout and its plan down to the
 input tables (an operator below it by that operator's fingerprint): a change to the query
 changes the fingerprints of the operators it reaches, and only theirs. Engine operators
 name their columns by position, and descriptions name internal columns by order of first
-use, so an edit that renumbers the planner's internal names changes neither.
+use, so an edit that renumbers the planner's internal names changes neither. An operator
+spec's operator (`operators.py`) has the spec's name and user's column names, and its
+fingerprint covers its layout alone.
 """
 
 from __future__ import annotations
@@ -29,18 +33,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storage_engine.circuit import Aggregate as EngineAggregate
 from storage_engine.circuit import (
     Circuit,
-    Distinct,
     EmitFinal,
-    GroupAggregate,
     Join,
-    Operator,
     OperatorMetrics,
-    RowsOver,
-    SessionWindows,
-    TopN,
 )
 from storage_engine.circuit.operator import consolidate, empty_delta, fingerprint, weighted
 from storage_engine.schema import WEIGHT
@@ -49,24 +46,13 @@ from . import plan as P
 from .errors import Problem, SqlError
 from .evaluate import evaluate, evaluate_predicate
 from .expr import Literal
+from .layout import Layout, Stateful, positional
 from .planner import PlannedView
 from .watermarks import Bound, EventTime, Watermarks, column_bounds
 from .windows import assign
 
 METADATA_KEY = "sql"
 _TS = pa.timestamp("us", tz="UTC")  # every bounded column's type (watermarks.py)
-
-
-@dataclass
-class _Stateful:
-    op: Operator
-    inputs: tuple[str, ...]  # the operator's input names, one per child node
-    columns: tuple[list[str], ...]  # per input, the operator's (positional) column names
-    # The operator's output columns in the node's order, where the operator orders them
-    # otherwise (a bounded key moved to the front).
-    output: list[str] | None = None
-    # Per operator input, the bound of its leading key (see `watermarks.py`).
-    leads: dict[str, Bound] = dataclasses.field(default_factory=dict)
 
 
 @dataclass
@@ -78,12 +64,6 @@ class _Final:
     bound: Bound
 
 
-def _positional(schema: pa.Schema, prefix: str) -> tuple[pa.Schema, dict[str, str]]:
-    """`schema` with its columns named `<prefix><position>`, and the renaming."""
-    names = {f.name: f"{prefix}{i}" for i, f in enumerate(schema)}
-    return pa.schema([f.with_name(names[f.name]) for f in schema]), names
-
-
 class Dataflow:
     """The views' plans, runnable step by step once the runtime has opened `circuit` (the
     stateful operators) on a storage location and called `resume`."""
@@ -93,15 +73,18 @@ class Dataflow:
         views: Mapping[str, PlannedView],
         inputs: Mapping[str, str] | None = None,
         event_time: Mapping[str, EventTime] | None = None,
+        layout: Layout | None = None,
     ) -> None:
         """`inputs`: names `step` takes deltas by, for tables named otherwise (input name
-        -> table); `event_time`: per table, its event-time column and lateness."""
+        -> table); `event_time`: per table, its event-time column and lateness; `layout`:
+        the operators' ids and column names (default: SQL views')."""
         self.views = dict(views)
+        self.layout = layout or Layout()
         self.watermarks = Watermarks(event_time or {})
         self._bounds: dict[int, dict[str, Bound]] = {}
         self._aliases = {table: name for name, table in (inputs or {}).items()}
         self._tables = dict(inputs or {})  # input name -> table
-        self._stateful: dict[int, _Stateful] = {}
+        self._stateful: dict[int, Stateful] = {}
         self._order: list[P.Node] = []  # every node once, inputs before their readers
         self._owner: dict[int, str] = {}  # node -> the view whose plan reached it first
         self._seen: set[int] = set()
@@ -114,7 +97,9 @@ class Dataflow:
         self._internal = frozenset(used - tables)
         self._final = self._finals()
         ops = [*(s.op for s in self._stateful.values()), *(f.op for f in self._final.values())]
-        self.circuit = Circuit(ops, self._upstream())
+        # An operator spec's fingerprints cover each operator's layout only, as they did
+        # before these pipelines were planned as views (their checkpoints restore).
+        self.circuit = Circuit(ops, self._upstream() if self.layout.sql else None)
         self.operators = self.circuit.operators
         self._first = True
 
@@ -157,7 +142,7 @@ class Dataflow:
         below = [self._bounds[id(c)] for c in P.children(node)]
         et = self.watermarks.event_time
         self._bounds[id(node)] = column_bounds(node, below, et, self._roots, self._bounds)
-        op = self._operator(node, view, counter)
+        op = self.layout.operator(node, view, counter, self._bounds)
         if op is not None:
             self._stateful[id(node)] = op
 
@@ -187,7 +172,7 @@ class Dataflow:
                     )
                 )
                 continue
-            schema, c = _positional(view.root.schema, "c")
+            schema, c = positional(view.root.schema, "c")
             op = EmitFinal(f"{name}.final", schema, c[col])
             out[name] = _Final(op, schema.names, bound)
         if problems:
@@ -234,90 +219,6 @@ class Dataflow:
     def changed_operators(self, fingerprint: str, metadata: Mapping[str, Any]) -> list[str]:
         return self.circuit.changed_operators(fingerprint, metadata)
 
-    def _operator(self, node: P.Node, view: str, counter: Iterator[int]) -> _Stateful | None:
-        """The engine operator of a stateful node, its columns named by position (`c0`,
-        `c1`, ...; a join's sides `l<i>`, `r<i>`): its state's layout does not depend on
-        the planner's numbering of internal names. A key column bounded by a watermark
-        leads the operator's keys, so that the state below the bound can be forgotten."""
-        if isinstance(node, P.Join):
-            lb, rb = self._bounds[id(node.left)], self._bounds[id(node.right)]
-            pairs = sorted(
-                zip(node.left_keys, node.right_keys, strict=True),
-                key=lambda p: -((p[0] in lb) + (p[1] in rb)),
-            )  # stable: unchanged without bounds
-            left, ln = _positional(node.left.schema, "l")
-            right, rn = _positional(node.right.schema, "r")
-            op: Operator = Join(
-                f"{view}.join{next(counter)}",
-                left,
-                right,
-                [ln[k] for k, _ in pairs],
-                [rn[k] for _, k in pairs],
-                left="left",
-                right="right",
-            )
-            lk, rk = pairs[0]
-            leads = {
-                **({"left": lb[lk]} if lk in lb else {}),
-                **({"right": rb[rk]} if rk in rb else {}),
-            }
-            return _Stateful(op, ("left", "right"), (left.names, right.names), leads=leads)
-        if not isinstance(node, P.Aggregate | P.TopN | P.RowsOver | P.Sessions | P.Distinct):
-            return None
-        schema, c = _positional(node.input.schema, "c")
-        bounds = self._bounds[id(node.input)]
-        output = None
-        if isinstance(node, P.Sessions):
-            op = SessionWindows(
-                f"{view}.session{next(counter)}",
-                schema,
-                [c[k] for k in node.partition],
-                c[node.time],
-                node.gap_us,
-                "start",
-                "end",
-                input="in",
-            )
-            leads = {"in": bounds[node.time]} if node.time in bounds else {}
-            return _Stateful(op, ("in",), (schema.names,), leads=leads)
-        keyed = (
-            node.keys
-            if isinstance(node, P.Aggregate)
-            else node.partition
-            if isinstance(node, P.TopN | P.RowsOver)
-            else tuple(node.input.schema.names)
-        )
-        keys = _bounded_first(keyed, bounds)
-        leads = {"in": bounds[keys[0]]} if keys and keys[0] in bounds else {}
-        if isinstance(node, P.Aggregate):
-            aggs = [
-                EngineAggregate(f"a{j}", a.func, c[a.column] if a.column else None)
-                for j, a in enumerate(node.aggs)
-            ]
-            op_id = f"{view}.agg{next(counter)}"
-            op = GroupAggregate(op_id, schema, [c[k] for k in keys], aggs, input="in")
-            if keys != node.keys:
-                output = [*(c[k] for k in node.keys), *(a.name for a in aggs)]
-        elif isinstance(node, P.TopN):
-            order = [(c[col], desc) for col, desc in node.order]
-            op_id = f"{view}.top{next(counter)}"
-            partition = [c[k] for k in keys]
-            op = TopN(op_id, schema, partition, order, node.limit, "rank", input="in")
-        elif isinstance(node, P.RowsOver):
-            order = [(c[col], desc) for col, desc in node.order]
-            aggs = [
-                EngineAggregate(f"a{j}", a.func, c[a.column] if a.column else None)
-                for j, a in enumerate(node.aggs)
-            ]
-            op_id = f"{view}.over{next(counter)}"
-            partition = [c[k] for k in keys]
-            op = RowsOver(op_id, schema, partition, order, node.preceding, aggs, input="in")
-        else:
-            columns = [c[k] for k in keys] if keys != keyed else None
-            op = Distinct(f"{view}.distinct{next(counter)}", schema, columns, input="in")
-            output = schema.names if columns else None
-        return _Stateful(op, ("in",), (schema.names,), output, leads)
-
     def resume(self, metadata: Mapping[str, Any] | None) -> None:
         """Continue from a checkpoint with this metadata, or (None) start a new pipeline.
         The runtime calls it once it has opened `circuit` on its storage location."""
@@ -347,17 +248,10 @@ class Dataflow:
             for name, v in self.views.items()
         }
 
-    def step(
-        self,
-        deltas: Mapping[str, pa.Table | pa.RecordBatch],
-        partials: Mapping[str, pa.Table] | None = None,
-    ) -> dict[str, pa.Table]:
+    def step(self, deltas: Mapping[str, pa.Table | pa.RecordBatch]) -> dict[str, pa.Table]:
         """Every view's delta for these input deltas (tables absent: no change), with the
         view's column names and `__weight`; rows that cancel out are left out (a delta
-        holding only insertions is given as it is: equal rows may come one by one). (No
-        operator takes pre-aggregated input: `partials` must be empty.)"""
-        if partials:
-            raise ValueError("a SQL dataflow takes rows, not pre-aggregated input")
+        holding only insertions is given as it is: equal rows may come one by one)."""
         tables = {
             name: self.watermarks.admit(self._tables.get(name, name), weighted(t))
             for name, t in deltas.items()
@@ -373,6 +267,10 @@ class Dataflow:
             t = values[id(view.root)]
             if name in self._final:
                 t = self._emit_final(self._final[name], t, view.root.schema)
+            elif not self.layout.sql:
+                # An operator spec's output as its operator gives it, as its sinks have
+                # always had it (one schema every step: no consolidation's to vary with).
+                t = t.select([*view.root.schema.names, WEIGHT])
             elif t.num_rows == 0 or pc.min(t.column(WEIGHT)).as_py() <= 0:
                 t = consolidate(t, view.root.schema)
             else:
@@ -430,11 +328,12 @@ class Dataflow:
                 ]
                 out = stateful.op.apply(dict(zip(stateful.inputs, named, strict=True)))
             if isinstance(node, P.Join):
-                return _with_right_keys(node, out)
+                assert isinstance(stateful.op, Join)
+                return self.layout.join_value(node, stateful.op, out)
             if stateful.output is not None:
                 out = out.select([*stateful.output, WEIGHT])
             out = out.rename_columns([*node.schema.names, WEIGHT])
-            if isinstance(node, P.Aggregate) and not node.keys:
+            if isinstance(node, P.Aggregate) and not node.keys and self.layout.sql:
                 return self._global(node, out)
             return out
         (first, *_) = inputs
@@ -468,28 +367,12 @@ class Dataflow:
         return self.circuit.metrics()
 
     def late_rows(self) -> int:
-        """Rows the tables' watermarks dropped since the state began (restored with it)."""
-        return sum(self.watermarks.late_rows.values())
+        """Rows the tables' watermarks and the operators (an operator spec's window
+        aggregate) dropped as late since the state began (restored with it)."""
+        return sum(self.watermarks.late_rows.values()) + self.circuit.late_rows()
 
     def operator_metrics(self) -> dict[str, OperatorMetrics]:
         return self.circuit.operator_metrics()
-
-
-def _bounded_first(keys: tuple[str, ...], bounds: Mapping[str, Bound]) -> tuple[str, ...]:
-    """`keys` with the first bounded one moved to the front (unchanged without one)."""
-    lead = next((k for k in keys if k in bounds), None)
-    return keys if lead is None else (lead, *(k for k in keys if k != lead))
-
-
-def _with_right_keys(node: P.Join, out: pa.Table) -> pa.Table:
-    """The engine's join (columns `l<i>`, `r<i>`) leaves out the right side's key columns
-    (equal to the left's): they are put back, so the node has every column of both sides."""
-    _, ln = _positional(node.left.schema, "l")
-    _, rn = _positional(node.right.schema, "r")
-    same = {rn[r]: ln[lk] for r, lk in zip(node.right_keys, node.left_keys, strict=True)}
-    names = [*ln.values(), *(same.get(n, n) for n in rn.values())]
-    cols = [out.column(n).cast(f.type) for n, f in zip(names, node.schema, strict=True)]
-    return pa.table([*cols, out.column(WEIGHT)], names=[*node.schema.names, WEIGHT])
 
 
 __all__ = ["Dataflow"]

@@ -122,6 +122,32 @@ class Aggregate:
 
 
 @dataclass(frozen=True)
+class WindowAggregate:
+    """An operator spec's `window_aggregate`: windows of `size_us` every `slide_us` on
+    `time`, grouped by the window's bounds (`start`, `end`) and `keys`, then `aggs`, with
+    the operator's own watermark (largest time seen minus `lateness_us`) closing windows
+    and dropping their late rows. (SQL's TUMBLE and HOP are `Windows` then `Aggregate`,
+    under the table's watermark.)"""
+
+    input: Node
+    time: str
+    size_us: int
+    slide_us: int
+    lateness_us: int
+    keys: tuple[str, ...]
+    aggs: tuple[AggCall, ...]
+    start: str
+    end: str
+
+    @property
+    def schema(self) -> pa.Schema:
+        ts = pa.timestamp("us", tz=self.input.schema.field(self.time).type.tz)
+        keys = [self.input.schema.field(k) for k in self.keys]
+        bounds = [pa.field(self.start, ts), pa.field(self.end, ts)]
+        return pa.schema([*bounds, *keys, *(pa.field(a.name, a.type) for a in self.aggs)])
+
+
+@dataclass(frozen=True)
 class Join:
     """Equi-join on `left_keys` = `right_keys` (nulls never match), then `residual` (a
     predicate over both sides' columns) for the rows that matched."""
@@ -215,6 +241,7 @@ Node = (
     | Windows
     | Sessions
     | Aggregate
+    | WindowAggregate
     | Join
     | Distinct
     | TopN
@@ -251,6 +278,7 @@ __all__ = [
     "TopN",
     "UnionAll",
     "ViewRef",
+    "WindowAggregate",
     "Windows",
     "children",
 ]

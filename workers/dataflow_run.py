@@ -46,12 +46,8 @@ class DataflowRun:
     def changed_operators(self, fingerprint: str, metadata: Mapping[str, Any]) -> list[str]:
         return self.flow.changed_operators(fingerprint, metadata)
 
-    def step(
-        self,
-        deltas: Mapping[str, pa.Table | pa.RecordBatch],
-        partials: Mapping[str, pa.Table] | None = None,
-    ) -> dict[str, pa.Table]:
-        return self.flow.step(deltas, partials)
+    def step(self, deltas: Mapping[str, pa.Table | pa.RecordBatch]) -> dict[str, pa.Table]:
+        return self.flow.step(deltas)
 
     def commit_async(
         self,

@@ -32,7 +32,7 @@ import json
 import os
 import signal
 from pathlib import Path
-from typing import Annotated, cast
+from typing import Annotated
 
 import tenacity
 import typer
@@ -52,7 +52,6 @@ from storage_engine.errors import CorruptionError, LockedError
 from storage_engine.objstore import open_object_store
 from storage_engine.remote import FencedError
 
-from .batch_jobs import PRE_AGGREGATE_MIN_ROWS, PreAggregate
 from .control_plane import ControlPlane
 from .restore import StateError
 from .runner import TAKEOVER_LOCK_WAIT_S, Runner
@@ -143,16 +142,7 @@ def run_cmd(
         str | None,
         typer.Option(help="Mirror checkpoints to this object store: file:///dir or s3://b/p."),
     ] = None,
-    pre_aggregate: Annotated[
-        str,
-        typer.Option(
-            help="Partial aggregation in Spark before the circuit: auto (min/max, or steps of "
-            f"{PRE_AGGREGATE_MIN_ROWS} rows or more), always, never."
-        ),
-    ] = "auto",
 ) -> None:
-    if pre_aggregate not in ("auto", "always", "never"):
-        raise typer.BadParameter("auto, always or never", param_hint="--pre-aggregate")
     timeline = Timeline(process_start_time())
     timeline.mark("imports")
     started: list[Runner] = []
@@ -197,7 +187,6 @@ def run_cmd(
             metrics_sinks=[control.metrics_sink] if control else None,
             remote=open_object_store(remote) if remote else None,
             timeline=timeline,
-            pre_aggregate=cast(PreAggregate, pre_aggregate),
         )
     except S.SpecError as e:
         typer.echo(str(e), err=True)

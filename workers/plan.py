@@ -1,10 +1,10 @@
-"""Planning: a spec becomes Spark's analysis of its expressions and the engine's circuit, with
-every error naming its spec field before anything starts."""
+"""Planning: a spec becomes Spark's analysis of its expressions and the dataflow the engine
+steps (SQL views, or an operator spec's operators as views: `sql.operators`), with every
+error naming its spec field before anything starts."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import pyarrow as pa
 from pyspark.errors import AnalysisException
@@ -16,46 +16,36 @@ from pyspark.sql.types import StructType
 from pipeline_spec import expressions
 from pipeline_spec import model as S
 from sql.dataflow import Dataflow
+from sql.layout import Layout
 from sql.liveness import live_columns
+from sql.operators import plan_operators
 from sql.spec import SqlPlan, plan_spec
-from storage_engine.circuit import (
-    Aggregate,
-    Circuit,
-    Distinct,
-    GroupAggregate,
-    Join,
-    Operator,
-    Stepper,
-    WindowAggregate,
-)
+from storage_engine.circuit import CircuitError
 
 from .connectors.registry import source_kind
 from .dataflow_run import DataflowRun
-from .pre_aggregation import PreAggregation, pre_aggregation
 from .sources import END, SOURCE, table_input
 
 
 @dataclass
 class Plan:
-    """What a spec means for Spark and for the circuit, checked before anything runs."""
+    """What a spec means for Spark and for the dataflow, checked before anything runs."""
 
     spec: S.PipelineSpec
     source_schema: StructType  # columns after parsing, before the transform
-    stream_schema: pa.Schema  # after the transform: the circuit's "source" input
-    inputs: dict[str, tuple[str | None, list[str]]]  # circuit input -> (where, select)
+    stream_schema: pa.Schema  # after the transform: the dataflow's "source" input
+    inputs: dict[str, tuple[str | None, list[str]]]  # dataflow input -> (where, select)
     input_schemas: dict[str, pa.Schema]
-    circuit: Stepper  # the operators' circuit, or the SQL views' dataflow
+    # The SQL views', or the operator spec's operators as views, bound to the run's storage.
+    dataflow: DataflowRun
     spark_options: dict[str, str] = field(default_factory=dict)
     # The stream column holding event times for the end-to-end latency metric, if any.
     event_time: str | None = None
-    # How Spark pre-aggregates each micro-batch for the operators reading `source`; None:
-    # they get its rows.
-    pre_aggregation: PreAggregation | None = None
     # The further input tables (spec `tables`), each read as a one-source pipeline's
-    # source is, into the circuit input `table_input(name)`.
+    # source is, into the dataflow input `table_input(name)`.
     tables: dict[str, Plan] = field(default_factory=dict)
     # A SQL table's whole schema when Spark reads only its live columns (`_read_live`):
-    # the circuit gets the others as nulls.
+    # the dataflow gets the others as nulls.
     padded: pa.Schema | None = None
 
 
@@ -121,15 +111,13 @@ def arrow_schema(schema: StructType) -> pa.Schema:
 
 
 def plan(spark: SparkSession, spec: S.PipelineSpec) -> Plan:
-    """Check every column reference against the source schema and build the circuit."""
+    """Check every column reference against the source schema and build the dataflow."""
     src = source_schema(spark, spec.source)
     t = spec.transform
     stream = _analyse(spark, src, t.where, t.select, "transform")
     stream_arrow = arrow_schema(stream)
     inputs: dict[str, tuple[str | None, list[str]]] = {}
     schemas: dict[str, pa.Schema] = {}
-    ops: list[Operator] = []
-    flow: Dataflow | None = None
     sql: SqlPlan | None = None
     more: dict[str, pa.Schema] = {}
     if spec.sql is not None:
@@ -143,37 +131,57 @@ def plan(spark: SparkSession, spec: S.PipelineSpec) -> Plan:
         inputs[SOURCE] = (None, ["*"])
         schemas[SOURCE] = sql.schema
         stream_arrow = sql.schema
-    for i, op in enumerate(spec.state):
-        where = f"state.{i}"
-        try:
-            ops.append(_operator(spark, op, stream, stream_arrow, inputs, schemas, where))
-        except ValueError as e:  # CircuitError: a column or type problem
-            if isinstance(e, S.SpecError):
-                raise
-            raise S.SpecError([(where, str(e))]) from None
-    if any(SOURCE in o.inputs for o in ops):
-        inputs[SOURCE] = (None, ["*"])
-        schemas[SOURCE] = stream_arrow
+    else:
+        flow = _operators(spark, spec, stream, stream_arrow, inputs, schemas)
     event_time = _event_time(spec, stream_arrow)
-    circuit: Stepper = DataflowRun(flow) if flow is not None else Circuit(ops)
-    lines = source_kind(spec.source).line_records(spec.source)
-    pre = pre_aggregation(circuit, stream_arrow, event_time, lines)
     opts = _options(spec.source, src)
     live = _live(spec, sql)
+    run = DataflowRun(flow)
     tables = {
         source.table: _table_plan(
-            spark, spec.table_spec(source.table), where, more[source.table], circuit, live
+            spark, spec.table_spec(source.table), where, more[source.table], run, live
         )
         for where, source in spec.input_fields()
         if source.table in more
     }
     padded = None
-    if sql is not None and not ops and pre is None:
+    if sql is not None:
         src, stream_arrow, padded = _read_live(spec.source, src, sql.schema, live[sql.table])
         schemas[SOURCE] = stream_arrow
-    return Plan(
-        spec, src, stream_arrow, inputs, schemas, circuit, opts, event_time, pre, tables, padded
-    )
+    return Plan(spec, src, stream_arrow, inputs, schemas, run, opts, event_time, tables, padded)
+
+
+def _operators(
+    spark: SparkSession,
+    spec: S.PipelineSpec,
+    stream: StructType,
+    stream_arrow: pa.Schema,
+    inputs: dict[str, tuple[str | None, list[str]]],
+    schemas: dict[str, pa.Schema],
+) -> Dataflow:
+    """An operator spec's dataflow (`sql.operators`); each join side, a filter and
+    projection of the stream that Spark computes, is an input of its own (`inputs`,
+    `schemas`: filled in here), as is the stream if an operator reads it."""
+    sides: dict[str, pa.Schema] = {}
+    for i, op in enumerate(spec.state):
+        if not isinstance(op, S.JoinOp):
+            continue
+        for side in ("left", "right"):
+            sp: S.StreamSpec = getattr(op, side)
+            path = f"state.{i}.{side}"
+            schema = arrow_schema(_analyse(spark, stream, sp.where, sp.select, path))
+            inputs[f"{op.name}.{side}"] = (sp.where, sp.select)
+            sides[f"{op.name}.{side}"] = schema
+    ops = plan_operators(spec, stream_arrow, sides)
+    try:
+        flow = Dataflow(ops.views, layout=Layout(ops.names))
+    except CircuitError as e:  # a column or type problem the engine's operator found
+        at = [f"state.{i}" for i, op in enumerate(spec.state) if f"operator {op.name!r}" in str(e)]
+        raise S.SpecError([(at[0] if at else "state", str(e))]) from None
+    if SOURCE in ops.tables:
+        inputs[SOURCE] = (None, ["*"])
+    schemas.update(ops.tables)
+    return flow
 
 
 def _live(spec: S.PipelineSpec, sql: SqlPlan | None) -> dict[str, set[str]]:
@@ -206,12 +214,12 @@ def _table_plan(
     lane: S.PipelineSpec,
     where: str,
     schema: pa.Schema,
-    circuit: Stepper,
+    run: DataflowRun,
     live: dict[str, set[str]],
 ) -> Plan:
     """A further input table's plan (`lane`: the spec as that table sees it, `where`: its
     field, `tables.<i>`): read as a one-source SQL pipeline's source is, its rows the
-    circuit input `table_input(table)`; `live`: the columns of each table its views need."""
+    dataflow input `table_input(table)`; `live`: the columns of each table its views need."""
     try:
         src = source_schema(spark, lane.source)
     except S.SpecError as e:
@@ -226,7 +234,7 @@ def _table_plan(
         rows,
         {SOURCE: (None, ["*"])},
         {SOURCE: rows},
-        circuit,
+        run,
         _options(lane.source, src),
         event_time,
         padded=padded,
@@ -264,51 +272,3 @@ def _event_time(spec: S.PipelineSpec, stream: pa.Schema) -> str | None:
     if not pa.types.is_timestamp(t):
         raise S.SpecError([(path, f"{col!r} is {t}, not a timestamp")])
     return col
-
-
-def _aggs(specs: list[S.AggregateSpec]) -> list[Aggregate]:
-    return [Aggregate(a.name, a.func, a.column) for a in specs]
-
-
-def _operator(
-    spark: SparkSession,
-    op: Any,
-    stream: StructType,
-    stream_arrow: pa.Schema,
-    inputs: dict[str, tuple[str | None, list[str]]],
-    schemas: dict[str, pa.Schema],
-    path: str,
-) -> Operator:
-    if isinstance(op, S.GroupAggregateOp):
-        return GroupAggregate(op.name, stream_arrow, op.group_by, _aggs(op.aggregates))
-    if isinstance(op, S.WindowAggregateOp):
-        return WindowAggregate(
-            op.name,
-            stream_arrow,
-            op.time_column,
-            int(op.size * 1e6),
-            _aggs(op.aggregates),
-            op.group_by,
-            int(op.slide * 1e6) if op.slide else None,
-            int(op.lateness * 1e6),
-        )
-    if isinstance(op, S.DistinctOp):
-        return Distinct(op.name, stream_arrow, op.columns)
-    assert isinstance(op, S.JoinOp)
-    sides = {}
-    for side in ("left", "right"):
-        sp: S.StreamSpec = getattr(op, side)
-        schema = arrow_schema(_analyse(spark, stream, sp.where, sp.select, f"{path}.{side}"))
-        name = f"{op.name}.{side}"
-        inputs[name] = (sp.where, sp.select)
-        schemas[name] = schema
-        sides[side] = schema
-    return Join(
-        op.name,
-        sides["left"],
-        sides["right"],
-        op.left_on,
-        op.right_on,
-        left=f"{op.name}.left",
-        right=f"{op.name}.right",
-    )

@@ -12,31 +12,31 @@ from typing import Any
 from pyspark.java_gateway import ensure_callback_server_started
 from pyspark.sql import DataFrame, SparkSession
 
-from .pre_aggregation import JobTables
+from .micro_batch import JobTables
 
 log = logging.getLogger("spindle.runner")
 
 
 class ReadAhead:
     """A run's first batch (a files or log source's), computed by Spark in a thread of its
-    own while the run starts: `job` gives (pre-aggregated?, the batch's Arrow table), and
+    own while the run starts: `job` gives the batch's Arrow table, and
     `rows` is then the batch's DataFrame. A cold JVM spends long on its first batch
     (class loading, JIT, code generation)."""
 
     def __init__(
         self,
         end: int,
-        job: Callable[[], tuple[bool, JobTables]],
+        job: Callable[[], JobTables],
         rows: Callable[[], DataFrame],
     ) -> None:
         self.end, self.rows = end, rows
-        self._out: tuple[bool, JobTables] | None = None
+        self._out: JobTables | None = None
         self._thread = threading.Thread(
             target=self._run, args=(job,), name="spindle-read-ahead", daemon=True
         )
         self._thread.start()
 
-    def _run(self, job: Callable[[], tuple[bool, JobTables]]) -> None:
+    def _run(self, job: Callable[[], JobTables]) -> None:
         try:
             self._out = job()
         except Exception as e:  # the batch itself will read again and report the error
@@ -45,7 +45,7 @@ class ReadAhead:
     def wait(self) -> None:
         self._thread.join()
 
-    def result(self) -> tuple[bool, JobTables] | None:
+    def result(self) -> JobTables | None:
         """The batch read ahead (None if the read failed), once the read has ended."""
         self.wait()
         return self._out

@@ -1,5 +1,5 @@
 """The Spark pipeline runner: a spec becomes a Structured Streaming query whose micro-batches
-are steps of a circuit on the storage engine, with exactly-once output across restarts.
+are steps of a dataflow on the storage engine, with exactly-once output across restarts.
 
 A run (DESIGN.md §5): restore checkpoint C of the storage location (latest by default,
 `restore.open_state`) -> roll every sink and the dead letters back to C's step -> start a
@@ -7,9 +7,9 @@ Spark query with a fresh checkpointLocation whose source starts at C's source of
 micro-batch is one step:
 
 1. `Runner.process` (Spark's foreachBatch) -> the batch's rows (`StepInput.rows`);
-2. Spark parses, filters, projects and, where the operators reading the stream allow it,
-   partially aggregates per group (`BatchJobs.micro_batch`), handing the circuit Arrow;
-3. `Runner._step`: dead letters written (`DeadLetters`), the circuit's step, outputs to the
+2. Spark parses, filters and projects (`BatchJobs.micro_batch`), handing the dataflow
+   Arrow (rows the driver makes skip Spark: `BatchJobs.arrow_batch`);
+3. `Runner._step`: dead letters written (`DeadLetters`), the dataflow's step, outputs to the
    sinks tagged with the step, then the commit policy (`Checkpointing.after_step`: every N
    steps and/or T seconds, asynchronous by default, each checkpoint recording the source
    offset its state reflects) and the step's metrics (`RunMetrics`).
@@ -41,14 +41,14 @@ from pipeline_spec.exits import EXIT_HUNG, HUNG_HEADING
 from pipeline_spec.offsets import Offset, advanced, count, total
 from storage_engine.objstore import ObjectStoreLike
 
-from .batch_jobs import BatchJobs, PreAggregate
+from .batch_jobs import BatchJobs
 from .checkpointing import Checkpointing
 from .connectors.source import Source
 from .dead_letters import DeadLetters
 from .durability import DurabilityWatch
+from .micro_batch import JobTables, MicroBatch
 from .offset_log import OffsetLog
 from .plan import Plan, plan
-from .pre_aggregation import JobTables, MicroBatch
 from .progress import QueryProgress, ReadAhead
 from .restore import open_circuit_state
 from .run_metrics import MetricsSink, RunMetrics, StepTimes
@@ -81,7 +81,7 @@ class RunResult:
 
 @dataclass
 class _Table:
-    """How a run reads one input table: into circuit input `name`, by `input` and `jobs`."""
+    """How a run reads one input table: into dataflow input `name`, by `input` and `jobs`."""
 
     name: str
     input: StepInput
@@ -103,7 +103,6 @@ class Runner:
         metrics_sinks: list[MetricsSink] | None = None,
         remote: ObjectStoreLike | None = None,
         timeline: Timeline | None = None,
-        pre_aggregate: PreAggregate = "auto",
         files_roots: Sequence[str] | None = None,
         object_roots: Sequence[str] | None = None,
     ) -> None:
@@ -125,7 +124,7 @@ class Runner:
 
         self.loc, self.skipped = open_circuit_state(
             storage,
-            self.plan.circuit,
+            self.plan.dataflow,
             from_checkpoint,
             drop_state=drop_state,
             remote=remote,
@@ -137,7 +136,7 @@ class Runner:
             # Each input table's offset (`source`'s first): where its next step starts.
             self.offsets = spec.offsets(restored)
             tl.mark("storage_restore")
-            self.sinks = open_sinks(spec, self.plan.circuit, self.loc, base_dir)
+            self.sinks = open_sinks(spec, self.plan.dataflow, self.loc, base_dir)
             self.written = WrittenSteps(self.sinks, restored)
             for s in self.sinks.values():
                 s.rollback(self.step)
@@ -166,15 +165,15 @@ class Runner:
         # Held while a step runs; commands from outside (commit, gc) take it between steps.
         self.step_lock = threading.RLock()
         self.input = StepInput(self.spark, spec, self.plan, storage, roots)
-        self.jobs = BatchJobs(spec, self.plan, self.input.connector, pre_aggregate)
+        self.jobs = BatchJobs(spec, self.plan, self.input.connector)
         self._readers = {spec.source.table: _Table(SOURCE, self.input, self.jobs)}
         for t, p in self.plan.tables.items():
             step_input = StepInput(self.spark, p.spec, p, storage, roots)
-            jobs = BatchJobs(p.spec, p, step_input.connector, pre_aggregate)
+            jobs = BatchJobs(p.spec, p, step_input.connector)
             self._readers[t] = _Table(table_input(t), step_input, jobs)
         self.checkpoints = Checkpointing(
             spec,
-            self.plan.circuit,
+            self.plan.dataflow,
             self.loc,
             self.sinks,
             self.durability,
@@ -281,9 +280,8 @@ class Runner:
                 batches[t] = r.jobs.micro_batch(rows)
         self._step(batches, t0, ends)
 
-    def _tables_ahead(self, rows: DataFrame) -> tuple[bool, JobTables]:
-        pre = self.jobs.pre_aggregation()
-        return pre is not None, self.jobs.tables(rows, pre)
+    def _tables_ahead(self, rows: DataFrame) -> JobTables:
+        return self.jobs.tables(rows)
 
     def _first_step_ahead(self, ahead: ReadAhead) -> None:
         """The run's first step, from the batch read ahead (`StepInput.read_ahead`), before
@@ -353,10 +351,8 @@ class Runner:
         self._log_offsets(step, ends)
         bad_rows = self.dead_letters.write(step, {t: b.bad for t, b in batches.items()})
         tables: dict[str, pa.Table] = {}
-        partials: dict[str, pa.Table] = {}
         for t, b in batches.items():
             name = self._readers[t].name
-            partials.update(b.partials)
             tables.update({name if k == SOURCE else k: v for k, v in b.tables.items()})
         spark_ms = (time.perf_counter() - t0) * 1000
         if first:
@@ -365,9 +361,9 @@ class Runner:
         # the run here, before the sinks are written again.
         self.durability.check()
         t1 = time.perf_counter()
-        late_before = self.plan.circuit.late_rows()
-        out = self.plan.circuit.step(tables, partials)
-        late_rows = self.plan.circuit.late_rows() - late_before
+        late_before = self.plan.dataflow.late_rows()
+        out = self.plan.dataflow.step(tables)
+        late_rows = self.plan.dataflow.late_rows() - late_before
         self.written.write(self.spec, step, out)
         # End-to-end latency: the step's output is in every sink now; its oldest input
         # event happened at `oldest`. (Wall clock against event time: both UTC.)
@@ -375,10 +371,7 @@ class Runner:
         latency_ms = None if oldest is None else (written_us - oldest) / 1000
         engine_ms = (time.perf_counter() - t1) * 1000
         self.step, self.offsets = step, ends
-        rows_in = 0
-        for t, b in batches.items():
-            self._readers[t].jobs.last_rows_in = b.rows_in
-            rows_in += b.rows_in
+        rows_in = sum(b.rows_in for b in batches.values())
         commit_ms = self.checkpoints.after_step()
         if first:
             self.timeline.mark("engine_step")
@@ -389,7 +382,7 @@ class Runner:
             (rows_in, sum(o.num_rows for o in out.values()), bad_rows, late_rows),
             StepTimes(spark_ms, engine_ms, commit_ms, step_ms, latency_ms),
             self.loc.spines(),
-            self.plan.circuit.operator_metrics(),
+            self.plan.dataflow.operator_metrics(),
             {t: r.input.figures(self.offsets[t]) for t, r in self._readers.items()},
             self.written.figures(),
         )

@@ -20,8 +20,8 @@ from storage_engine.input_log import InputLog
 
 from .connectors.registry import open_source
 from .connectors.source import Source, SourceContext
+from .micro_batch import JobTables
 from .plan import Plan, arrow_schema, ddl
-from .pre_aggregation import JobTables
 from .progress import ReadAhead
 from .sources import END
 from .step_ends import StepEndServer
@@ -86,7 +86,7 @@ class StepInput:
     def read_ahead(
         self,
         start: int,
-        tables: Callable[[DataFrame], tuple[bool, JobTables]],
+        tables: Callable[[DataFrame], JobTables],
         end: int | None = None,
     ) -> ReadAhead | None:
         """Start reading the batch a step from `start` would take (a files source's files,
@@ -105,7 +105,7 @@ class StepInput:
             if not splits:
                 return None
 
-            def files_job() -> tuple[bool, JobTables]:
+            def files_job() -> JobTables:
                 source.to_batches(splits)
                 return tables(batches.rows())
 
@@ -115,7 +115,7 @@ class StepInput:
             return None  # the query waits for records
         frame: list[DataFrame] = []
 
-        def driver_job() -> tuple[bool, JobTables]:
+        def driver_job() -> JobTables:
             assert end is not None
             frame.append(self.driver_frame(start, end))
             return tables(frame[0])

@@ -5,7 +5,7 @@ from .circuit import Circuit, OperatorMetrics, Stepper
 from .distinct import Distinct
 from .final import EmitFinal
 from .join import Join
-from .operator import CircuitError, Operator, PartialForm
+from .operator import CircuitError, Operator
 from .over import RowsOver
 from .session import SessionWindows
 from .top_n import TopN
@@ -22,7 +22,6 @@ __all__ = [
     "Join",
     "Operator",
     "OperatorMetrics",
-    "PartialForm",
     "RowsOver",
     "SessionWindows",
     "Stepper",

@@ -12,15 +12,10 @@ and value multisets of the touched groups (one vectorised seek each), and emits
 (old output row, -1) and (new output row, +1) for every touched group; rows that did not
 change cancel out. A group exists while its `__count` is positive.
 
-`step_partial` takes the delta already partially aggregated (by Spark: `PartialForm`) and
-merges it into the same state exactly as `step` merges its own partial aggregation. The
-accumulators are identical; a min/max multiset receives only the batch's smallest and
-largest value per group instead of every value. That is enough because such a delta is
-insert-only: with all weights +1 no value is ever retracted, so a value between a group's
-batch minimum and maximum can never become the group's minimum or maximum, and the
-multiplicities of the values kept do not matter (only their presence, weight > 0). The
-state layout (spines, schemas, fingerprint) is unchanged, so either form can continue from
-a checkpoint taken with the other.
+Checkpoints of operator specs written before issue 49 may hold, in a min/max multiset, only
+each step's smallest and largest value per group (Spark pre-aggregated their insert-only
+input then): that is enough as long as the input stays insert-only, as an operator spec's
+does (no value between a group's extremes can become its minimum or maximum).
 """
 
 from __future__ import annotations
@@ -52,7 +47,6 @@ from .operator import (
     COUNT,
     CircuitError,
     Operator,
-    PartialForm,
     consolidate,
     empty_delta,
     require_columns,
@@ -163,26 +157,6 @@ class GroupAggregate(Operator):
 
     # -- the step ------------------------------------------------------------------------
 
-    def partial_form(self) -> PartialForm:
-        fields = [self.input_schema.field(g) for g in self.group_by]
-        fields += [pa.field(COUNT, pa.int64())]
-        fields += [pa.field(f"__n_{c}", pa.int64()) for c in self._counted]
-        fields += [
-            pa.field(f"__s_{c}", sum_type(self.input_schema.field(c).type)) for c in self._summed
-        ]
-        for c in self._ordered:
-            t = self.input_schema.field(c).type
-            fields += [pa.field(f"__min_{c}", t), pa.field(f"__max_{c}", t)]
-            if pa.types.is_floating(t):
-                fields.append(pa.field(f"__nan_{c}", pa.bool_()))
-        return PartialForm(
-            tuple(self.group_by),
-            pa.schema(fields),
-            counted=tuple(self._counted),
-            summed=tuple(self._summed),
-            ordered=tuple(self._ordered),
-        )
-
     def step(self, deltas: Mapping[str, pa.Table]) -> pa.Table:
         delta = self._with_group_key(weighted(deltas[self.inputs[0]]))
         if delta.num_rows == 0:
@@ -201,32 +175,6 @@ class GroupAggregate(Operator):
         row cannot hold two columns of one name; such a min/max is the key itself, but the
         multiset keeps the operator uniform). Existing state never had such a column."""
         return f"__v_{c}" if c in self._keys else c
-
-    def step_partial(self, partial: pa.Table) -> pa.Table:
-        p = self._with_group_key(partial)
-        if p.num_rows == 0:
-            return empty_delta(self._out_schema)
-        values = [f.name for f in self._acc_schema.values]
-        acc = p.select([*self._keys, *values])
-        for i, v in enumerate(values, start=len(self._keys)):
-            acc = acc.set_column(i, v, pc.fill_null(acc.column(v), pa.scalar(0, acc.field(v).type)))
-        # Summed again: the producer may send a group in several rows.
-        acc = self._group_sum(acc)
-        changes: dict[str, pa.Table] = {}
-        for c in self._ordered:
-            t = self.input_schema.field(c).type
-            v = self._val_name(c)
-            parts = [
-                p.select([*self._keys, f"__{m}_{c}"]).rename_columns([*self._keys, v])
-                for m in ("min", "max")
-            ]
-            if pa.types.is_floating(t):
-                nan = p.filter(pc.fill_null(p.column(f"__nan_{c}"), False)).select(self._keys)
-                parts.append(nan.append_column(v, pa.array([float("nan")] * nan.num_rows, t)))
-            d = pa.concat_tables([x.cast(parts[0].schema) for x in parts])
-            d = d.filter(pc.is_valid(d.column(v)))
-            changes[c] = d.append_column(WEIGHT, pa.array(np.ones(d.num_rows, np.int64)))
-        return self._merge(acc, changes)
 
     def _merge(self, partial: pa.Table, changes: Mapping[str, pa.Table]) -> pa.Table:
         """Apply a step: `partial` holds the change of every accumulator per group (one row

@@ -94,30 +94,18 @@ class Circuit:
             return [] if fingerprint == self.fingerprint else [op.id for op in self.operators]
         return [i for i, fp in self.operator_fingerprints.items() if saved.get(i) != fp]
 
-    def step(
-        self,
-        deltas: Mapping[str, pa.Table | pa.RecordBatch],
-        partials: Mapping[str, pa.Table] | None = None,
-    ) -> dict[str, pa.Table]:
+    def step(self, deltas: Mapping[str, pa.Table | pa.RecordBatch]) -> dict[str, pa.Table]:
         """Feed one step's input deltas; returns every operator's output delta, by operator
-        id. `partials` gives some operators their (insert-only) input pre-aggregated instead,
-        by operator id, in the operator's `partial_form()`; they ignore `deltas`."""
+        id."""
         if self._loc is None:
             raise CircuitError("open() the circuit on a storage location first")
         unknown = set(deltas) - self.inputs
         if unknown:
             raise CircuitError(f"no operator reads the inputs {sorted(unknown)}")
-        partials = partials or {}
-        strangers = set(partials) - {op.id for op in self.operators}
-        if strangers:
-            raise CircuitError(f"partial inputs for unknown operators {sorted(strangers)}")
         started = time.perf_counter()
         tables = {name: weighted(t) for name, t in deltas.items()}
         out = {}
         for op in self.operators:
-            if op.id in partials:
-                out[op.id] = op.apply_partial(partials[op.id])
-                continue
             missing = [i for i in op.inputs if i not in tables]
             if missing:
                 raise CircuitError(f"operator {op.id!r} needs the inputs {missing}")
@@ -188,8 +176,8 @@ def _owner(spine_id: str, operator_ids: Sequence[str]) -> str | None:
 
 
 class Stepper(Protocol):
-    """What a run steps and checkpoints: a `Circuit`, or a SQL pipeline's dataflow (the
-    `sql` package) built on one, as the runtime wraps it (`workers/dataflow_run.py`)."""
+    """What a run steps and checkpoints: a pipeline's dataflow (the `sql` package, built on
+    a `Circuit`), as the runtime wraps it (`workers/dataflow_run.py`)."""
 
     operators: list[Operator]
 
@@ -203,11 +191,7 @@ class Stepper(Protocol):
 
     def changed_operators(self, fingerprint: str, metadata: Mapping[str, Any]) -> list[str]: ...
 
-    def step(
-        self,
-        deltas: Mapping[str, pa.Table | pa.RecordBatch],
-        partials: Mapping[str, pa.Table] | None = None,
-    ) -> dict[str, pa.Table]: ...
+    def step(self, deltas: Mapping[str, pa.Table | pa.RecordBatch]) -> dict[str, pa.Table]: ...
 
     def commit_async(
         self,

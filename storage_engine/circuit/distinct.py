@@ -3,8 +3,6 @@
 State `<id>.counts`: every row (all columns as the key) with its multiplicity. A step emits
 +1 for rows whose multiplicity became positive and -1 for rows whose multiplicity stopped
 being positive.
-
-`step_partial` takes the delta grouped by the columns with each row's count: the same Z-set.
 """
 
 from __future__ import annotations
@@ -20,9 +18,7 @@ from ..location import StorageLocation
 from ..schema import WEIGHT, ZSetSchema
 from ..spine import Spine
 from .operator import (
-    COUNT,
     Operator,
-    PartialForm,
     empty_delta,
     require_columns,
     to_table,
@@ -60,15 +56,6 @@ class Distinct(Operator):
 
     def open(self, location: StorageLocation, state: Mapping[str, Any]) -> None:
         self._counts = location.spine(self.spine_name("counts"), self._zs)
-
-    def partial_form(self) -> PartialForm:
-        return PartialForm(
-            tuple(self.columns), pa.schema([*self._schema, pa.field(COUNT, pa.int64())])
-        )
-
-    def step_partial(self, partial: pa.Table) -> pa.Table:
-        rows = partial.select(self.columns).append_column(WEIGHT, partial.column(COUNT))
-        return self.step({self.inputs[0]: rows})
 
     def step(self, deltas: Mapping[str, pa.Table]) -> pa.Table:
         assert self._counts is not None

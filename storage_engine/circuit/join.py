@@ -71,6 +71,12 @@ class Join(Operator):
     def output_schema(self) -> pa.Schema:
         return self._out
 
+    @property
+    def right_names(self) -> dict[str, str]:
+        """Each right non-key column's name in the output (prefixed where the left's
+        names take it)."""
+        return dict(self._right_out)
+
     def describe(self) -> dict[str, Any]:
         return {
             "kind": "join",

@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..batch import Batch
 from ..location import StorageLocation
@@ -29,47 +28,16 @@ class CircuitError(ValueError):
 
 
 COUNT = "__count"
-BUCKET = "__bucket"
-TMAX = "__tmax"
 
 
 @dataclass
 class OperatorCounters:
-    """What an operator has done since it was built: rows in (a pre-aggregated input
-    counts the rows it summarises) and out (changes), and the time its steps took."""
+    """What an operator has done since it was built: rows in and out (changes), and the
+    time its steps took."""
 
     rows_in: int = 0
     rows_out: int = 0
     step_ms: float = 0.0
-
-
-@dataclass(frozen=True)
-class PartialForm:
-    """What an operator needs of an insert-only input delta when the producer (Spark) has
-    already grouped it: one row per group of the batch, with these columns (`schema`):
-
-    - `keys`: the input columns grouped by (null keys form a group); with `bucket =
-      (time column, slide_us)` also `__bucket`, the event time's slide bucket
-      (floor(t / slide) * slide, microseconds since the epoch; null without an event time);
-    - `__count`: the number of rows;
-    - `__n_<c>` for `counted`: the number of non-null values of column c;
-    - `__s_<c>` for `summed`: the sum of c's non-null values (0 without any);
-    - `__min_<c>`, `__max_<c>` for `ordered`: the smallest and largest non-null, non-NaN
-      value (null without any), and for floating-point columns `__nan_<c>`: whether a NaN
-      occurred;
-    - `__tmax` with a bucket: the largest event time (microseconds).
-
-    Several rows with the same keys are allowed (e.g. one per Spark partition); rows with
-    a zero count should be left out. Only insert-only inputs (every weight +1) may be
-    pre-aggregated: a multiset's minimum needs every value once retractions can remove it.
-    """
-
-    keys: tuple[str, ...]
-    schema: pa.Schema
-    counted: tuple[str, ...] = ()
-    summed: tuple[str, ...] = ()
-    ordered: tuple[str, ...] = ()
-    bucket: tuple[str, int] | None = None
 
 
 class Operator(ABC):
@@ -88,14 +56,6 @@ class Operator(ABC):
         started = time.perf_counter()
         out = self.step(deltas)
         self._count(sum(t.num_rows for t in deltas.values()), out.num_rows, started)
-        return out
-
-    def apply_partial(self, partial: pa.Table) -> pa.Table:
-        """`step_partial`, counted in `counters`."""
-        started = time.perf_counter()
-        out = self.step_partial(partial)
-        rows = pc.sum(partial.column(COUNT)).as_py() if partial.num_rows else 0
-        self._count(int(rows or 0), out.num_rows, started)
         return out
 
     def _count(self, rows_in: int, rows_out: int, started: float) -> None:
@@ -121,16 +81,6 @@ class Operator(ABC):
     @abstractmethod
     def step(self, deltas: Mapping[str, pa.Table]) -> pa.Table:
         """The output delta for these input deltas (each with a `__weight` column)."""
-
-    def partial_form(self) -> PartialForm | None:
-        """The pre-aggregated input `step_partial` accepts; None: the operator needs rows."""
-        return None
-
-    def step_partial(self, partial: pa.Table) -> pa.Table:
-        """The output delta for an insert-only input delta given in `partial_form()`: the
-        same as `step` on the rows it summarises, leaving state that gives the same outputs
-        as `step`'s would for any later insert-only input."""
-        raise CircuitError(f"operator {self.id!r} cannot take a pre-aggregated input")
 
     def forget_below(self, input: str, bound: Any) -> None:
         """Every later delta of `input` has its leading key at or above `bound` (a value of

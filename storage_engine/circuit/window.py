@@ -10,12 +10,6 @@ Watermark: the largest event time seen so far minus `lateness`, advanced after e
 and stored in every checkpoint. A window is closed once `window_end <= watermark`: its output
 is final, rows that would still fall into it are dropped (counted in `late_rows`), and its
 state is deleted.
-
-`step_partial` takes the delta pre-aggregated per (slide bucket, group): all rows of a bucket
-belong to the same windows, so a bucket's accumulators are added to each of its windows, and
-its rows are late together (its earliest window, starting at bucket - size + slide, is the
-first to close: late iff bucket + slide <= watermark). The watermark advances by the
-buckets' largest event time.
 """
 
 from __future__ import annotations
@@ -31,12 +25,8 @@ from ..location import StorageLocation
 from ..schema import WEIGHT
 from .aggregate import Aggregate, GroupAggregate
 from .operator import (
-    BUCKET,
-    COUNT,
-    TMAX,
     CircuitError,
     Operator,
-    PartialForm,
     require_columns,
     weighted,
 )
@@ -102,44 +92,6 @@ class WindowAggregate(Operator):
 
     def checkpoint_state(self) -> dict[str, Any]:
         return {"watermark": self.watermark, "late_rows": self.late_rows}
-
-    def partial_form(self) -> PartialForm:
-        inner = self._agg.partial_form()
-        fields = [inner.schema.field(g) for g in self.group_by]
-        fields.append(pa.field(BUCKET, pa.int64()))
-        fields += [f for f in inner.schema if f.name not in (START, END, *self.group_by)]
-        fields.append(pa.field(TMAX, pa.int64()))
-        return PartialForm(
-            tuple(self.group_by),
-            pa.schema(fields),
-            counted=inner.counted,
-            summed=inner.summed,
-            ordered=inner.ordered,
-            bucket=(self.time_column, self.slide),
-        )
-
-    def step_partial(self, partial: pa.Table) -> pa.Table:
-        p = partial.filter(pc.is_valid(partial.column(BUCKET)))  # no event time: no window
-        bucket = p.column(BUCKET).to_numpy(zero_copy_only=False).astype(np.int64)
-        rows, starts = [], []
-        for k in range(self.size // self.slide):
-            rows.append(np.arange(p.num_rows))
-            starts.append(bucket - k * self.slide)
-        row_idx = np.concatenate(rows) if rows else np.zeros(0, np.int64)
-        start = np.concatenate(starts) if starts else np.zeros(0, np.int64)
-        if self.watermark is not None:
-            late = bucket + self.slide <= self.watermark
-            count = p.column(COUNT).to_numpy(zero_copy_only=False)
-            self.late_rows += int(count[late].sum())
-            closed = start + self.size <= self.watermark
-            row_idx, start = row_idx[~closed], start[~closed]
-        exploded = p.drop_columns([BUCKET, TMAX]).take(pa.array(row_idx, pa.int64()))
-        exploded = exploded.add_column(0, END, pa.array(start + self.size).cast(self._ts))
-        exploded = exploded.add_column(0, START, pa.array(start).cast(self._ts))
-        out = self._agg.step_partial(exploded)
-        if p.num_rows:
-            self._advance(int(pc.max(p.column(TMAX)).as_py()))
-        return out
 
     def _advance(self, newest_us: int) -> None:
         newest = newest_us - self.lateness
