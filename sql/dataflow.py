@@ -52,6 +52,7 @@ from .errors import Problem, SqlError
 from .evaluate import evaluate, evaluate_predicate
 from .expr import Literal
 from .planner import PlannedView
+from .signed_zero import positive_zeros
 from .watermarks import Bound, EventTime, Watermarks, column_bounds
 from .windows import assign
 
@@ -427,7 +428,7 @@ class Dataflow:
                 out = empty_delta(stateful.op.output_schema)
             else:
                 named = [
-                    t.rename_columns([*cols, WEIGHT])
+                    positive_zeros(t.rename_columns([*cols, WEIGHT]))
                     for t, cols in zip(inputs, stateful.columns, strict=True)
                 ]
                 out = stateful.op.apply(dict(zip(stateful.inputs, named, strict=True)))

@@ -9,97 +9,15 @@ over frames of rows. Its FROM is one of the FROM families: a table, explicit joi
 left, right, full; ON or USING), items separated by commas joined by WHERE equalities, a
 subquery or WITH query. Predicates and select lists may hold subqueries (EXISTS, IN, scalar;
 correlated or not). The tables (`TABLES`) are small, with NULLs, duplicate rows, -0.0 and
-0.0: `rows` draws their rows."""
+0.0 (tests/sql/sqlgen_tables.py)."""
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
-from decimal import Decimal
-from typing import Any
 
-import pyarrow as pa
-
-from .sqlgen_exprs import (
-    BIGINT,
-    BOOL,
-    DATE,
-    DOUBLE,
-    INT,
-    STRING,
-    STRINGS,
-    TS,
-    Dec,
-    E,
-    Exprs,
-    Type,
-    both,
-)
-
-TABLES: dict[str, pa.Schema] = {
-    "t": pa.schema(
-        [
-            ("a", pa.int32()),
-            ("b", pa.int64()),
-            ("x", pa.float64()),
-            ("m", pa.decimal128(9, 2)),
-            ("s", pa.string()),
-            ("d", pa.date32()),
-            ("ts", pa.timestamp("us", tz="UTC")),
-        ]
-    ),
-    "u": pa.schema(
-        [
-            ("a", pa.int32()),
-            ("c", pa.int64()),
-            ("y", pa.float64()),
-            ("n", pa.decimal128(7, 3)),
-            ("s", pa.string()),
-            ("d", pa.date32()),
-        ]
-    ),
-    "w": pa.schema([("a", pa.int32()), ("e", pa.int64()), ("s", pa.string())]),
-}
-_TYPES: dict[str, Type] = {"int32": INT, "int64": BIGINT, "double": DOUBLE, "string": STRING}
-_TYPES |= {"date32[day]": DATE, "timestamp[us, tz=UTC]": TS}
-DOUBLES = [-0.0, 0.0, 0.25, -1.5, 2.5, 3.75, 10.0, -7.25, 100.5]
-D0 = date(2024, 1, 28)
-T0 = datetime(2024, 2, 27, 22, tzinfo=UTC)
-
-
-def column_type(f: pa.Field) -> Type:
-    if pa.types.is_decimal(f.type):
-        return Dec(f.type.precision, f.type.scale)
-    return _TYPES[str(f.type)]
-
-
-def _value(rng: random.Random, f: pa.Field) -> Any:
-    if rng.random() < 0.15:
-        return None
-    t = column_type(f)
-    if isinstance(t, Dec):
-        return Decimal(rng.randint(-500, 5000)).scaleb(-t.s)
-    return {
-        INT: lambda: rng.randint(-2, 5),
-        BIGINT: lambda: rng.randint(-20, 40),
-        DOUBLE: lambda: rng.choice(DOUBLES),
-        STRING: lambda: rng.choice(STRINGS),
-        DATE: lambda: D0 + timedelta(days=rng.randint(0, 40)),
-        TS: lambda: T0 + timedelta(minutes=rng.randint(0, 3000), microseconds=rng.randint(0, 2)),
-    }[t]()
-
-
-def rows(rng: random.Random, table: str, n: int, seen: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    """`n` new rows of `table`, a quarter of them again rows drawn before (in `seen`)."""
-    out = []
-    for _ in range(n):
-        if seen and rng.random() < 0.25:
-            out.append(rng.choice(seen))
-        else:
-            out.append(tuple(_value(rng, f) for f in TABLES[table]))
-            seen.append(out[-1])
-    return out
+from .sqlgen_exprs import BIGINT, BOOL, DATE, DOUBLE, INT, STRING, TS, Dec, E, Exprs, Type, both
+from .sqlgen_tables import TABLES, column_type, rows
 
 
 @dataclass
@@ -129,9 +47,7 @@ class Case:
 def _and(conds: list[E]) -> E | None:
     if not conds:
         return None
-    return E(
-        " AND ".join(c.spark for c in conds), " AND ".join(c.duck for c in conds), BOOL
-    )
+    return E(" AND ".join(c.spark for c in conds), " AND ".join(c.duck for c in conds), BOOL)
 
 
 def _where(conds: list[E]) -> tuple[str, str]:
@@ -184,7 +100,12 @@ class Generator:
             shared = [
                 c for c in left.columns[: len(TABLES["w"])] if c.spark.split(".")[-1] in names
             ]
-            if shared and not left.where and len(left.spark.split()) == 2 and self.rng.random() < 0.3:
+            if (
+                shared
+                and not left.where
+                and len(left.spark.split()) == 2
+                and self.rng.random() < 0.3
+            ):
                 name = self.rng.choice(shared).spark.split(".")[-1]
                 t = next(c.type for c in shared if c.spark.endswith(f".{name}"))
                 on = f" USING ({name})"
@@ -222,9 +143,7 @@ class Generator:
                 where.append(self.exprs(cols + it.columns, 1).pred())
             cols += it.columns
         sep = " CROSS JOIN " if self.rng.random() < 0.15 else ", "
-        return From(
-            sep.join(i.spark for i in items), sep.join(i.duck for i in items), cols, where
-        )
+        return From(sep.join(i.spark for i in items), sep.join(i.duck for i in items), cols, where)
 
     def derived(self) -> From:
         q = self.aggregate_query(self.table(), subqueries=False)
@@ -271,7 +190,13 @@ class Generator:
         if f == "count":
             rt = BIGINT
         elif f == "sum":
-            rt = Dec(min(38, t.p + 10), t.s) if isinstance(t, Dec) else BIGINT if t != DOUBLE else DOUBLE
+            rt = (
+                Dec(min(38, t.p + 10), t.s)
+                if isinstance(t, Dec)
+                else BIGINT
+                if t != DOUBLE
+                else DOUBLE
+            )
         elif f == "avg" and isinstance(t, Dec):
             rt = Dec(min(38, t.p + 4), t.s + 4)
             total = f"CAST(sum({distinct}{arg.duck}){filt[1]}{w[1]} AS VARCHAR)"
@@ -361,7 +286,10 @@ class Generator:
             col = r.choice(inner.columns)
             cands = [c for c in plain if c.type == col.type] or [Exprs(r, []).literal(col.type)]
             x = r.choice(cands)
-            q = (f"SELECT {col.spark} FROM {inner.spark}{where[0]}", f"SELECT {col.duck} FROM {inner.duck}{where[1]}")
+            q = (
+                f"SELECT {col.spark} FROM {inner.spark}{where[0]}",
+                f"SELECT {col.duck} FROM {inner.duck}{where[1]}",
+            )
             if not correlated and r.random() < 0.3:
                 other = self.table()
                 oc = [c for c in other.columns if c.type == col.type]
@@ -417,31 +345,41 @@ class Generator:
 
     def set_operation(self) -> Case:
         r = self.rng
-        types = [r.choice([INT, BIGINT, STRING, DATE, DOUBLE, Dec(9, 2)]) for _ in range(r.randint(1, 3))]
+        types = [
+            r.choice([INT, BIGINT, STRING, DATE, DOUBLE, Dec(9, 2)]) for _ in range(r.randint(1, 3))
+        ]
         sides = []
         for _ in range(2):
             src = self.table()
             ex = self.exprs(src.columns, 1)
             sel = _items([ex.expr(t, 1) for t in types])
             where = _where([ex.pred(1)] if r.random() < 0.5 else [])
-            sides.append((f"SELECT {sel[0]} FROM {src.spark}{where[0]}", f"SELECT {sel[1]} FROM {src.duck}{where[1]}"))
+            sides.append(
+                (
+                    f"SELECT {sel[0]} FROM {src.spark}{where[0]}",
+                    f"SELECT {sel[1]} FROM {src.duck}{where[1]}",
+                )
+            )
         op = r.choice(["UNION", "UNION ALL"])
         return Case(
-            f"{sides[0][0]} {op} {sides[1][0]}", f"{sides[0][1]} {op} {sides[1][1]}", "set operation"
+            f"{sides[0][0]} {op} {sides[1][0]}",
+            f"{sides[0][1]} {op} {sides[1][1]}",
+            "set operation",
         )
 
-    def _window(self, src: From) -> tuple[E, E, str, str, str]:
-        """PARTITION BY, ORDER BY, direction and DuckDB's NULLS clause for a window."""
+    def _window(self, src: From) -> tuple[E, E, str, str]:
+        """PARTITION BY, ORDER BY, direction and DuckDB's NULLS clause (Spark's order) for a
+        window."""
         r = self.rng
         cols = [c for c in src.columns if c.type != DOUBLE]
         p, o = r.choice(cols), r.choice(src.columns)
         desc = r.random() < 0.4
-        return p, o, " DESC" if desc else "", " NULLS LAST" if desc else " NULLS FIRST", ""
+        return p, o, " DESC" if desc else "", " NULLS LAST" if desc else " NULLS FIRST"
 
     def top_n(self) -> Case:
         r = self.rng
         src = self.table()
-        p, o, desc, nulls, _ = self._window(src)
+        p, o, desc, nulls = self._window(src)
         cols = list(dict.fromkeys([p, o, *r.sample(src.columns, r.randint(0, 2))]))
         ex = self.exprs(src.columns, 1)
         where = _where([ex.pred(1)] if r.random() < 0.5 else [])
@@ -467,11 +405,15 @@ class Generator:
     def rows_over(self) -> Case:
         r = self.rng
         src = self.table()
-        p, o, desc, nulls, _ = self._window(src)
+        p, o, desc, nulls = self._window(src)
         ex = self.exprs(src.columns, 1)
         frame = r.choice(
-            ["ROWS BETWEEN 2 PRECEDING AND CURRENT ROW", "ROWS UNBOUNDED PRECEDING", "ROWS 1 PRECEDING"]
-            + ["ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"]
+            [
+                "ROWS BETWEEN 2 PRECEDING AND CURRENT ROW",
+                "ROWS UNBOUNDED PRECEDING",
+                "ROWS 1 PRECEDING",
+                "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW",
+            ]
         )
         ties = ", ".join(f"{c.duck} ASC NULLS FIRST" for c in src.columns)
         spark_w = f"OVER (PARTITION BY {p.spark} ORDER BY {o.spark}{desc} {frame})"
@@ -497,3 +439,6 @@ class Generator:
 def generate(seed: int, index: int) -> Case:
     """View `index` of the views of `seed` (the same view on every run)."""
     return Generator(random.Random(f"{seed}:{index}")).view()
+
+
+__all__ = ["TABLES", "Case", "generate", "rows"]

@@ -255,7 +255,11 @@ class Exprs:
             ts = self.expr(TS, depth)
             f = r.choice([*TIME_FIELDS, "unix_timestamp"])
             if f == "unix_timestamp":
-                return E(f"unix_timestamp({ts.spark})", f"CAST(floor(epoch({ts.duck})) AS BIGINT)", BIGINT)
+                return E(
+                    f"unix_timestamp({ts.spark})",
+                    f"CAST(floor(epoch({ts.duck})) AS BIGINT)",
+                    BIGINT,
+                )
             return E(f"{f}({ts.spark})", TIME_FIELDS[f].format(ts.duck), INT)
         d = self.expr(r.choice([DATE, DATE, TS]), depth)
         if r.random() < 0.5:
@@ -272,8 +276,10 @@ class Exprs:
         r = self.rng
         a = self.expr(STRING, depth)
         f = r.choice(
-            ["upper", "lower", "trim", "ltrim", "rtrim", "concat", "concat_ws", "substring"]
-            + ["replace", "regexp_extract", "split_part", "date_format"]
+            [
+                *("upper", "lower", "trim", "ltrim", "rtrim", "concat", "concat_ws"),
+                *("substring", "replace", "regexp_extract", "split_part", "date_format"),
+            ]
         )
         if f in ("upper", "lower", "trim", "ltrim", "rtrim"):
             return E(f"{f}({a.spark})", f"{f}({a.duck})", STRING)
@@ -281,7 +287,11 @@ class Exprs:
             b = self.expr(STRING, depth)
             if f == "concat":
                 return E(f"concat({a.spark}, {b.spark})", f"({a.duck} || {b.duck})", STRING)
-            return E(f"concat_ws('-', {a.spark}, {b.spark})", f"concat_ws('-', {a.duck}, {b.duck})", STRING)
+            return E(
+                f"concat_ws('-', {a.spark}, {b.spark})",
+                f"concat_ws('-', {a.duck}, {b.duck})",
+                STRING,
+            )
         if f == "substring":
             p, n = r.randint(1, 3), r.randint(0, 4)
             return E(f"substring({a.spark}, {p}, {n})", f"substring({a.duck}, {p}, {n})", STRING)
@@ -316,7 +326,9 @@ class Exprs:
             if r.random() < 0.3:
                 unit = r.choice(["HOUR", "DAY", "MONTH"])
                 return E(
-                    f"date_trunc('{unit}', {a.spark})", f"date_trunc('{unit.lower()}', {a.duck})", TS
+                    f"date_trunc('{unit}', {a.spark})",
+                    f"date_trunc('{unit.lower()}', {a.duck})",
+                    TS,
                 )
             unit = r.choice(TS_UNITS)
             iv = f"INTERVAL '{n}' {unit}"

@@ -68,7 +68,9 @@ def _connection() -> duckdb.DuckDBPyConnection:
 def _answer(con: duckdb.DuckDBPyConnection, query: str, live: dict[str, Rows]) -> Rows:
     for name, schema in TABLES.items():
         table_rows = list(live[name].elements())
-        con.register(name, delta_table(schema, table_rows, [1] * len(table_rows)).drop_columns([WEIGHT]))
+        con.register(
+            name, delta_table(schema, table_rows, [1] * len(table_rows)).drop_columns([WEIGHT])
+        )
     return Counter(norm(r) for r in con.execute(query).fetchall())
 
 
@@ -107,7 +109,7 @@ def run_case(seed: int, index: int, tmp_path: Path, con: duckdb.DuckDBPyConnecti
             norm,
             steps=9 if index % 10 == 0 else 4,  # every tenth also across a restore
         )
-    except Exception as e:  # noqa: BLE001 - any error of either side is the case's report
+    except Exception as e:  # any error of either side is the case's report
         return f"{head}tables at the last compared step:\n{_tables(last)}\n{type(e).__name__}: {e}"
     return None
 
