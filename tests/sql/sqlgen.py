@@ -16,8 +16,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from .sqlgen_exprs import BIGINT, BOOL, DATE, DOUBLE, INT, STRING, TS, Dec, E, Exprs, Type, both
+from .sqlgen_exprs import Exprs
 from .sqlgen_tables import TABLES, column_type, rows
+from .sqlgen_types import BIGINT, BOOL, DATE, DOUBLE, INT, STRING, TS, Dec, E, Type, both
 
 
 @dataclass
@@ -42,6 +43,7 @@ class Case:
     spark: str  # CREATE VIEW out AS ...
     duck: str  # the query DuckDB answers
     family: str
+    columns: str = ""  # the view's column list
 
 
 def _and(conds: list[E]) -> E | None:
@@ -131,7 +133,13 @@ class Generator:
         return left
 
     def commas(self) -> From:
-        items = [self.item() for _ in range(self.rng.choice([2, 2, 3]))]
+        sep = " CROSS JOIN " if self.rng.random() < 0.15 else ", "
+        # A comma binds less tightly than JOIN: `a, b LEFT JOIN c ON ...` (not after a
+        # CROSS JOIN, which is refused before a RIGHT or FULL JOIN).
+        items = [
+            self.joins() if sep == ", " and self.rng.random() < 0.15 else self.item()
+            for _ in range(self.rng.choice([2, 2, 3]))
+        ]
         where: list[E] = []
         cols = list(items[0].columns)
         for it in items[1:]:
@@ -142,7 +150,6 @@ class Generator:
             if self.rng.random() < 0.4:  # a condition mixing the items
                 where.append(self.exprs(cols + it.columns, 1).pred())
             cols += it.columns
-        sep = " CROSS JOIN " if self.rng.random() < 0.15 else ", "
         return From(sep.join(i.spark for i in items), sep.join(i.duck for i in items), cols, where)
 
     def derived(self) -> From:
@@ -153,11 +160,36 @@ class Generator:
         cols = [both(f"{al}.k{i}", t) for i, t in enumerate(q.types)]
         return From(f"({q.spark}) AS {al} ({names})", f"({q.duck}) AS {al} ({names})", cols, [])
 
+    def windowed(self) -> From:
+        """TUMBLE or HOP over t's ts: t's columns and the window's bounds (DuckDB: written
+        out, a row per window its ts falls in)."""
+        r = self.rng
+        al = self.alias()
+        slide = r.choice([10, 60, 600])
+        size = slide * r.choice([1, 2, 3]) if r.random() < 0.5 else slide
+        iv = "INTERVAL '{}' MINUTE"
+        if size == slide:
+            tvf = f"TUMBLE(TABLE t, DESCRIPTOR(ts), {iv.format(size)})"
+        else:
+            tvf = f"HOP(TABLE t, DESCRIPTOR(ts), {iv.format(slide)}, {iv.format(size)})"
+        us = slide * 60_000_000
+        start = f"(epoch_us(ts) // {us} - j) * {us}"
+        duck = (
+            f"(SELECT t.*, make_timestamp({start})::TIMESTAMPTZ AS window_start,"
+            f" make_timestamp({start} + {size * 60_000_000})::TIMESTAMPTZ AS window_end"
+            f" FROM t, range({size // slide}) AS r(j) WHERE ts IS NOT NULL) {al}"
+        )
+        cols = [both(f"{al}.{f.name}", column_type(f)) for f in TABLES["t"]]
+        cols += [both(f"{al}.window_start", TS), both(f"{al}.window_end", TS)]
+        return From(f"TABLE({tvf}) {al}", duck, cols, [])
+
     def item(self) -> From:
         return self.derived() if self.rng.random() < 0.15 else self.table()
 
     def source(self) -> From:
         r = self.rng.random()
+        if r < 0.05:
+            return self.windowed()
         if r < 0.35:
             return self.item()
         if r < 0.7:
@@ -290,7 +322,13 @@ class Generator:
                 f"SELECT {col.spark} FROM {inner.spark}{where[0]}",
                 f"SELECT {col.duck} FROM {inner.duck}{where[1]}",
             )
-            if not correlated and r.random() < 0.3:
+            if not correlated and r.random() < 0.2:  # any query: grouped
+                key = r.choice(inner.columns)
+                q = (
+                    f"SELECT max({col.spark}) FROM {inner.spark}{where[0]} GROUP BY {key.spark}",
+                    f"SELECT max({col.duck}) FROM {inner.duck}{where[1]} GROUP BY {key.duck}",
+                )
+            elif not correlated and r.random() < 0.3:
                 other = self.table()
                 oc = [c for c in other.columns if c.type == col.type]
                 if oc:
@@ -341,6 +379,9 @@ class Generator:
                 f"WITH g ({names}) AS ({q.duck}) SELECT * FROM g",
                 "grouped",
             )
+        if self.rng.random() < 0.15:  # the view names its columns
+            names = ", ".join(f"v{i}" for i in range(len(q.types)))
+            return Case(q.spark, q.duck, "grouped", f" ({names})")
         return Case(q.spark, q.duck, "grouped")
 
     def set_operation(self) -> Case:
@@ -433,7 +474,7 @@ class Generator:
             weights=[40, 35, 8, 8, 9],
         )[0]
         c = family()
-        return Case(f"CREATE VIEW out AS {c.spark}", c.duck, c.family)
+        return Case(f"CREATE VIEW out{c.columns} AS {c.spark}", c.duck, c.family)
 
 
 def generate(seed: int, index: int) -> Case:

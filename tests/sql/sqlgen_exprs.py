@@ -15,97 +15,36 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-INT, BIGINT, DOUBLE, STRING, DATE, TS, BOOL = (
-    "int",
-    "bigint",
-    "double",
-    "string",
-    "date",
-    "timestamp",
-    "boolean",
+from .sqlgen_types import (
+    BIGINT,
+    BOOL,
+    DATE,
+    DATE_FIELDS,
+    DATE_FORMATS,
+    DATES,
+    DIVISION_TYPES,
+    DIVISIONS,
+    DOUBLE,
+    EXTRACT_FIELDS,
+    INT,
+    INTERVAL_UNITS,
+    LIKE_PATTERNS,
+    NUMERIC,
+    STRING,
+    STRINGS,
+    TIME_FIELDS,
+    TS,
+    TS_UNITS,
+    Dec,
+    E,
+    Type,
+    add_type,
+    both,
+    dec_sql,
+    decimal_of,
+    div_type,
+    mul_type,
 )
-
-
-@dataclass(frozen=True)
-class Dec:
-    p: int
-    s: int
-
-
-Type = str | Dec
-NUMERIC = (INT, BIGINT, DOUBLE)
-
-
-@dataclass(frozen=True)
-class E:
-    """An expression in both dialects, and its type as Spark types it."""
-
-    spark: str
-    duck: str
-    type: Type
-    # An aggregate's value (usable in HAVING and over GROUP BY keys only).
-    agg: bool = False
-
-
-def both(text: str, t: Type, agg: bool = False) -> E:
-    return E(text, text, t, agg)
-
-
-def _decimal_of(t: Type) -> Dec:
-    return t if isinstance(t, Dec) else Dec(10, 0) if t == INT else Dec(20, 0)
-
-
-def dec_sql(t: Dec) -> str:
-    return f"DECIMAL({t.p}, {t.s})"
-
-
-def add_type(a: Type, b: Type) -> Type | None:
-    """Spark's type of `a + b` (and `-`), None where the grammar does not go (over 38
-    digits, where Spark would round)."""
-    if DOUBLE in (a, b):
-        return DOUBLE
-    if not isinstance(a, Dec) and not isinstance(b, Dec):
-        return BIGINT if BIGINT in (a, b) else INT
-    x, y = _decimal_of(a), _decimal_of(b)
-    s = max(x.s, y.s)
-    p = max(x.p - x.s, y.p - y.s) + s + 1
-    return Dec(p, s) if p <= 38 else None
-
-
-def mul_type(a: Type, b: Type) -> Type | None:
-    if DOUBLE in (a, b) or not (isinstance(a, Dec) or isinstance(b, Dec)):
-        return add_type(a, b)
-    x, y = _decimal_of(a), _decimal_of(b)
-    return Dec(x.p + y.p + 1, x.s + y.s) if x.p + y.p + 1 <= 38 else None
-
-
-STRINGS = ["ann", "bob", "Bob", "a b", " pad ", "", "x%y", "ca_t", "zoë", "bobby"]
-LIKE_PATTERNS = ["b%", "%o%", "_o_", "%b", "a%", "%", "x%", "__", "%y"]
-DATES = ["2024-02-29", "2024-01-31", "2023-12-31", "2024-03-01"]
-INTERVAL_UNITS = ["DAY", "MONTH", "YEAR", "WEEK"]
-TS_UNITS = ["HOUR", "MINUTE", "SECOND", "DAY", "MONTH"]
-# EXTRACT's fields: (Spark's name, DuckDB's expression of x)
-EXTRACT_FIELDS: dict[str, str] = {
-    "YEAR": "year({})",
-    "QUARTER": "quarter({})",
-    "MONTH": "month({})",
-    "WEEK": "weekofyear({})",
-    "DAY": "day({})",
-    "DAYOFWEEK": "(dayofweek({}) + 1)",
-    "DOW": "(dayofweek({}) + 1)",
-    "DOY": "dayofyear({})",
-}
-DATE_FIELDS: dict[str, str] = {  # Spark's function -> DuckDB's expression
-    "year": "year({})",
-    "quarter": "quarter({})",
-    "month": "month({})",
-    "day": "day({})",
-    "dayofweek": "(dayofweek({}) + 1)",
-    "dayofyear": "dayofyear({})",
-    "weekofyear": "weekofyear({})",
-}
-TIME_FIELDS = {"hour": "hour({})", "minute": "minute({})", "second": "second({})"}
-DATE_FORMATS = {"yyyy-MM-dd": "%Y-%m-%d", "dd/MM/yy": "%d/%m/%y", "yyyyMM": "%Y%m"}
 
 
 @dataclass
@@ -137,6 +76,8 @@ class Exprs:
         """The type of a column in scope, or a common type."""
         if self.columns and self.rng.random() < 0.8:
             return self.rng.choice(self.columns).type
+        if self.rng.random() < 0.3:
+            return self.rng.choice(DIVISION_TYPES)
         return self.rng.choice([INT, BIGINT, DOUBLE, STRING, DATE, Dec(9, 2)])
 
     def leaf(self, t: Type) -> E:
@@ -197,23 +138,49 @@ class Exprs:
         a = self.expr(t, depth)
         other = self.rng.choice([t, t, INT] if t != DOUBLE else [DOUBLE, INT, BIGINT])
         b = self.expr(other, depth)
-        op = self.rng.choice(["+", "-", "*", "/", "%"] if t == DOUBLE else ["+", "-", "*", "%"])
+        op = self.rng.choice(["+", "-", "*", "/", "%"] if t != INT else ["+", "-", "*", "%"])
         if op == "/":
-            return E(
-                f"({a.spark} / nullif({b.spark}, 0))", f"({a.duck} / nullif({b.duck}, 0))", DOUBLE
-            )
+            return self._divide(a, b, t) if t == DOUBLE else self.division(t, depth)
         if op == "%":
             if isinstance(t, Dec):
                 return None
             n = self.rng.choice([2, 3, 5])
+            if self.rng.random() < 0.3:
+                return E(f"mod({a.spark}, {n})", f"({a.duck} % {n})", t)
             return E(f"({a.spark} % {n})", f"({a.duck} % {n})", t)
         rt = add_type(a.type, b.type) if op != "*" else mul_type(a.type, b.type)
         if rt is None:
             return None
         duck_a = a.duck
         if op == "*" and isinstance(rt, Dec):  # DuckDB multiplies in the factors' width
-            duck_a = f"CAST({a.duck} AS DECIMAL(38, {_decimal_of(a.type).s}))"
+            duck_a = f"CAST({a.duck} AS DECIMAL(38, {decimal_of(a.type).s}))"
         return E(f"({a.spark} {op} {b.spark})", f"({duck_a} {op} {b.duck})", rt)
+
+    @staticmethod
+    def _divide(a: E, b: E, t: Type) -> E | None:
+        """`a / b`: a double, or (a decimal operand, no double) a decimal rounded HALF_UP to
+        Spark's scale, which DuckDB computes with `spark_div` (test_differential.py)."""
+        if t == DOUBLE:
+            return E(
+                f"({a.spark} / nullif({b.spark}, 0))", f"({a.duck} / nullif({b.duck}, 0))", DOUBLE
+            )
+        rt = div_type(a.type, b.type)
+        if rt is None or t != rt:
+            return None
+        return E(
+            f"({a.spark} / nullif({b.spark}, 0))",
+            f"CAST(spark_div(CAST({a.duck} AS VARCHAR), CAST(nullif({b.duck}, 0) AS VARCHAR),"
+            f" {rt.s}) AS {dec_sql(rt)})",
+            rt,
+        )
+
+    def division(self, t: Type, depth: int) -> E | None:
+        """A decimal quotient of type `t`, of operands whose quotient has that type."""
+        pairs = [(x, y) for x, y in DIVISIONS if div_type(x, y) == t]
+        if not pairs:
+            return None
+        x, y = self.rng.choice(pairs)
+        return self._divide(self.expr(x, depth), self.expr(y, depth), t)
 
     def math(self, t: Type, depth: int) -> E | None:
         a = self.expr(t, depth)
@@ -229,6 +196,14 @@ class Exprs:
             if f == "round":
                 n = r.randint(0, 2)
                 return E(f"round({a.spark}, {n})", f"round({a.duck}, {n})", DOUBLE)
+        if t == BIGINT and r.random() < 0.3:
+            x = self.expr(DOUBLE, depth)
+            f = r.choice(["floor", "ceil"])
+            return E(f"{f}({x.spark})", f"CAST({f}({x.duck}) AS BIGINT)", BIGINT)
+        if isinstance(t, Dec) and t.s == 0 and r.random() < 0.3:
+            x = self.expr(Dec(t.p - 1, 2), depth)
+            f = r.choice(["floor", "ceil"])
+            return E(f"{f}({x.spark})", f"{f}({x.duck})", t)
         if t in (INT, BIGINT) and r.random() < 0.4:
             n = r.choice([2, 3, 7])
             return E(f"pmod({a.spark}, {n})", f"((({a.duck} % {n}) + {n}) % {n})", t)
@@ -263,7 +238,9 @@ class Exprs:
             return E(f"{f}({ts.spark})", TIME_FIELDS[f].format(ts.duck), INT)
         d = self.expr(r.choice([DATE, DATE, TS]), depth)
         if r.random() < 0.5:
-            field_ = r.choice(list(EXTRACT_FIELDS))
+            field_ = r.choice(list(EXTRACT_FIELDS) + (["HOUR", "MINUTE"] if d.type == TS else []))
+            if field_ in ("HOUR", "MINUTE"):
+                return E(f"EXTRACT({field_} FROM {d.spark})", f"{field_.lower()}({d.duck})", INT)
             return E(
                 f"EXTRACT({field_} FROM {d.spark})", EXTRACT_FIELDS[field_].format(d.duck), INT
             )
@@ -307,8 +284,8 @@ class Exprs:
         if f == "split_part":
             n = r.randint(1, 3)
             return E(f"split_part({a.spark}, ' ', {n})", f"split_part({a.duck}, ' ', {n})", STRING)
-        d = self.expr(DATE, depth)
-        spark_fmt = r.choice(list(DATE_FORMATS))
+        d = self.expr(r.choice([DATE, DATE, TS]), depth)
+        spark_fmt = r.choice(list(DATE_FORMATS) + (["yyyy-MM-dd HH:mm:ss"] if d.type == TS else []))
         return E(
             f"date_format({d.spark}, '{spark_fmt}')",
             f"strftime({d.duck}, '{DATE_FORMATS[spark_fmt]}')",
@@ -330,14 +307,30 @@ class Exprs:
                     f"date_trunc('{unit.lower()}', {a.duck})",
                     TS,
                 )
+            if r.random() < 0.2:  # a date plus hours to seconds is a timestamp
+                d = self.expr(DATE, depth)
+                iv = f"INTERVAL '{n}' {r.choice(['HOUR', 'MINUTE', 'SECOND'])}"
+                return E(
+                    f"({d.spark} {sign} {iv})", f"CAST({d.duck} {sign} {iv} AS TIMESTAMPTZ)", TS
+                )
             unit = r.choice(TS_UNITS)
             iv = f"INTERVAL '{n}' {unit}"
             return E(f"({a.spark} {sign} {iv})", f"({a.duck} {sign} {iv})", TS)
-        f = r.choice(["interval", "interval", "date_add", "date_sub", "add_months"])
+        f = r.choice(["interval", "interval", "date_add", "date_sub", "add_months", "to_date"])
         if f == "interval":
             unit = r.choice(INTERVAL_UNITS)
             iv = f"INTERVAL '{n}' {unit}"
-            return E(f"({a.spark} {sign} {iv})", f"CAST({a.duck} {sign} {iv} AS DATE)", DATE)
+            spark_iv = r.choice([iv, f"INTERVAL {n} {unit}S", f"INTERVAL '{n} {unit.lower()}'"])
+            return E(f"({a.spark} {sign} {spark_iv})", f"CAST({a.duck} {sign} {iv} AS DATE)", DATE)
+        if f == "to_date":
+            x = self.expr(r.choice([TS, DATE]), depth)
+            if x.type == TS:
+                return E(f"to_date({x.spark})", f"CAST({x.duck} AS DATE)", DATE)
+            return E(
+                f"to_date(CAST({x.spark} AS STRING))",
+                f"CAST(CAST({x.duck} AS VARCHAR) AS DATE)",
+                DATE,
+            )
         days = self.expr(INT, depth - 1)
         if f == "add_months":
             return E(
@@ -387,6 +380,10 @@ class Exprs:
         if t == STRING:
             a = self.expr(r.choice([INT, BIGINT, DATE, Dec(9, 2), BOOL]), depth)
             return E(f"CAST({a.spark} AS STRING)", f"CAST({a.duck} AS VARCHAR)", STRING)
+        if t == INT and r.random() < 0.3:  # the narrow integers, back to int for their range
+            a = self.leaf(INT)
+            n = r.choice(["SMALLINT", "TINYINT"])
+            return E(f"CAST(CAST({a.spark} AS {n}) AS INT)", f"CAST({a.duck} AS INT)", INT)
         if t in (INT, BIGINT):
             a = self.expr(r.choice([DOUBLE, Dec(9, 2), INT, BIGINT]), depth)
             sql = t.upper()
@@ -394,7 +391,13 @@ class Exprs:
                 return None  # may overflow: Spark fails the step
             return E(f"CAST({a.spark} AS {sql})", f"CAST(trunc({a.duck}) AS {sql})", t)
         if t == DOUBLE:
-            a = self.expr(r.choice([INT, BIGINT, Dec(9, 2)]), depth)
+            a = self.expr(r.choice([INT, BIGINT, Dec(9, 2), DOUBLE]), depth)
+            if a.type == DOUBLE:  # through float
+                return E(
+                    f"CAST(CAST({a.spark} AS FLOAT) AS DOUBLE)",
+                    f"CAST(CAST({a.duck} AS FLOAT) AS DOUBLE)",
+                    DOUBLE,
+                )
             return E(f"CAST({a.spark} AS DOUBLE)", f"CAST({a.duck} AS DOUBLE)", DOUBLE)
         if isinstance(t, Dec):
             a = self.expr(r.choice([INT, t]), depth)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from .sqlgen_exprs import BIGINT, DATE, DOUBLE, INT, STRING, STRINGS, TS, Dec, Type
+from .sqlgen_types import BIGINT, DATE, DOUBLE, INT, STRING, STRINGS, TS, Dec, Type
 
 TABLES: dict[str, pa.Schema] = {
     "t": pa.schema(

@@ -12,11 +12,13 @@ difference."""
 
 from __future__ import annotations
 
+import decimal
 import math
 import os
 import random
 import time
 from collections import Counter
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +64,20 @@ def _connection() -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
     with_spark_avg(con, "DECIMAL(38, 10)")  # the grammar's averages have scale 10 at most
+    con.create_function(
+        "spark_div",
+        lambda a, b, scale: None if a is None or b is None else spark_div(a, b, scale),
+        ["VARCHAR", "VARCHAR", "INTEGER"],
+        "DECIMAL(38, 18)",  # the grammar's quotients have scale 18 at most (sqlgen_types.py)
+        null_handling="special",
+    )
     return con
+
+
+def spark_div(a: str, b: str, scale: int) -> Decimal:
+    """Spark's quotient of decimals: exact, rounded HALF_UP to the result type's scale."""
+    with decimal.localcontext(decimal.Context(prec=100, rounding=decimal.ROUND_HALF_UP)):
+        return (Decimal(a) / Decimal(b)).quantize(Decimal(1).scaleb(-scale))
 
 
 def _answer(con: duckdb.DuckDBPyConnection, query: str, live: dict[str, Rows]) -> Rows:
