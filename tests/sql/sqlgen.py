@@ -70,6 +70,8 @@ class Generator:
     def __init__(self, rng: random.Random) -> None:
         self.rng = rng
         self.aliases = 0
+        # Views the view reads, defined before it: (Spark's CREATE VIEW, DuckDB's).
+        self.views: list[tuple[str, str]] = []
 
     def alias(self) -> str:
         self.aliases += 1
@@ -158,6 +160,15 @@ class Generator:
         # Not c<i>, the select list's aliases: GROUP BY c0 would name the column.
         names = ", ".join(f"k{i}" for i in range(len(q.types)))
         cols = [both(f"{al}.k{i}", t) for i, t in enumerate(q.types)]
+        if self.rng.random() < 0.4:  # a view read by the view
+            v = f"v{len(self.views)}"
+            self.views.append(
+                (
+                    f"CREATE VIEW {v} ({names}) AS {q.spark};\n",
+                    f"CREATE OR REPLACE TEMP VIEW {v} ({names}) AS {q.duck};\n",
+                )
+            )
+            return From(f"{v} {al}", f"{v} {al}", cols, [])
         return From(f"({q.spark}) AS {al} ({names})", f"({q.duck}) AS {al} ({names})", cols, [])
 
     def windowed(self) -> From:
@@ -168,6 +179,8 @@ class Generator:
         slide = r.choice([10, 60, 600])
         size = slide * r.choice([1, 2, 3]) if r.random() < 0.5 else slide
         iv = "INTERVAL '{}' MINUTE"
+        if r.random() < 0.3:
+            return self._session(al, slide)
         if size == slide:
             tvf = f"TUMBLE(TABLE t, DESCRIPTOR(ts), {iv.format(size)})"
         else:
@@ -183,12 +196,30 @@ class Generator:
         cols += [both(f"{al}.window_start", TS), both(f"{al}.window_end", TS)]
         return From(f"TABLE({tvf}) {al}", duck, cols, [])
 
+    def _session(self, al: str, gap: int) -> From:
+        """SESSION over t's ts partitioned by a (DuckDB: a new session where a row follows
+        the one before by the gap or more, its bounds the first ts and the last plus the gap)."""
+        iv = f"INTERVAL '{gap}' MINUTE"
+        tvf = f"SESSION(TABLE t PARTITION BY a, DESCRIPTOR(ts), {iv})"
+        names = ", ".join(f.name for f in TABLES["t"])
+        duck = (
+            f"(WITH s AS (SELECT *, CASE WHEN ts - lag(ts) OVER (PARTITION BY a ORDER BY ts)"
+            f" < {iv} THEN 0 ELSE 1 END AS new FROM t WHERE ts IS NOT NULL),"
+            " n AS (SELECT *, sum(new) OVER (PARTITION BY a ORDER BY ts"
+            " ROWS UNBOUNDED PRECEDING) AS sid FROM s)"
+            f" SELECT {names}, min(ts) OVER (PARTITION BY a, sid) AS window_start,"
+            f" max(ts) OVER (PARTITION BY a, sid) + {iv} AS window_end FROM n) {al}"
+        )
+        cols = [both(f"{al}.{f.name}", column_type(f)) for f in TABLES["t"]]
+        cols += [both(f"{al}.window_start", TS), both(f"{al}.window_end", TS)]
+        return From(f"TABLE({tvf}) {al}", duck, cols, [])
+
     def item(self) -> From:
         return self.derived() if self.rng.random() < 0.15 else self.table()
 
     def source(self) -> From:
         r = self.rng.random()
-        if r < 0.05:
+        if r < 0.08:
             return self.windowed()
         if r < 0.35:
             return self.item()
@@ -355,7 +386,7 @@ class Generator:
         items = [ex.expr(ex.any_type()) for _ in range(r.randint(1, 4))]
         sel = _items(items)
         conds = list(src.where)
-        if r.random() < 0.7:
+        if r.random() < 0.5:
             conds.append(ex.pred())
         where = _where(conds)
         distinct = "DISTINCT " if r.random() < 0.2 else ""
@@ -474,7 +505,10 @@ class Generator:
             weights=[40, 35, 8, 8, 9],
         )[0]
         c = family()
-        return Case(f"CREATE VIEW out{c.columns} AS {c.spark}", c.duck, c.family)
+        before = ("".join(v[0] for v in self.views), "".join(v[1] for v in self.views))
+        return Case(
+            f"{before[0]}CREATE VIEW out{c.columns} AS {c.spark}", before[1] + c.duck, c.family
+        )
 
 
 def generate(seed: int, index: int) -> Case:

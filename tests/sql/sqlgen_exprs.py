@@ -91,7 +91,7 @@ class Exprs:
         if t in NUMERIC or isinstance(t, Dec):
             c += [lambda d: self.arith(t, d), lambda d: self.math(t, d), lambda d: self.cast(t, d)]
         if t in (INT, BIGINT):
-            c += [self.extract, self.string_number]
+            c += [self.extract, self.extract, self.string_number]
         if t == STRING:
             c += [self.string, lambda d: self.cast(t, d)]
         if t in (DATE, TS):
