@@ -57,6 +57,20 @@ def _where(conds: list[E]) -> tuple[str, str]:
     return ("", "") if c is None else (f" WHERE {c.spark}", f" WHERE {c.duck}")
 
 
+def _merge(left: list[E], right: list[E]) -> list[E]:
+    """The columns of two joined items, less a plain name (a USING column) that the other
+    item has too: it would be ambiguous."""
+
+    def name(c: E) -> str:
+        return c.spark.split(".")[-1]
+
+    lnames, rnames = {name(c) for c in left}, {name(c) for c in right}
+    return [
+        *(c for c in left if "." in c.spark or c.spark not in rnames),
+        *(c for c in right if "." in c.spark or c.spark not in lnames),
+    ]
+
+
 def _items(items: list[E]) -> tuple[str, str]:
     return (
         ", ".join(f"{e.spark} AS c{i}" for i, e in enumerate(items)),
@@ -129,7 +143,7 @@ class Generator:
             left = From(
                 f"{left.spark} {kind} {right.spark} ON {c.spark}",
                 f"{left.duck} {kind} {right.duck} ON {c.duck}",
-                left.columns + right.columns,
+                _merge(left.columns, right.columns),
                 [],
             )
         return left
@@ -151,7 +165,7 @@ class Generator:
                     where.append(eq)
             if self.rng.random() < 0.4:  # a condition mixing the items
                 where.append(self.exprs(cols + it.columns, 1).pred())
-            cols += it.columns
+            cols = _merge(cols, it.columns)
         return From(sep.join(i.spark for i in items), sep.join(i.duck for i in items), cols, where)
 
     def derived(self) -> From:
@@ -456,7 +470,8 @@ class Generator:
         ex = self.exprs(src.columns, 1)
         where = _where([ex.pred(1)] if r.random() < 0.5 else [])
         sel = _items(cols)
-        ties = ", ".join(f"{c.duck} ASC NULLS FIRST" for c in cols)
+        # Spindle breaks ties by the input's columns (all of t's), ascending
+        ties = ", ".join(f"{c.duck} ASC NULLS FIRST" for c in src.columns)
         n = r.randint(1, 3)
         bound = r.choice([f"rn <= {n}", f"rn < {n + 1}", "rn = 1"])
         outer = ", ".join(f"c{i}" for i in range(len(cols))) + (", rn" if r.random() < 0.5 else "")
