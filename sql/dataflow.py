@@ -48,11 +48,11 @@ from storage_engine.location import StorageLocation
 from storage_engine.schema import WEIGHT
 
 from . import plan as P
+from .engine_columns import engine_type, from_engine, to_engine
 from .errors import Problem, SqlError
 from .evaluate import evaluate, evaluate_predicate
 from .expr import Literal
 from .planner import PlannedView
-from .signed_zero import positive_zeros
 from .watermarks import Bound, EventTime, Watermarks, column_bounds
 from .windows import assign
 
@@ -84,7 +84,8 @@ class _Final:
 def _positional(schema: pa.Schema, prefix: str) -> tuple[pa.Schema, dict[str, str]]:
     """`schema` with its columns named `<prefix><position>`, and the renaming."""
     names = {f.name: f"{prefix}{i}" for i, f in enumerate(schema)}
-    return pa.schema([f.with_name(names[f.name]) for f in schema]), names
+    fields = [f.with_name(names[f.name]).with_type(engine_type(f.type)) for f in schema]
+    return pa.schema(fields), names
 
 
 class Dataflow:
@@ -428,7 +429,7 @@ class Dataflow:
                 out = empty_delta(stateful.op.output_schema)
             else:
                 named = [
-                    positive_zeros(t.rename_columns([*cols, WEIGHT]))
+                    to_engine(t.rename_columns([*cols, WEIGHT]))
                     for t, cols in zip(inputs, stateful.columns, strict=True)
                 ]
                 out = stateful.op.apply(dict(zip(stateful.inputs, named, strict=True)))
@@ -436,7 +437,7 @@ class Dataflow:
                 return _with_right_keys(node, out)
             if stateful.output is not None:
                 out = out.select([*stateful.output, WEIGHT])
-            out = out.rename_columns([*node.schema.names, WEIGHT])
+            out = from_engine(out.rename_columns([*node.schema.names, WEIGHT]), node.schema)
             if isinstance(node, P.Aggregate) and not node.keys:
                 return self._global(node, out)
             return out
@@ -497,8 +498,11 @@ def _with_right_keys(node: P.Join, out: pa.Table) -> pa.Table:
     _, rn = _positional(node.right.schema, "r")
     same = {rn[r]: ln[lk] for r, lk in zip(node.right_keys, node.left_keys, strict=True)}
     names = [*ln.values(), *(same.get(n, n) for n in rn.values())]
-    cols = [out.column(n).cast(f.type) for n, f in zip(names, node.schema, strict=True)]
-    return pa.table([*cols, out.column(WEIGHT)], names=[*node.schema.names, WEIGHT])
+    cols = [
+        out.column(n).cast(engine_type(f.type)) for n, f in zip(names, node.schema, strict=True)
+    ]
+    joined = pa.table([*cols, out.column(WEIGHT)], names=[*node.schema.names, WEIGHT])
+    return from_engine(joined, node.schema)
 
 
 __all__ = ["Dataflow"]

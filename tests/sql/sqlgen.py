@@ -397,7 +397,7 @@ class Generator:
         r = self.rng
         src = self.source()
         ex = self.exprs(src.columns, 2, subqueries=True)
-        items = [ex.expr(ex.any_type()) for _ in range(r.randint(1, 4))]
+        items = [ex.expr(ex.any_type(boolean=True)) for _ in range(r.randint(1, 4))]
         sel = _items(items)
         conds = list(src.where)
         if r.random() < 0.5:

@@ -72,8 +72,11 @@ class Exprs:
                 return e
         return self.leaf(t)
 
-    def any_type(self) -> Type:
-        """The type of a column in scope, or a common type."""
+    def any_type(self, boolean: bool = False) -> Type:
+        """The type of a column in scope, or a common type (or, if `boolean`, a condition's:
+        a select list's EXISTS or IN as a column)."""
+        if boolean and self.rng.random() < 0.1:
+            return BOOL
         if self.columns and self.rng.random() < 0.8:
             return self.rng.choice(self.columns).type
         if self.rng.random() < 0.3:

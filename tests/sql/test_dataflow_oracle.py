@@ -209,6 +209,11 @@ QUERIES: dict[str, str] = {
         AND ts - INTERVAL '1' MONTH < TIMESTAMP '2025-12-01 00:00:50'
         AND extract(year FROM CAST(ts AS DATE) + INTERVAL 2 YEARS) = 2028
         GROUP BY auction, second(ts)""",
+    # NULL's own type as a key, a distinct column and a retracted output column
+    "group_by_null": """CREATE VIEW out AS SELECT g, NULL AS z, count(*) AS n FROM t
+        GROUP BY g, NULL""",
+    "distinct_null": "CREATE VIEW out AS SELECT DISTINCT NULL AS z, k FROM t",
+    "null_column": "CREATE VIEW out AS SELECT k, NULL AS z FROM t WHERE v > 10",
     "with": """CREATE VIEW out AS WITH big AS (SELECT k, v FROM t WHERE v > 20)
         SELECT k, count(*) AS n FROM big GROUP BY k""",
 }

@@ -93,7 +93,7 @@ def _tables(live: dict[str, Rows]) -> str:
     out = []
     for name, schema in TABLES.items():
         out.append(f"  {name} ({', '.join(schema.names)}):")
-        out += [f"    {r!r}" for r in sorted(live[name].elements(), key=repr)]
+        out += [f"    {r!r}" for r in sorted(live.get(name, Counter()).elements(), key=repr)]
     return "\n".join(out)
 
 
