@@ -57,18 +57,11 @@ def _where(conds: list[E]) -> tuple[str, str]:
     return ("", "") if c is None else (f" WHERE {c.spark}", f" WHERE {c.duck}")
 
 
-def _merge(left: list[E], right: list[E]) -> list[E]:
-    """The columns of two joined items, less a plain name (a USING column) that the other
-    item has too: it would be ambiguous."""
-
-    def name(c: E) -> str:
-        return c.spark.split(".")[-1]
-
-    lnames, rnames = {name(c) for c in left}, {name(c) for c in right}
-    return [
-        *(c for c in left if "." in c.spark or c.spark not in rnames),
-        *(c for c in right if "." in c.spark or c.spark not in lnames),
-    ]
+def _unambiguous(columns: list[E], other: list[E]) -> list[E]:
+    """`columns` less a plain name (a USING column) that the `other` item joined has too:
+    it would be ambiguous."""
+    names = {c.spark.split(".")[-1] for c in other}
+    return [c for c in columns if "." in c.spark or c.spark not in names]
 
 
 def _items(items: list[E]) -> tuple[str, str]:
@@ -135,15 +128,19 @@ class Generator:
                     [],
                 )
                 continue
-            conds = [c for c in [self._equality(left.columns, right.columns)] if c]
+            cols = [
+                *_unambiguous(left.columns, right.columns),
+                *_unambiguous(right.columns, left.columns),
+            ]
+            conds = [c for c in [self._equality(cols, right.columns)] if c]
             if not conds or self.rng.random() < 0.4:
-                conds.append(self.exprs(left.columns + right.columns, 1).pred())
+                conds.append(self.exprs(cols, 1).pred())
             c = _and(conds)
             assert c is not None
             left = From(
                 f"{left.spark} {kind} {right.spark} ON {c.spark}",
                 f"{left.duck} {kind} {right.duck} ON {c.duck}",
-                _merge(left.columns, right.columns),
+                cols,
                 [],
             )
         return left
@@ -159,13 +156,15 @@ class Generator:
         where: list[E] = []
         cols = list(items[0].columns)
         for it in items[1:]:
+            cols = _unambiguous(cols, it.columns)
+            new = _unambiguous(it.columns, cols)
             if self.rng.random() < 0.85:
-                eq = self._equality(cols, it.columns)
+                eq = self._equality(cols, new)
                 if eq is not None:
                     where.append(eq)
             if self.rng.random() < 0.4:  # a condition mixing the items
-                where.append(self.exprs(cols + it.columns, 1).pred())
-            cols = _merge(cols, it.columns)
+                where.append(self.exprs(cols + new, 1).pred())
+            cols += new
         return From(sep.join(i.spark for i in items), sep.join(i.duck for i in items), cols, where)
 
     def derived(self) -> From:
