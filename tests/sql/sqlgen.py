@@ -18,17 +18,8 @@ from dataclasses import dataclass
 
 from .sqlgen_exprs import Exprs
 from .sqlgen_tables import TABLES, column_type, rows
-from .sqlgen_types import BIGINT, BOOL, DATE, DOUBLE, INT, STRING, TS, Dec, E, Type, both
-
-
-@dataclass
-class From:
-    """A FROM clause in both dialects, its columns, and conditions its WHERE must hold."""
-
-    spark: str
-    duck: str
-    columns: list[E]
-    where: list[E]
+from .sqlgen_types import BIGINT, BOOL, DATE, DOUBLE, INT, STRING, TS, Dec, E, From, Type, both
+from .sqlgen_windows import window_table
 
 
 @dataclass
@@ -185,47 +176,7 @@ class Generator:
         return From(f"({q.spark}) AS {al} ({names})", f"({q.duck}) AS {al} ({names})", cols, [])
 
     def windowed(self) -> From:
-        """TUMBLE or HOP over t's ts: t's columns and the window's bounds (DuckDB: written
-        out, a row per window its ts falls in)."""
-        r = self.rng
-        al = self.alias()
-        slide = r.choice([10, 60, 600])
-        size = slide * r.choice([1, 2, 3]) if r.random() < 0.5 else slide
-        iv = "INTERVAL '{}' MINUTE"
-        if r.random() < 0.3:
-            return self._session(al, slide)
-        if size == slide:
-            tvf = f"TUMBLE(TABLE t, DESCRIPTOR(ts), {iv.format(size)})"
-        else:
-            tvf = f"HOP(TABLE t, DESCRIPTOR(ts), {iv.format(slide)}, {iv.format(size)})"
-        us = slide * 60_000_000
-        start = f"(epoch_us(ts) // {us} - j) * {us}"
-        duck = (
-            f"(SELECT t.*, make_timestamp({start})::TIMESTAMPTZ AS window_start,"
-            f" make_timestamp({start} + {size * 60_000_000})::TIMESTAMPTZ AS window_end"
-            f" FROM t, range({size // slide}) AS r(j) WHERE ts IS NOT NULL) {al}"
-        )
-        cols = [both(f"{al}.{f.name}", column_type(f)) for f in TABLES["t"]]
-        cols += [both(f"{al}.window_start", TS), both(f"{al}.window_end", TS)]
-        return From(f"TABLE({tvf}) {al}", duck, cols, [])
-
-    def _session(self, al: str, gap: int) -> From:
-        """SESSION over t's ts partitioned by a (DuckDB: a new session where a row follows
-        the one before by the gap or more, its bounds the first ts and the last plus the gap)."""
-        iv = f"INTERVAL '{gap}' MINUTE"
-        tvf = f"SESSION(TABLE t PARTITION BY a, DESCRIPTOR(ts), {iv})"
-        names = ", ".join(f.name for f in TABLES["t"])
-        duck = (
-            f"(WITH s AS (SELECT *, CASE WHEN ts - lag(ts) OVER (PARTITION BY a ORDER BY ts)"
-            f" < {iv} THEN 0 ELSE 1 END AS new FROM t WHERE ts IS NOT NULL),"
-            " n AS (SELECT *, sum(new) OVER (PARTITION BY a ORDER BY ts"
-            " ROWS UNBOUNDED PRECEDING) AS sid FROM s)"
-            f" SELECT {names}, min(ts) OVER (PARTITION BY a, sid) AS window_start,"
-            f" max(ts) OVER (PARTITION BY a, sid) + {iv} AS window_end FROM n) {al}"
-        )
-        cols = [both(f"{al}.{f.name}", column_type(f)) for f in TABLES["t"]]
-        cols += [both(f"{al}.window_start", TS), both(f"{al}.window_end", TS)]
-        return From(f"TABLE({tvf}) {al}", duck, cols, [])
+        return window_table(self.rng, self.alias())
 
     def item(self) -> From:
         return self.derived() if self.rng.random() < 0.15 else self.table()

@@ -120,3 +120,13 @@ DATE_FORMATS = {
     "yyyyMM": "%Y%m",
     "yyyy-MM-dd HH:mm:ss": "%Y-%m-%d %H:%M:%S",
 }
+
+
+@dataclass
+class From:
+    """A FROM clause in both dialects, its columns, and conditions its WHERE must hold."""
+
+    spark: str
+    duck: str
+    columns: list[E]
+    where: list[E]
