@@ -387,11 +387,11 @@ class Dataflow:
     def _emit_final(self, final: _Final, delta: pa.Table, schema: pa.Schema) -> pa.Table:
         """The view's rows that this step's watermark made final (its `delta` held)."""
         if delta.num_rows:
-            final.op.apply({"in": delta.rename_columns([*final.columns, WEIGHT])})
+            final.op.apply({"in": to_engine(delta.rename_columns([*final.columns, WEIGHT]))})
         at = self._bound_value(final.bound)
         if at is None:
             return empty_delta(schema)
-        return final.op.release(at).rename_columns([*schema.names, WEIGHT])
+        return from_engine(final.op.release(at).rename_columns([*schema.names, WEIGHT]), schema)
 
     def _bound_value(self, bound: Bound) -> Any:
         """The bound's value now, as a value of the bounded (timestamp) column; None before
