@@ -160,6 +160,9 @@ QUERIES: dict[str, str] = {
         FULL JOIN (SELECT k, max(name) AS m FROM u GROUP BY k) y USING (k) GROUP BY k""",
     "group_by_position": """CREATE VIEW out AS SELECT g, v % 3 AS m, count(*) AS n
         FROM t GROUP BY 1, 2""",
+    # Only an integer is a position: 10.0E0 is a constant key, as in Spark
+    "group_by_a_double_constant": """CREATE VIEW out AS SELECT 10.0E0 AS c, g,
+        count(*) AS n FROM t GROUP BY 10.0E0, g""",
     "column_lists": """CREATE VIEW per (a, b) AS SELECT g, sum(v) FROM t GROUP BY g;
         CREATE VIEW out AS SELECT c, count(*) AS n FROM
         (SELECT a, b FROM per WHERE b > 10) AS x (gg, c) GROUP BY c""",
