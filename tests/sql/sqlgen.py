@@ -209,6 +209,8 @@ class Generator:
         else:
             t = ex.any_type()
         arg = ex.expr(t, 1)
+        if arg.spark == "NULL":  # typed: Spindle refuses avg(NULL) (docs/sql.md, Not yet)
+            arg = E("CAST(NULL AS INT)", "CAST(NULL AS INT)", INT)
         distinct = "DISTINCT " if not over and r.random() < 0.2 else ""
         filt = self._filter(ex)
         call = f"{f}({distinct}{arg.spark}){filt[0]}{w[0]}"
@@ -456,6 +458,10 @@ class Generator:
         spark_w = f"OVER (PARTITION BY {p.spark} ORDER BY {o.spark}{desc} {frame})"
         duck_w = f"OVER (PARTITION BY {p.duck} ORDER BY {o.duck}{desc}{nulls}, {ties} {frame})"
         aggs = [self.aggregate(ex, (spark_w, duck_w)) for _ in range(r.randint(1, 2))]
+        # One aggregate only: a second pairs its values with the first's from other frames
+        # among duplicate rows (docs/sql.md, Not yet); both are drawn, so that the views
+        # drawn are otherwise those of the runs reported in issue 48.
+        aggs = aggs[:1]
         sel = _items(aggs)
         where = _where([ex.pred(1)] if r.random() < 0.4 else [])
         return Case(
