@@ -59,7 +59,9 @@ class Aggregates:
         group = q.args.get("group")
         keys: list[tuple[exp.Expr | None, Expr]] = [(None, e) for e in extra]
         for g in group.expressions if group is not None else []:
-            if isinstance(g, exp.Literal) and not g.is_string:  # a select item's position
+            # An integer is a select item's position (Spark's group-by ordinal); another
+            # number, such as 10.0E0, a constant key
+            if isinstance(g, exp.Literal) and not g.is_string and str(g.this).isdigit():
                 g = self._ordinal(g, items)
             try:
                 keys.append((g, below(g)))
@@ -114,7 +116,7 @@ class Aggregates:
     def _ordinal(self, g: exp.Literal, items: list[exp.Expr]) -> exp.Expr:
         """The select item that `GROUP BY n` names (Spark's group-by ordinal)."""
         text = str(g.this)
-        if not text.isdigit() or not 1 <= int(text) <= len(items):
+        if not 1 <= int(text) <= len(items):
             raise self._error(
                 g, f"GROUP BY {text}: a position in the select list is 1 to {len(items)}"
             )

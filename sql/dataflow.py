@@ -43,6 +43,7 @@ from storage_engine.circuit.operator import consolidate, empty_delta, fingerprin
 from storage_engine.schema import WEIGHT
 
 from . import plan as P
+from .engine_columns import from_engine, to_engine
 from .errors import Problem, SqlError
 from .evaluate import evaluate, evaluate_predicate
 from .expr import Literal
@@ -281,11 +282,11 @@ class Dataflow:
     def _emit_final(self, final: _Final, delta: pa.Table, schema: pa.Schema) -> pa.Table:
         """The view's rows that this step's watermark made final (its `delta` held)."""
         if delta.num_rows:
-            final.op.apply({"in": delta.rename_columns([*final.columns, WEIGHT])})
+            final.op.apply({"in": to_engine(delta.rename_columns([*final.columns, WEIGHT]))})
         at = self._bound_value(final.bound)
         if at is None:
             return empty_delta(schema)
-        return final.op.release(at).rename_columns([*schema.names, WEIGHT])
+        return from_engine(final.op.release(at).rename_columns([*schema.names, WEIGHT]), schema)
 
     def _bound_value(self, bound: Bound) -> Any:
         """The bound's value now, as a value of the bounded (timestamp) column; None before
@@ -323,7 +324,7 @@ class Dataflow:
                 out = empty_delta(stateful.op.output_schema)
             else:
                 named = [
-                    t.rename_columns([*cols, WEIGHT])
+                    to_engine(t.rename_columns([*cols, WEIGHT]))
                     for t, cols in zip(inputs, stateful.columns, strict=True)
                 ]
                 out = stateful.op.apply(dict(zip(stateful.inputs, named, strict=True)))
@@ -332,7 +333,7 @@ class Dataflow:
                 return self.layout.join_value(node, stateful.op, out)
             if stateful.output is not None:
                 out = out.select([*stateful.output, WEIGHT])
-            out = out.rename_columns([*node.schema.names, WEIGHT])
+            out = from_engine(out.rename_columns([*node.schema.names, WEIGHT]), node.schema)
             if isinstance(node, P.Aggregate) and not node.keys and self.layout.sql:
                 return self._global(node, out)
             return out

@@ -37,6 +37,7 @@ from storage_engine.circuit import (
 from storage_engine.schema import WEIGHT
 
 from . import plan as P
+from .engine_columns import engine_type, from_engine
 from .watermarks import Bound
 
 
@@ -55,7 +56,8 @@ class Stateful:
 def positional(schema: pa.Schema, prefix: str) -> tuple[pa.Schema, dict[str, str]]:
     """`schema` with its columns named `<prefix><position>`, and the renaming."""
     names = {f.name: f"{prefix}{i}" for i, f in enumerate(schema)}
-    return pa.schema([f.with_name(names[f.name]) for f in schema]), names
+    fields = [f.with_name(names[f.name]).with_type(engine_type(f.type)) for f in schema]
+    return pa.schema(fields), names
 
 
 class Layout:
@@ -72,7 +74,8 @@ class Layout:
         if self.names is None:
             return positional(schema, prefix)
         c = {f.name: self.names[f.name] for f in schema}
-        return pa.schema([f.with_name(c[f.name]) for f in schema]), c
+        fields = [f.with_name(c[f.name]).with_type(engine_type(f.type)) for f in schema]
+        return pa.schema(fields), c
 
     def _id(self, view: str, kind: str, counter: Iterator[int]) -> str:
         return f"{view}.{kind}{next(counter)}" if self.names is None else view
@@ -203,8 +206,11 @@ class Layout:
         same = {rn[r]: ln[lk] for r, lk in zip(node.right_keys, node.left_keys, strict=True)}
         renamed = op.right_names
         names = [*ln.values(), *(same.get(n) or renamed[n] for n in rn.values())]
-        cols = [out.column(n).cast(f.type) for n, f in zip(names, node.schema, strict=True)]
-        return pa.table([*cols, out.column(WEIGHT)], names=[*node.schema.names, WEIGHT])
+        cols = [
+            out.column(n).cast(engine_type(f.type)) for n, f in zip(names, node.schema, strict=True)
+        ]
+        joined = pa.table([*cols, out.column(WEIGHT)], names=[*node.schema.names, WEIGHT])
+        return from_engine(joined, node.schema)
 
 
 def _bounded_first(keys: tuple[str, ...], bounds: Mapping[str, Bound]) -> tuple[str, ...]:

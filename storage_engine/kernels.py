@@ -106,6 +106,8 @@ def arrow_changes(rb: pa.RecordBatch, names: Sequence[str]) -> npt.NDArray[np.bo
         return changed
     for name in names:
         col = rb.column(name)
+        if pa.types.is_null(col.type):  # all NULL (a view's `NULL AS x`): no row differs
+            continue
         cur, prev = col.slice(1), col.slice(0, n - 1)
         ne = pc.not_equal(cur, prev)
         nulls_differ = pc.not_equal(pc.is_null(cur), pc.is_null(prev))

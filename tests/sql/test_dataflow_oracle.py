@@ -160,6 +160,9 @@ QUERIES: dict[str, str] = {
         FULL JOIN (SELECT k, max(name) AS m FROM u GROUP BY k) y USING (k) GROUP BY k""",
     "group_by_position": """CREATE VIEW out AS SELECT g, v % 3 AS m, count(*) AS n
         FROM t GROUP BY 1, 2""",
+    # Only an integer is a position: 10.0E0 is a constant key, as in Spark
+    "group_by_a_double_constant": """CREATE VIEW out AS SELECT 10.0E0 AS c, g,
+        count(*) AS n FROM t GROUP BY 10.0E0, g""",
     "column_lists": """CREATE VIEW per (a, b) AS SELECT g, sum(v) FROM t GROUP BY g;
         CREATE VIEW out AS SELECT c, count(*) AS n FROM
         (SELECT a, b FROM per WHERE b > 10) AS x (gg, c) GROUP BY c""",
@@ -209,6 +212,11 @@ QUERIES: dict[str, str] = {
         AND ts - INTERVAL '1' MONTH < TIMESTAMP '2025-12-01 00:00:50'
         AND extract(year FROM CAST(ts AS DATE) + INTERVAL 2 YEARS) = 2028
         GROUP BY auction, second(ts)""",
+    # NULL's own type as a key, a distinct column and a retracted output column
+    "group_by_null": """CREATE VIEW out AS SELECT g, NULL AS z, count(*) AS n FROM t
+        GROUP BY g, NULL""",
+    "distinct_null": "CREATE VIEW out AS SELECT DISTINCT NULL AS z, k FROM t",
+    "null_column": "CREATE VIEW out AS SELECT k, NULL AS z FROM t WHERE v > 10",
     "with": """CREATE VIEW out AS WITH big AS (SELECT k, v FROM t WHERE v > 20)
         SELECT k, count(*) AS n FROM big GROUP BY k""",
 }
@@ -266,5 +274,41 @@ def test_view_equals_batch_query(name: str, tmp_path: Path) -> None:
         rng,
         lambda t: _rows(rng, t, rng.randint(0, 12)),
         lambda live: _oracle(sql, live),
+        lambda r: tuple(_norm(v) for v in r),
+    )
+
+
+ZEROS = {"z": pa.schema([("k", pa.int32()), ("x", pa.float64())])}
+ZERO_QUERIES = {
+    "group": "SELECT x, count(*) AS n FROM z GROUP BY x",
+    "join": "SELECT a.k, b.k AS k2 FROM z a JOIN z b ON a.x = b.x",
+    "distinct_aggregate": """SELECT k, count(DISTINCT x) AS n, avg(DISTINCT x) AS a FROM z
+        GROUP BY k""",
+    "partition": """SELECT k, x, rn FROM (SELECT k, x, ROW_NUMBER() OVER (PARTITION BY x
+        ORDER BY k) AS rn FROM z) WHERE rn = 1""",
+}
+
+
+@pytest.mark.parametrize("name", sorted(ZERO_QUERIES))
+def test_negative_zero_is_zero(name: str, tmp_path: Path) -> None:
+    """-0.0 and 0.0 are one group, one join key, one distinct value, one partition (as in
+    Spark and DuckDB), also when one of them is retracted while the other stays."""
+    sql = ZERO_QUERIES[name]
+    rng = random.Random(name)
+
+    def oracle(live: dict[str, Counter[tuple[Any, ...]]]) -> Counter[tuple[Any, ...]]:
+        con = duckdb.connect()
+        rows = list(live["z"].elements())
+        con.register("z", _table(ZEROS["z"], rows, [1] * len(rows)).drop_columns([WEIGHT]))
+        query = sql.replace("ORDER BY k)", "ORDER BY k NULLS FIRST, x)")  # ties as Spindle's
+        return Counter(tuple(_norm(v) for v in r) for r in con.execute(query).fetchall())
+
+    check_view(
+        tmp_path,
+        f"CREATE VIEW out AS {sql}",
+        ZEROS,
+        rng,
+        lambda t: [(rng.randint(0, 2), rng.choice([-0.0, 0.0, 1.5, None])) for _ in range(4)],
+        oracle,
         lambda r: tuple(_norm(v) for v in r),
     )

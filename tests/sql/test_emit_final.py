@@ -49,6 +49,12 @@ CASES: dict[str, tuple[str, str]] = {
         SELECT auction, count(*), epoch_us(min(ts)), epoch_us(max(ts) + INTERVAL 2 SECOND)
         FROM n GROUP BY auction, s""",
     ),
+    "null_column": (  # a column of NULL's type, held and released as such
+        f"""CREATE VIEW out {_FINAL} AS SELECT auction, NULL AS note, count(*) AS n,
+        window_end FROM {_TUMBLE} GROUP BY auction, window_end""",
+        """SELECT auction, NULL, count(*), (epoch_us(ts) // 4000000 + 1) * 4000000 AS we
+        FROM b WHERE ts IS NOT NULL GROUP BY auction, we""",
+    ),
     # A view reading the final view sees its changes, not its final rows.
     "reader": (
         f"""CREATE VIEW out {_FINAL} AS SELECT auction, count(*) AS n, window_end

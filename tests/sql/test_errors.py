@@ -51,6 +51,12 @@ def problem(text: str) -> tuple[str, int, int]:
             25,
         ),
         (
+            "CREATE VIEW v AS SELECT auction, count(*) AS n FROM bid GROUP BY 3",
+            "GROUP BY 3: a position in the select list is 1 to 2",
+            1,
+            66,
+        ),
+        (
             "CREATE VIEW v AS SELECT id FROM bid JOIN person ON bidder = id\n"
             "CREATE VIEW w AS SELECT 1",
             "syntax error",
