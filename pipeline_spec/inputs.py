@@ -51,7 +51,9 @@ def take_source_too(schema: dict[str, Any]) -> None:
         "deprecated": True,
     }
     schema["required"] = [r for r in schema.get("required", []) if r != TABLES]
-    schema["anyOf"] = [{"required": [TABLES]}, {"required": [LEGACY]}]
+    # Each branch names its property again (as `true`, no further constraint): strict JSON
+    # Schema validators (the console's Ajv) refuse `required` of a property not defined beside it.
+    schema["anyOf"] = [{"properties": {k: True}, "required": [k]} for k in (TABLES, LEGACY)]
 
 
 __all__ = ["as_one_list", "gives_source", "take_source_too", "written_path"]

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // Copies the pipeline spec's JSON Schema (../docs/pipeline-spec.schema.json, published by
-// the backend: `python -m workers.spec`) into src/lib/, where the spec editor imports it
+// the backend: `python -m pipeline_spec`) into src/lib/, where the spec editor imports it
 // for its as-you-type checks. One source of truth: the copy is byte-for-byte, never edited.
 //   node scripts/spec-schema.mjs           write the copy   (npm run gen:schema)
 //   node scripts/spec-schema.mjs --check   fail when the copy differs (npm run check:schema)

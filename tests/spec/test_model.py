@@ -244,6 +244,6 @@ def test_input_tables_are_one_list_and_specs_giving_source_still_load() -> None:
 def test_the_json_schema_takes_both_ways_of_giving_input_tables() -> None:
     schema = json.loads(json_schema())
     assert "tables" in schema["properties"] and schema["properties"]["source"]["deprecated"]
-    assert {"required": ["tables"]} in schema["anyOf"]
-    assert {"required": ["source"]} in schema["anyOf"]
+    assert {"properties": {"tables": True}, "required": ["tables"]} in schema["anyOf"]
+    assert {"properties": {"source": True}, "required": ["source"]} in schema["anyOf"]
     assert "source" not in schema["required"] and "tables" not in schema["required"]
