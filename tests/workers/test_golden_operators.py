@@ -140,7 +140,7 @@ def test_a_checkpoint_of_every_operator_kind_resumes(tmp_path: Path, spark: Spar
     shutil.copytree(GOLDEN, root)
     spec = load_spec(root / "spec.yaml")
     source = spec.source.model_copy(update={"path": str(root / "in")})
-    spec = spec.model_copy(update={"source": source})
+    spec = spec.model_copy(update={"tables": [source, *spec.tables[1:]]})
     r = Runner(spec, str(root / "state"), base_dir=str(root), spark=spark)
     try:
         result = r.run(stop_when_idle=2.0)
