@@ -60,7 +60,7 @@ from .restore import StateError
 from .runner import TAKEOVER_LOCK_WAIT_S, Runner
 from .session import Timeline, process_start_time
 
-app = typer.Typer(help="Run a Spindle pipeline on Spark (standalone).", no_args_is_help=True)
+app = typer.Typer(help="Run a Spindle pipeline on Spark.", no_args_is_help=True)
 
 
 @app.callback()
@@ -160,7 +160,8 @@ def run_cmd(
         int | None,
         typer.Option(
             help="Run under the control plane as this run: over its REST API with "
-            "SPINDLE_API_URL and SPINDLE_RUN_TOKEN, else over its database (SPINDLE_*)."
+            "SPINDLE_API_URL and SPINDLE_RUN_TOKEN, else (python -m workers.jobs.driver "
+            "only) over its database (SPINDLE_*)."
         ),
     ] = None,
     control_poll_s: Annotated[

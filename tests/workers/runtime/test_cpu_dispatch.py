@@ -55,14 +55,17 @@ _REPORT = (
     f"print(os.environ.get({cpu_dispatch.VARIABLE!r}), "
     "'X86_V4' in numpy.__config__.CONFIG['SIMD Extensions']['found'])"
 )
-_DRIVER = (
-    "import runpy, sys\n"
-    "sys.argv = ['driver', '--help']\n"
-    "try:\n"
-    "    runpy.run_module('workers.runtime.driver', run_name='__main__')\n"
-    "except SystemExit:\n"
-    "    pass\n"
-)
+
+
+def _driver(module: str) -> str:
+    return (
+        "import runpy, sys\n"
+        "sys.argv = ['driver', '--help']\n"
+        "try:\n"
+        f"    runpy.run_module({module!r}, run_name='__main__')\n"
+        "except SystemExit:\n"
+        "    pass\n"
+    )
 
 
 def _run(code: str) -> str:
@@ -81,11 +84,14 @@ def _zen4_here() -> bool:
         return cpu_dispatch.is_zen4(f.read(1 << 16))
 
 
-@pytest.mark.parametrize("entry", ["import bench", _DRIVER])
+@pytest.mark.parametrize(
+    "entry",
+    ["import bench", _driver("workers.runtime.driver"), _driver("workers.jobs.driver")],
+)
 def test_entry_points_choose_before_numpy_is_imported(entry: str) -> None:
-    """`python -m bench.*` (the package first) and `python -m workers.runtime.driver` (before its
-    JVM starts): NumPy then loads with the choice made (the variable is what NumPy reads at
-    import)."""
+    """`python -m bench.*` (the package first), `python -m workers.runtime.driver` and
+    `python -m workers.jobs.driver` (before the JVM starts): NumPy then loads with the choice
+    made (the variable is what NumPy reads at import)."""
     out = _run(f"{entry}\n{_REPORT}")
     if _zen4_here():
         assert out == f"{cpu_dispatch.ZEN4_DISABLED} False"
