@@ -47,6 +47,8 @@ def control_plane(run_id: int) -> ControlPlane:
 
 
 def preload() -> None:
+    """What a spare imports before its takeover, so that the run it becomes does not wait
+    for it: the plane `control_plane` will pick (the worker's environment says which)."""
     from workers.runtime.control_rest import API_URL_ENV
 
     runtime_driver.preload_rest_control_plane()
