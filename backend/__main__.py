@@ -60,7 +60,7 @@ def worker_command(settings: Settings, concurrency: int = 32) -> list[str]:
         "-m",
         "celery",
         "-A",
-        "workers.celery_app",
+        "workers.jobs.celery_app",
         "worker",
         "--beat",
         "--schedule",
@@ -80,8 +80,8 @@ def create_app_from_env() -> FastAPI:
     """The app with every component built from `Settings()` (the environment): the factory
     each API process imports when `serve` runs several of them, and the one to give
     `uvicorn --factory backend.__main__:create_app_from_env` in a deployment."""
-    from workers.celery_app import make_celery
-    from workers.tasks import CeleryQueue
+    from workers.jobs.celery_app import make_celery
+    from workers.jobs.tasks import CeleryQueue
 
     from .api.app import create_app
     from .db import Database
@@ -165,7 +165,7 @@ def serve(
     token_file = settings.data_path / "admin-token"
     proc = None
     if worker:
-        from workers.celery_app import declare_queues, make_celery
+        from workers.jobs.celery_app import declare_queues, make_celery
 
         declare_queues(make_celery(settings))
         logs = settings.data_path / "logs"

@@ -95,7 +95,8 @@ class Settings(BaseSettings):
     spark_cds: bool = Field(
         True,
         description="drivers' JVMs map the class-data archive of Spark's classes when one is "
-        "built (python -m workers.spark_cds build; make bootstrap does): seconds off each start",
+        "built (python -m workers.runtime.spark_cds build; make bootstrap does): seconds off "
+        "each start",
     )
     spark_cds_dir: Path | None = Field(
         None, description="where that archive is kept; default <python prefix>/share/spindle"

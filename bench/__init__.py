@@ -2,9 +2,9 @@
 
 Every benchmark is a process entry point (`python -m bench.X`), and this package is imported
 first: NumPy's CPU kernels are chosen here, before NumPy is imported, as the driver chooses
-them for pipelines (`workers/cpu_dispatch.py`).
+them for pipelines (`workers/runtime/cpu_dispatch.py`).
 """
 
-from workers import cpu_dispatch
+from workers.runtime import cpu_dispatch
 
 cpu_dispatch.choose()

@@ -147,7 +147,7 @@ def _s3_environment(s3: ObjectStoreSettings) -> Iterator[None]:
 
 
 def run_variant(work: Path, doc: dict[str, Any], events: int, spark: Any) -> dict[str, Any]:
-    from workers.runner import Runner
+    from workers.runtime.runner import Runner
 
     storage = work / doc["name"]
     t0 = time.perf_counter()
@@ -182,7 +182,7 @@ def run_variant(work: Path, doc: dict[str, Any], events: int, spark: Any) -> dic
 def run_benchmark(
     mode: str = "full", base_dir: str | None = None, log: Log = quiet
 ) -> dict[str, Any]:
-    from workers.session import spark_session
+    from workers.runtime.session import spark_session
 
     events, per_step = PROFILES[mode]
     started = time.perf_counter()

@@ -44,7 +44,7 @@ import duckdb
 import pyarrow as pa
 
 from oracles.nexmark import Rows, oracle
-from workers.nexmark import events as generate
+from workers.runtime.nexmark import events as generate
 
 from . import nexmark_runs as runs
 from .nexmark_queries import EVENTS_DDL, Query, load, names

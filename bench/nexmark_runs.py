@@ -1,6 +1,7 @@
 """One Nexmark query on one system, in processes of its own, for `bench.nexmark`: Spindle (a
-driver process, `workers.driver run`), Spark Structured Streaming (`bench.nexmark_spark`) and
-Flink SQL (`bench/flink/nexmark_flink.py` in the benchmark's Flink environment).
+driver process, `workers.runtime.driver run`), Spark Structured Streaming
+(`bench.nexmark_spark`) and Flink SQL (`bench/flink/nexmark_flink.py` in the benchmark's Flink
+environment).
 
 Each run's processes (a Python process and its JVM) are sampled for their summed resident
 memory; its peak is the run's `peak_rss_bytes`. With `collect`, the query's output is kept
@@ -28,7 +29,7 @@ import yaml
 
 from oracles.nexmark import Rows, norm
 from storage_engine.schema import WEIGHT
-from workers.connectors.files_sink import STEP
+from workers.runtime.connectors.files_sink import STEP
 
 from .nexmark_queries import (
     EVENTS_DDL,
@@ -170,7 +171,15 @@ def spindle_spec(
 
 
 def driver_command(spec: Path, storage: Path) -> list[str]:
-    return [sys.executable, "-m", "workers.driver", "run", str(spec), "--storage", str(storage)]
+    return [
+        sys.executable,
+        "-m",
+        "workers.runtime.driver",
+        "run",
+        str(spec),
+        "--storage",
+        str(storage),
+    ]
 
 
 def metrics(storage: Path) -> list[dict[str, Any]]:

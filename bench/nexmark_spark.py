@@ -91,7 +91,7 @@ def _ts(p: Any) -> float:
 
 
 def main(config: str) -> int:
-    from workers.session import spark_session
+    from workers.runtime.session import spark_session
 
     cfg = json.loads(Path(config).read_text())
     spark = spark_session("bench-nexmark-spark")

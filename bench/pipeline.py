@@ -72,7 +72,7 @@ NOTES = [
     "pipelines get no partial aggregation in Spark: the engine aggregates every row.",
     "Both sides read the same JSON-lines files, one file per micro-batch, and compute "
     "count(*) and sum(amount) per customer; both checkpoint after every micro-batch.",
-    "Spindle: workers.runner with the files source (read by Spark's JSON reader), the "
+    "Spindle: workers.runtime.runner with the files source (read by Spark's JSON reader), the "
     "group aggregate on the storage engine, commit every step (asynchronous), no sink.",
     "Spark: readStream.json(maxFilesPerTrigger=1), groupBy().agg() in update mode to the "
     "noop sink, RocksDBStateStoreProvider, checkpointLocation on local disk.",
@@ -90,11 +90,12 @@ NOTES = [
     "measured in pairs, each recovery right after its start-up (the machine's speed drifts), "
     "and recovery_minus_spark_startup_ms is the median of the pairs' differences. "
     "recovery_phases_ms: the median "
-    "recovery's start-up phases (its `started` record in metrics.jsonl; see workers/README).",
+    "recovery's start-up phases (its `started` record in metrics.jsonl; see "
+    "workers/runtime/README).",
     "spark_recovery_ms: the same for Spark's own query (the peer above, in a process of its own "
-    "with a query listener, workers.progress.QueryProgress): SIGKILL after 3 batches with input, "
-    "a new process restarting it from its checkpointLocation; from the kill to its first "
-    "completed batch with input (1 run in quick mode, 3 in full).",
+    "with a query listener, workers.runtime.progress.QueryProgress): SIGKILL after 3 batches "
+    "with input, a new process restarting it from its checkpointLocation; from the kill to its "
+    "first completed batch with input (1 run in quick mode, 3 in full).",
     "recovery_log_ms: as recovery_ms, with the same query on a `log` source whose input "
     "log holds the same rows (appended before the run, one file's rows a step; the ingest "
     "API's path into a pipeline), each measured right after a files recovery and paired "
@@ -200,7 +201,7 @@ def _runner(work: Path, spec: Path, state: Path) -> subprocess.Popen[bytes]:
         [
             sys.executable,
             "-m",
-            "workers.driver",
+            "workers.runtime.driver",
             "run",
             str(spec),
             "--storage",
@@ -287,7 +288,7 @@ def _peer_query(spark: Any, work: Path, checkpoint: Path) -> Any:
 
 
 def spark_rocksdb(work: Path, total_rows: int, log: Log) -> dict[str, Any]:
-    from workers.session import spark_session
+    from workers.runtime.session import spark_session
 
     spark = spark_session("bench-spark-rocksdb")
     q = _peer_query(spark, work, work / "spark-ck")
@@ -347,8 +348,8 @@ def recovery(work: Path, log: Log, source: str = "files") -> tuple[float, dict[s
 def _spark_peer(work: Path, checkpoint: Path, progress: Path) -> None:
     """The Spark side's query (as in `spark_rocksdb`) in this process until it is killed,
     appending `{"ts", "batch", "rows"}` to `progress` when a batch with input completes."""
-    from workers.progress import QueryProgress
-    from workers.session import spark_session
+    from workers.runtime.progress import QueryProgress
+    from workers.runtime.session import spark_session
 
     def on_progress(p: dict[str, Any]) -> None:
         if p.get("numInputRows", 0) > 0:
@@ -582,7 +583,7 @@ def _kill_the_driver(metrics: Path) -> dict[str, Any]:
 
 _STARTUP = (
     "import time\n"
-    "from workers.session import spark_session\n"
+    "from workers.runtime.session import spark_session\n"
     "spark = spark_session()\n"
     "print(time.time(), flush=True)\n"
     "spark.stop()\n"

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from workers import cpu_dispatch
+from workers.runtime import cpu_dispatch
 
 Log = Callable[[str], None]
 
@@ -75,7 +75,7 @@ def machine_info() -> dict[str, Any]:
 
 def _numpy_simd() -> dict[str, Any]:
     """The SIMD kernels NumPy dispatches to, and the features turned off for it
-    (workers/cpu_dispatch.py turns AVX-512 off on AMD Zen 4)."""
+    (workers/runtime/cpu_dispatch.py turns AVX-512 off on AMD Zen 4)."""
     found = np.__config__.CONFIG.get("SIMD Extensions", {}).get("found", [])
     return {"found": list(found), "disabled": os.environ.get(cpu_dispatch.VARIABLE)}
 

@@ -2,7 +2,7 @@
 
     python -m bench.spare [--quick] [--json] [--dir DIR] [--kinds K,K]
 
-A worker's spare driver (`python -m workers.driver spare`) starts Spark and warms up on one
+A worker's spare driver (`python -m workers.jobs.driver spare`) starts Spark and warms up on one
 built-in pipeline (JSON-lines files, a group and a window aggregate) before any run needs
 it; a run handed to it skips Spark's start-up, and its first step finds warm only the code
 paths that warm-up took. Per source kind, this times a new run from its start to its first
@@ -38,7 +38,7 @@ import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 import yaml
 
-from workers.warm_up import NEXMARK_JOIN
+from workers.runtime.warm_up import NEXMARK_JOIN
 
 from . import pipeline
 from .report import Log, clean, engine_revision, log_to_stderr, machine_info, median, quiet
@@ -70,8 +70,8 @@ NOTES = [
     "datagen-aggregate: the clicks generator, count/sum/max per user (docs/examples/"
     "clicks-per-user.yaml, without its filter); datagen-join: the Nexmark generator, "
     "auctions joined with their sellers (docs/examples/nexmark-q3.yaml).",
-    "The spare warms up on its built-in workloads (workers/spare.py: warm_up_spare: a files "
-    "pipeline over JSON lines, CSV and Parquet, then a Nexmark join), whatever the run it "
+    "The spare warms up on its built-in workloads (workers/runtime/spare.py: warm_up_spare: a "
+    "files pipeline over JSON lines, CSV and Parquet, then a Nexmark join), whatever the run it "
     "takes over.",
     "The machine is shared and noisy: compare the ways within one run, not across runs.",
 ]
@@ -152,7 +152,7 @@ def _run_args(spec: Path, state: Path) -> list[str]:
 
 def _start(args: list[str], takeover: bool) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "workers.driver", *args],
+        [sys.executable, "-m", "workers.runtime.driver", *args],
         cwd=ROOT,
         stdin=subprocess.PIPE if takeover else subprocess.DEVNULL,
         stdout=subprocess.PIPE if takeover else subprocess.DEVNULL,

@@ -34,9 +34,9 @@ from pipeline_spec.model import load_spec
 from sql.dataflow import Dataflow
 from sql.spec import plan_spec
 from storage_engine import StorageLocation
-from workers.dataflow_run import DataflowRun
-from workers.nexmark import events as nexmark_events
-from workers.sources import EPOCH_US
+from workers.runtime.dataflow_run import DataflowRun
+from workers.runtime.nexmark import events as nexmark_events
+from workers.runtime.sources import EPOCH_US
 
 from .report import Log, clean, engine_revision, log_to_stderr, machine_info, quiet, versions
 

@@ -38,11 +38,11 @@ COPY workers/ workers/
 COPY backend/ backend/
 COPY cli/ cli/
 RUN pip install --no-deps --config-settings editable_mode=compat -e . \
-    && python -c "import workers.celery_app, workers.driver, cli.main" \
+    && python -c "import workers.jobs.celery_app, workers.jobs.driver, cli.main" \
     && java -version
 # Spark's classes in a class-data-sharing archive (/opt/venv/share/spindle): every driver's
-# JVM maps it and starts seconds sooner (workers/spark_cds.py).
-RUN python -m workers.spark_cds build
+# JVM maps it and starts seconds sooner (workers/runtime/spark_cds.py).
+RUN python -m workers.runtime.spark_cds build
 
 RUN useradd --system --uid 10001 --user-group --create-home --home-dir /home/spindle \
         --shell /usr/sbin/nologin spindle \
@@ -52,4 +52,4 @@ ENV SPINDLE_DATA_DIR=/var/lib/spindle
 
 USER spindle
 # --hostname: one name per container, for `celery inspect` and the compose healthcheck.
-CMD ["python", "-m", "celery", "-A", "workers.celery_app", "worker", "--pool", "threads", "--concurrency", "32", "--loglevel", "INFO", "--hostname", "spindle@%h"]
+CMD ["python", "-m", "celery", "-A", "workers.jobs.celery_app", "worker", "--pool", "threads", "--concurrency", "32", "--loglevel", "INFO", "--hostname", "spindle@%h"]

@@ -3,7 +3,7 @@ them, and as SQL pipelines read them. No imports: Spark's Python workers load it
 
 DATAGEN_SCHEMAS: dict[str, str] = {
     "clicks": "ts timestamp, user string, page string, amount double",
-    # Nexmark's person, auction and bid in one row each (workers/nexmark.py): event_type
+    # Nexmark's person, auction and bid in one row each (workers/runtime/nexmark.py): event_type
     # 0, 1, 2; the kind's columns under its prefix, the others NULL.
     "nexmark": (
         "event_type int, person_id bigint, person_name string, person_email_address string, "

@@ -10,11 +10,11 @@ stamp=.venv/.spindle-installed
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 
 # Spark's classes in a class-data-sharing archive: every driver's JVM starts seconds sooner
-# (workers/spark_cds.py). Built once per JDK and Spark install; without it Spark still works.
+# (workers/runtime/spark_cds.py). Built once per JDK and Spark install; without it Spark still works.
 spark_cds() {
-    .venv/bin/python -m workers.spark_cds path >/dev/null 2>&1 && return 0
+    .venv/bin/python -m workers.runtime.spark_cds path >/dev/null 2>&1 && return 0
     echo "bootstrap: building the class-data archive of Spark's classes (about a minute)" >&2
-    .venv/bin/python -m workers.spark_cds build >&2 ||
+    .venv/bin/python -m workers.runtime.spark_cds build >&2 ||
         echo "bootstrap: warning: no class-data archive; Spark starts without it" >&2
 }
 

@@ -10,7 +10,7 @@ metadata):
     checkpoints/<uuid>/checkpoint.json     a checkpoint's metadata, as in the local layout
     checkpoints/<uuid>/spine-<op>.json
     input-log/<stream>/<segment>.arrow     the input log's segments (remote_log.py)
-    offsets/step-<step>.json               a run's offset log (workers/offset_log.py)
+    offsets/step-<step>.json               a run's offset log (workers/runtime/offset_log.py)
 
 Invariants:
 - a checkpoint's batch files and metadata are uploaded before a manifest names it, so the

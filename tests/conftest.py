@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 
 from local_servers.kafka import KafkaBroker, find_tansu
 from local_servers.seaweedfs import SeaweedS3, find_weed, remove_bucket
-from workers.session import spark_session
+from workers.runtime.session import spark_session
 
 from .tpch import TpchData, generate
 

@@ -7,10 +7,14 @@ statement counts, those inside functions and under TYPE_CHECKING too.
   only the engine and the spec, and of the engine not the storage location, checkpoints or
   commits (the runtime binds the dataflow to those); the control plane (`backend`) does
   not import Spark.
-- The Spark runtime (`RUNTIME`, listed by module until it has a subpackage of its own)
-  reaches `backend` only through the database's implementation of its control plane
-  (`workers.control_db`); `backend` reaches `workers` only from its composition root
-  (`backend.__main__`).
+- The packages form a one-way graph (`LAYERS`): `pipeline_spec` <- `storage_engine` <- `sql`
+  <- the Spark runtime (`workers.runtime`) <- the Celery jobs (`workers.jobs`), and `backend`
+  <- the jobs. No cycle between them, counting every module's imports but the composition
+  root's (`backend.__main__`, the embedded `serve`: the one module that imports both the
+  control plane and the workers).
+- The runtime imports neither `backend` nor the jobs (it is given its control plane:
+  `workers.jobs.driver` gives it the database's); `backend` reaches `workers` only from its
+  composition root.
 - Tests import the benchmarks only to test them (`tests/bench/`).
 - No import cycle between modules.
 - No module over 600 lines unless its docstring says why (a paragraph starting
@@ -120,7 +124,7 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
         ("pipeline_spec", "sql"),
         *(("sql", p) for p in ("backend", "workers", "cli", "pyspark")),
         ("backend", "pyspark"),
-        ("backend", "workers.runner"),
+        ("backend", "workers.runtime.runner"),
         ("cli", "pyspark"),
         ("cli", "workers"),
         *(
@@ -136,8 +140,8 @@ def test_a_package_does_not_reach(graph: grimp.ImportGraph, importer: str, impor
     assert not chains, f"{importer} imports {imported}: {sorted(chains)[0]}"
 
 
-# What keeps state where, and checkpoints it: the runtime's (workers/dataflow_run.py), not the
-# compiler's. The engine's operators reach them (they take a location to open on), so the
+# What keeps state where, and checkpoints it: the runtime's (workers/runtime/dataflow_run.py),
+# not the compiler's. The engine's operators reach them (they take a location to open on), so the
 # rule is on what sql's own modules import.
 STORAGE_MACHINERY = (
     "storage_engine.location",
@@ -159,68 +163,57 @@ def test_sql_does_not_import_the_storage_location_or_commits(
     assert ours == [], f"{ours} import {imported}"
 
 
-# The Spark driver's modules: what `python -m workers.driver` runs, bar `control_db`. The
-# rest of `workers` is the Celery jobs (launch, supervise, spares, offline operations).
-RUNTIME = frozenset(
-    f"workers.{m}"
-    for m in [
-        "batch_jobs",
-        "checkpointing",
-        "connectors.datagen_source",
-        "connectors.delta_sink",
-        "connectors.discard_sink",
-        "connectors.files_sink",
-        "connectors.files_source",
-        "connectors.kafka_sink",
-        "connectors.kafka_source",
-        "connectors.letters",
-        "connectors.log_source",
-        "connectors.postgres_sink",
-        "connectors.registry",
-        "connectors.sink",
-        "connectors.source",
-        "connectors.view_sink",
-        "control",
-        "control_plane",
-        "control_rest",
-        "cpu_dispatch",
-        "csv_lines",
-        "dataflow_run",
-        "dead_letters",
-        "driver",
-        "driver_files",
-        "driver_jvm",
-        "durability",
-        "file_batches",
-        "input_files",
-        "json_lines",
-        "keyed_changes",
-        "micro_batch",
-        "nexmark",
-        "offset_log",
-        "parquet_files",
-        "plan",
-        "progress",
-        "restore",
-        "run_metrics",
-        "runner",
-        "session",
-        "sinks",
-        "sources",
-        "spare",
-        "spark_cds",
-        "spark_install",
-        "step_ends",
-        "step_input",
-        "step_query",
-        "warm_up",
-        "watchdog",
-    ]
+# The packages whose graph is one-way, and the one module exempt: it imports both sides.
+LAYERS = (
+    "pipeline_spec",
+    "storage_engine",
+    "sql",
+    "workers.runtime",
+    "workers.jobs",
+    "backend",
 )
-# The one runtime module that may import `backend`: the driver is given it when no API URL
-# is known.
-DB_CONTROL_PLANE = "workers.control_db"
+RUNTIME = "workers.runtime"
+JOBS = "workers.jobs"
 COMPOSITION_ROOT = "backend.__main__"
+
+
+def _layer(module: str) -> str | None:
+    """The package of LAYERS `module` belongs to, if any (`workers` itself: none)."""
+    return next((p for p in LAYERS if module == p or module.startswith(p + ".")), None)
+
+
+def _package_graph(graph: grimp.ImportGraph) -> grimp.ImportGraph:
+    """`graph` squashed into LAYERS: an import between two of them for every module import
+    between their modules, the composition root's left out."""
+    out = grimp.ImportGraph()
+    for importer in graph.modules:
+        a = _layer(importer)
+        if a is None or importer == COMPOSITION_ROOT:
+            continue
+        for imported in graph.find_modules_directly_imported_by(importer):
+            b = _layer(imported)
+            if b is not None and b != a:
+                out.add_import(importer=a, imported=b)
+    return out
+
+
+def test_the_packages_form_a_one_way_graph(graph: grimp.ImportGraph) -> None:
+    assert list(_cycles(_package_graph(graph))) == []
+
+
+def test_the_package_cycle_finder_finds_a_cycle_no_module_is_on() -> None:
+    """sql imports the engine and one engine module imports sql: no module cycle, a package
+    one; the composition root importing both sides is none."""
+    g = grimp.ImportGraph()
+    for a, b in (
+        ("sql.planner", "storage_engine.ops"),
+        ("storage_engine.location", "sql.functions"),
+        ("workers.jobs.tasks", "backend.db"),
+        ("backend.__main__", "workers.jobs.celery_app"),
+    ):
+        g.add_import(importer=a, imported=b)
+    assert list(_cycles(g)) == []
+    assert list(_cycles(_package_graph(g))) == [frozenset({"sql", "storage_engine"})]
 
 
 def _reach(graph: grimp.ImportGraph, start: str, exempt: frozenset[str]) -> dict[str, str]:
@@ -251,27 +244,23 @@ def _crossings(
     out = []
     for start in sorted(starts):
         via = _reach(graph, start, exempt)
-        hits = sorted(m for m in via if m.split(".")[0] == package)
+        hits = sorted(m for m in via if m == package or m.startswith(package + "."))
         out += [_chain(via, m) for m in hits[:1]]
     return out
 
 
-def test_the_runtime_reaches_backend_only_through_its_database_control_plane(
-    graph: grimp.ImportGraph,
-) -> None:
-    exempt = frozenset({DB_CONTROL_PLANE})
-    assert _crossings(graph, RUNTIME, "backend", exempt) == []
+def _runtime_crossings(graph: grimp.ImportGraph) -> list[list[str]]:
+    """The import chains from the runtime's modules into `backend` or the jobs."""
+    mods = {m for m in graph.modules if _layer(m) == RUNTIME}
+    return [
+        chain
+        for package in ("backend", JOBS)
+        for chain in _crossings(graph, mods, package, frozenset())
+    ]
 
 
-def test_the_runtime_list_is_what_the_driver_runs(graph: grimp.ImportGraph) -> None:
-    """A new module the driver imports is listed in RUNTIME (and so held to its rule)."""
-    ours = {
-        m
-        for m in _reach(graph, "workers.driver", frozenset({DB_CONTROL_PLANE}))
-        if m.startswith("workers.") and m != "workers"
-    }
-    assert sorted(ours - RUNTIME) == []
-    assert sorted(RUNTIME - ours) == []
+def test_the_runtime_imports_neither_backend_nor_the_jobs(graph: grimp.ImportGraph) -> None:
+    assert _runtime_crossings(graph) == []
 
 
 def test_backend_reaches_workers_only_from_its_composition_root(
@@ -281,20 +270,38 @@ def test_backend_reaches_workers_only_from_its_composition_root(
     assert _crossings(graph, mods, "workers", frozenset({COMPOSITION_ROOT})) == []
 
 
-def test_the_crossing_finder_finds_a_runtime_import_of_backend() -> None:
+def test_the_crossing_finder_finds_a_runtime_import_of_backend_or_the_jobs() -> None:
     g = grimp.ImportGraph()
     for a, b in (
-        ("workers.driver", "workers.control"),
-        ("workers.control", "workers.control_db"),
-        ("workers.control_db", "backend.db"),
-        ("workers.runner", "workers.helpers"),
-        ("workers.helpers", "backend.settings"),
+        ("workers.runtime.driver", "workers.runtime.control"),
+        ("workers.runtime.control", "workers.runtime.control_plane"),
+        ("workers.runtime.runner", "workers.runtime.helpers"),
+        ("workers.runtime.helpers", "backend.settings"),
+        ("workers.runtime.spare", "workers.jobs.control_db"),
+        ("workers.jobs.control_db", "workers.runtime.control_plane"),
+        ("workers.jobs.control_db", "backend.db"),
     ):
         g.add_import(importer=a, imported=b)
-    runtime = ["workers.driver", "workers.control", "workers.runner"]
-    exempt = frozenset({DB_CONTROL_PLANE})
-    assert _crossings(g, runtime, "backend", exempt) == [
-        ["workers.runner", "workers.helpers", "backend.settings"]
+    assert _runtime_crossings(g) == [
+        ["workers.runtime.helpers", "backend.settings"],
+        ["workers.runtime.runner", "workers.runtime.helpers", "backend.settings"],
+        ["workers.runtime.spare", "workers.jobs.control_db", "backend.db"],
+        ["workers.runtime.spare", "workers.jobs.control_db"],
+    ]
+
+
+def test_the_crossing_finder_finds_a_backend_import_of_workers() -> None:
+    g = grimp.ImportGraph()
+    for a, b in (
+        ("backend.__main__", "workers.jobs.celery_app"),
+        ("backend.api.app", "backend.services.queue"),
+        ("backend.services.queue", "workers.jobs.tasks"),
+    ):
+        g.add_import(importer=a, imported=b)
+    mods = {m for m in g.modules if m.split(".")[0] == "backend"} - {COMPOSITION_ROOT}
+    assert _crossings(g, mods, "workers", frozenset({COMPOSITION_ROOT})) == [
+        ["backend.api.app", "backend.services.queue", "workers.jobs.tasks"],
+        ["backend.services.queue", "workers.jobs.tasks"],
     ]
 
 

@@ -1,1 +1,2 @@
-"""Spindle workers: the Spark pipeline runtime (spec, sources, sinks, runner). See README.md."""
+"""Spindle workers: the Spark runtime (`workers.runtime`) and the Celery jobs that run it under
+the control plane (`workers.jobs`). See README.md."""

@@ -1,5 +1,5 @@
 """A run's driver talking to the control plane (`api/routers/runs.py`): the documents of
-`workers.control_plane`, checked as untrusted input. The database's implementation of the
+`workers.runtime.control_plane`, checked as untrusted input. The database's implementation of the
 driver's control plane passes the same documents through these models, so both ways of
 reaching the control plane accept exactly the same."""
 
@@ -93,7 +93,7 @@ class SampleIn(Record):
 
 
 class EventIn(Record):
-    """A durability event (`workers.durability`)."""
+    """A durability event (`workers.runtime.durability`)."""
 
     event: str = Field(max_length=64)
     # Not bounded but by the body's size: a report refused for a long message would lose

@@ -212,7 +212,7 @@ def restore_at_next_start(p: Pipeline, checkpoint: str) -> None:
     p.restore_point = checkpoint
 
 
-# Durability events (`workers.durability`) that leave the pipeline in trouble, and those
+# Durability events (`workers.runtime.durability`) that leave the pipeline in trouble, and those
 # that end the trouble.
 DURABILITY_PROBLEMS = ("commit_failed", "upload_failed", "remote_unavailable", "fenced")
 DURABILITY_OK = ("durable", "remote_available")

@@ -1,5 +1,5 @@
 """How the control plane hands work to workers. The Celery implementation lives in
-`workers.tasks`; the services only know this protocol, so they can be used (and tested)
+`workers.jobs.tasks`; the services only know this protocol, so they can be used (and tested)
 from the API, from tasks, and from the job itself."""
 
 from __future__ import annotations

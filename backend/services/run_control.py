@@ -1,7 +1,7 @@
 """What a running driver asks of the control plane, over a session: the run opened, a
 report of its steps, claiming and finishing its pipeline's operations (the driver's side is
-`workers.control_plane`). The REST API's run endpoints (`api/routers/runs.py`) and the
-database's implementation of the driver's control plane (`workers.control_db`) both call
+`workers.runtime.control_plane`). The REST API's run endpoints (`api/routers/runs.py`) and the
+database's implementation of the driver's control plane (`workers.jobs.control_db`) both call
 these, with the same documents (`schemas.runs`). Run and pipeline state changes go through
 `lifecycle`.
 """

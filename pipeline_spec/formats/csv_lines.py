@@ -1,5 +1,5 @@
 """A `files` table's CSV file parsed with Arrow, when that gives exactly the rows Spark's CSV
-reader gives (`workers.file_batches.CSV_OPTIONS`: RFC 4180 quoting, a header
+reader gives (`workers.runtime.file_batches.CSV_OPTIONS`: RFC 4180 quoting, a header
 record, records spanning lines); otherwise nothing, and Spark reads the step.
 
 Spark stays the reference. A file is taken here only when its records are delimited the
@@ -19,7 +19,7 @@ The first record (after empty lines) is the header, skipped unread, as Spark ski
 Empty lines hold no record, in both; a line of spaces is a record. Every later record must
 have one field per column, and every value must convert as Spark converts it
 (`csv_values`), checked column by column on the whole file at once. Anything else sends
-the step to Spark, which decides what is a dead letter. tests/workers/test_csv_lines.py
+the step to Spark, which decides what is a dead letter. tests/workers/runtime/test_csv_lines.py
 compares both over a corpus of edge cases.
 """
 

@@ -1,5 +1,5 @@
 """A `files` table's JSON-lines file parsed by Arrow's JSON reader, when that gives exactly
-the rows Spark's JSON reader would (`workers.file_batches`); otherwise nothing, and Spark
+the rows Spark's JSON reader would (`workers.runtime.file_batches`); otherwise nothing, and Spark
 reads the step.
 
 Spark stays the reference: a step is taken here only when every file is canonical JSON
@@ -9,7 +9,7 @@ Arrow parses every line into the schema's types, one row per line. Anything else
 Spark, which decides what is a dead letter: a value that does not convert, a line Arrow
 reads otherwise (Spark reads only a line's first object; Arrow would read them all), a
 number Spark takes and Arrow does not (`1e400`). Arrow's reader also crashes the process on
-a first value `null`, which the line check keeps from it. tests/workers/test_json_lines.py
+a first value `null`, which the line check keeps from it. tests/workers/runtime/test_json_lines.py
 compares both readers over a corpus of edge cases.
 
 Decimal columns are read from each line's text by Python's JSON parser and Spark's rule

@@ -1,5 +1,5 @@
 """A `files` table's Parquet file read by Arrow, when that gives exactly the rows Spark's
-Parquet reader would (`workers.file_batches`); otherwise nothing, and Spark reads the step.
+Parquet reader would (`workers.runtime.file_batches`); otherwise nothing, and Spark reads the step.
 
 Spark stays the reference. A step is taken here only when, in every file, each column the
 table reads is there under exactly its name (Spark matches names regardless of case, so a
@@ -11,7 +11,7 @@ zone-less timestamps, a column absent from a file read as nulls) are not repeate
 narrower decimal is refused by Spark's reader, naming only its scratch link to the file:
 here it fails the step naming the file and the column (`NarrowerDecimal`).
 A file Arrow cannot open or read goes to Spark too, which decides what that means.
-tests/workers/test_parquet_files.py compares both readers over a corpus of such files.
+tests/workers/runtime/test_parquet_files.py compares both readers over a corpus of such files.
 """
 
 from __future__ import annotations

@@ -177,7 +177,7 @@ def _owner(spine_id: str, operator_ids: Sequence[str]) -> str | None:
 
 class Stepper(Protocol):
     """What a run steps and checkpoints: a pipeline's dataflow (the `sql` package, built on
-    a `Circuit`), as the runtime wraps it (`workers/dataflow_run.py`)."""
+    a `Circuit`), as the runtime wraps it (`workers/runtime/dataflow_run.py`)."""
 
     operators: list[Operator]
 

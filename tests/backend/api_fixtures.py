@@ -50,8 +50,8 @@ from backend.settings import Settings
 from pipeline_spec.model import ViewSink as ViewSinkSpec
 from storage_engine import WEIGHT, Batch, StorageLocation, ZSetSchema
 from storage_engine.input_log import InputLog
-from workers import offline
-from workers.connectors.view_sink import ViewSink
+from workers.jobs import offline
+from workers.runtime.connectors.view_sink import ViewSink
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 API = "/api/v1"

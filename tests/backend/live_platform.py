@@ -114,7 +114,7 @@ class Platform:
             [
                 "pgrep",
                 "-f",
-                f"celery -A workers.celery_app worker.*{self.proc.pid if self.proc else 0}",
+                f"celery -A workers.jobs.celery_app worker.*{self.proc.pid if self.proc else 0}",
             ],
             capture_output=True,
             text=True,
@@ -126,7 +126,7 @@ class Platform:
         the database has it (a spare that took a run over keeps its own command line)."""
         storage = self.settings.storage_dir(pipeline)
         out = subprocess.run(
-            ["pgrep", "-f", f"workers.driver run .*--storage {storage}"],
+            ["pgrep", "-f", f"workers.jobs.driver run .*--storage {storage}"],
             capture_output=True,
             text=True,
         )
@@ -150,10 +150,10 @@ class Platform:
             return pid
 
     def spare_pids(self) -> list[int]:
-        """The worker's spare drivers (`workers.driver spare`: waiting, or running the run
+        """The worker's spare drivers (`workers.jobs.driver spare`: waiting, or running the run
         they took over)."""
         out = subprocess.run(
-            ["pgrep", "-f", "workers.driver spare"], capture_output=True, text=True
+            ["pgrep", "-f", "workers.jobs.driver spare"], capture_output=True, text=True
         )
         root = os.path.realpath(self.settings.roots[0])  # drivers' working directory
         mine = []

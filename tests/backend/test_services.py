@@ -764,8 +764,8 @@ def test_counters_only_grow_and_durability_problems_show(
 ) -> None:
     """Prometheus `*_total` were sums over the history, which downsampling deletes: they went
     down. A run's durability events were counted nowhere and shown nowhere."""
-    from workers.control_db import DatabaseControlPlane
-    from workers.control_plane import Report
+    from workers.jobs.control_db import DatabaseControlPlane
+    from workers.runtime.control_plane import Report
 
     cfg = Settings(data_dir=tmp_path, metrics_raw_s=3600, metrics_keep_s=86400)
     pid = add_pipeline(sqlite_db)
@@ -987,8 +987,8 @@ def test_a_deleted_pipelines_driver_leaves_alone_the_run_that_reuses_its_id(
     pipeline was deleted (and its supervisor) must not heartbeat, follow or end the other
     pipeline's run that now has its run's id. (In CI a late exit of a deleted pipeline's
     driver ended a new run of another pipeline, whose replacement then found it alive.)"""
-    from workers.control_db import DatabaseControlPlane
-    from workers.control_plane import Report
+    from workers.jobs.control_db import DatabaseControlPlane
+    from workers.runtime.control_plane import Report
 
     gone = add_pipeline(sqlite_db, name="gone")
     run = add_run(sqlite_db, gone, pid=os.getpid(), started_at=utcnow())

@@ -243,7 +243,7 @@ def _check_celery(args: list[str]) -> None:
     from celery.bin.control import inspect
     from celery.bin.worker import worker
 
-    assert args[:2] == ["-A", "workers.celery_app"], args
+    assert args[:2] == ["-A", "workers.jobs.celery_app"], args
     sub = {"worker": worker, "beat": beat, "inspect": inspect}[args[2]]
     known = {o for c in (celery, sub) for p in c.params for o in p.opts}
     unknown = [a for a in args[3:] if a.startswith("-") and a not in known]
@@ -273,7 +273,7 @@ def test_a_wrong_option_is_caught() -> None:
     with pytest.raises(UsageError):
         _parse_backend(["serv"])
     with pytest.raises(AssertionError, match="--pools"):
-        _check_celery(["-A", "workers.celery_app", "worker", "--pools", "threads"])
+        _check_celery(["-A", "workers.jobs.celery_app", "worker", "--pools", "threads"])
 
 
 def test_worker_command_matches_worker_command(compose: dict[str, Any]) -> None:

@@ -207,9 +207,9 @@ def test_server_stopped_mid_upload_delays_the_remote_copy_only(
 def test_a_stopped_server_is_reported_until_it_is_back(
     tmp_path: Path, store: ObjectStore, s3_server: Any
 ) -> None:
-    """The run's durability watch (workers.durability) turns the outage into events: before,
+    """The run's durability watch (workers.runtime.durability) turns the outage into events: before,
     it showed nowhere but the tier's own status."""
-    from workers.durability import DurabilityWatch
+    from workers.runtime.durability import DurabilityWatch
 
     loc = open_remote(tmp_path / "a", store)
     events: list[dict[str, Any]] = []

@@ -1,6 +1,6 @@
 """Spec expressions may call only Spark's allowed built-in functions and hold no subquery
 (`pipeline_spec.expressions`): refused at validation, naming the field, and again in the driver
-on Spark's own parse (tests/workers/test_runner.py)."""
+on Spark's own parse (tests/workers/runtime/test_runner.py)."""
 
 from __future__ import annotations
 

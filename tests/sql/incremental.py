@@ -18,7 +18,7 @@ from sql.parse import parse
 from sql.planner import plan
 from storage_engine import EngineSettings, StorageLocation
 from storage_engine.schema import WEIGHT
-from workers.dataflow_run import DataflowRun
+from workers.runtime.dataflow_run import DataflowRun
 
 SETTINGS = EngineSettings(memory_budget_bytes=64 << 10)
 Rows = Counter[tuple[Any, ...]]

@@ -17,7 +17,7 @@ from sql.parse import parse
 from sql.planner import PlannedView, plan
 from storage_engine import StorageLocation
 from storage_engine.schema import WEIGHT
-from workers.dataflow_run import DataflowRun
+from workers.runtime.dataflow_run import DataflowRun
 
 TABLES = {
     "t": pa.schema(

@@ -1,7 +1,7 @@
 """The Nexmark queries of docs/examples/nexmark/, maintained incrementally over generated
 events in steps, equal the same queries run by DuckDB as a batch over all the events.
 
-The events come from Spindle's generator (workers/nexmark.py) at 1,000 events a second, so
+The events come from Spindle's generator (workers/runtime/nexmark.py) at 1,000 events a second, so
 30,000 events span 30 seconds: several tumbling and many hopping windows. The oracle
 (oracles/nexmark.py) is shared with `bench.nexmark`.
 """
@@ -24,8 +24,8 @@ from sql.dataflow import Dataflow
 from sql.spec import plan_spec, table_schema
 from storage_engine import EngineSettings, StorageLocation
 from storage_engine.schema import WEIGHT
-from workers.dataflow_run import DataflowRun
-from workers.nexmark import events
+from workers.runtime.dataflow_run import DataflowRun
+from workers.runtime.nexmark import events
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "docs" / "examples" / "nexmark"

@@ -80,7 +80,7 @@ def _flow(state: list[dict[str, Any]] = STATE) -> Dataflow:
 
 
 def _circuit_before() -> Circuit:
-    """The circuit the runtime built for STATE before issue 49 (`workers/plan.py` then)."""
+    """The circuit the runtime built for STATE before issue 49 (`workers/runtime/plan.py` then)."""
     return Circuit(
         [
             GroupAggregate(

@@ -14,8 +14,8 @@ from sql.parse import parse
 from sql.planner import plan
 from storage_engine import StorageLocation
 from storage_engine.schema import WEIGHT
-from workers.dataflow_run import DataflowRun
-from workers.restore import DROP_ALL, StateError, open_circuit_state
+from workers.runtime.dataflow_run import DataflowRun
+from workers.runtime.restore import DROP_ALL, StateError, open_circuit_state
 
 TABLES = {
     "t": pa.schema([("k", pa.int32()), ("g", pa.string()), ("v", pa.int64())]),

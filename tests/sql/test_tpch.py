@@ -9,7 +9,7 @@ land: REFUSED, a query Spindle cannot plan yet, with the refusal it must fail wi
 word (once it plans, the test fails with "plans now"); NOT_RUN, one that plans but is not
 run here, and why; FAILING, one that runs but does not equal DuckDB's answer (a strict
 expected failure: a fix shows as XPASS). The rest, COMPARED, must equal DuckDB; they are
-also run as one Spark pipeline, killed and restored: tests/workers/test_tpch_pipeline.py.
+also run as one Spark pipeline, killed and restored: tests/workers/runtime/test_tpch_pipeline.py.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from sql.planner import plan
 from sql.spec import plan_spec, table_schema
 from storage_engine import EngineSettings, StorageLocation
 from storage_engine.schema import WEIGHT
-from workers.dataflow_run import DataflowRun
+from workers.runtime.dataflow_run import DataflowRun
 
 from ..tpch import SPEC as SPEC_PATH
 from ..tpch import TpchData, schemas, spec_doc

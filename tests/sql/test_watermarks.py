@@ -22,7 +22,7 @@ from sql.planner import plan
 from sql.watermarks import EventTime
 from storage_engine import StorageLocation
 from storage_engine.schema import WEIGHT
-from workers.dataflow_run import DataflowRun
+from workers.runtime.dataflow_run import DataflowRun
 
 from .incremental import SETTINGS
 from .incremental import delta_table as _table

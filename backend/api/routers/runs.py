@@ -1,4 +1,4 @@
-"""A run's driver reaching the control plane over HTTP (`workers.control_rest`): the run
+"""A run's driver reaching the control plane over HTTP (`workers.runtime.control_rest`): the run
 opened, its reports, and its pipeline's operations, each authorised by the run's token
 (`deps.require_run`) and done by `services.run_control`, as over the database."""
 

@@ -846,7 +846,7 @@ export interface components {
         };
         /**
          * EventIn
-         * @description A durability event (`workers.durability`).
+         * @description A durability event (`workers.runtime.durability`).
          */
         EventIn: {
             /** Event */

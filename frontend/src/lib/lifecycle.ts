@@ -15,7 +15,7 @@ export function pauseAction(p: Pick<Pipeline, "desired_state">): "pause" | "resu
 }
 
 /** The operators a start was refused for, from the pipeline's error: "the state of a, b no
- * longer fits" (workers/restore.py). */
+ * longer fits" (workers/runtime/restore.py). */
 export function refusedOperators(error: string | null | undefined): string[] {
   const m = /the state of (.+?) no longer fits/.exec(error ?? "");
   return m?.[1] ? m[1].split(", ") : [];

@@ -13,7 +13,7 @@ import type { FieldError } from "../api/types";
 import { mapFieldErrors, parseSpec, type SpecProblem } from "./spec";
 import published from "./pipeline-spec.schema.json";
 
-/** The durations the server parses (workers/spec.py `_DURATION`), as the schema publishes
+/** The durations the server parses (pipeline_spec/fields.py `_DURATION`), as the schema publishes
  * them: a failed match gets the server's wording. */
 export const DURATION_PATTERN = "^\\s*(\\d+(?:\\.\\d+)?)\\s*(us|ms|s|m|h|d)\\s*$";
 

@@ -20,7 +20,7 @@ from pipeline_spec.model import ViewSink as ViewSinkSpec
 from storage_engine import StorageLocation
 from storage_engine.input_log import InputLog
 from storage_engine.schema import WEIGHT
-from workers.connectors.view_sink import ViewSink
+from workers.runtime.connectors.view_sink import ViewSink
 
 from ..api_fixtures import (
     BIDS,

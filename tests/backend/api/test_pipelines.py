@@ -22,7 +22,7 @@ from backend.models import (
     RunState,
 )
 from pipeline_spec import exits
-from workers.launch import prepare
+from workers.jobs.launch import prepare
 
 from ..api_fixtures import (
     BIDS,

@@ -1,7 +1,7 @@
 """The run endpoints (`/api/v1/runs/{run_id}/...`, a driver's control plane over HTTP):
 authorised by the run's token only (another run's: 403; once its run ended: 401; API tokens
 and malformed credentials: 401), and every bad request a 4xx, never a 500. The driver's side
-against a real pipeline: tests/workers/test_control_rest.py."""
+against a real pipeline: tests/workers/runtime/test_control_rest.py."""
 
 from __future__ import annotations
 

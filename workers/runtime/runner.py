@@ -1,0 +1,590 @@
+"""The Spark pipeline runner: a spec becomes a Structured Streaming query whose micro-batches
+are steps of a dataflow on the storage engine, with exactly-once output across restarts.
+
+A run (DESIGN.md §5): restore checkpoint C of the storage location (latest by default,
+`restore.open_state`) -> roll every sink and the dead letters back to C's step -> start a
+Spark query with a fresh checkpointLocation whose source starts at C's source offset -> each
+micro-batch is one step:
+
+1. `Runner.process` (Spark's foreachBatch) -> the batch's rows (`StepInput.rows`);
+2. Spark parses, filters and projects (`BatchJobs.micro_batch`), handing the dataflow
+   Arrow (rows the driver makes skip Spark: `BatchJobs.arrow_batch`);
+3. `Runner._step`: dead letters written (`DeadLetters`), the dataflow's step, outputs to the
+   sinks tagged with the step, then the commit policy (`Checkpointing.after_step`: every N
+   steps and/or T seconds, asynchronous by default, each checkpoint recording the source
+   offset its state reflects) and the step's metrics (`RunMetrics`).
+
+The run's first batch is read ahead while the query starts (`StepInput.read_ahead`) and is
+its first step. A crash anywhere loses nothing and duplicates nothing: the next run redoes
+the steps after C, which produce the same outputs. The command line is `workers.runtime.driver`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+
+from pipeline_spec import model as S
+from pipeline_spec.exits import EXIT_HUNG, HUNG_HEADING
+from pipeline_spec.offsets import Offset, advanced, count, total
+from storage_engine.objstore import ObjectStoreLike
+
+from .batch_jobs import BatchJobs
+from .checkpointing import Checkpointing
+from .connectors.source import Source
+from .dead_letters import DeadLetters
+from .durability import DurabilityWatch
+from .micro_batch import JobTables, MicroBatch
+from .offset_log import OffsetLog
+from .plan import Plan, plan
+from .progress import QueryProgress, ReadAhead
+from .restore import open_circuit_state
+from .run_metrics import MetricsSink, RunMetrics, StepTimes
+from .session import Timeline, spark_session
+from .sinks import WrittenSteps, open_sinks, steps_held_beyond
+from .sources import SOURCE, table_input
+from .step_input import StepInput
+from .step_query import batch_ends, start_query
+from .watchdog import HangWatchdog
+
+STARTUP_LIMIT_S = 600.0  # --stop-when-idle: a query's start-up longer than this fails the run
+TAKEOVER_LOCK_WAIT_S = 30.0  # a spare taking over waits this long for the location's lock
+# A query that fails outside a step is started again (from the run's offset) this many times
+# in a row before the run fails: see Runner._run.
+QUERY_RESTARTS = 2
+# Every this many steps the offset log and the sinks drop what no restore can need.
+OFFSET_LOG_TRIM_STEPS = 64
+
+log = logging.getLogger("spindle.runner")
+
+
+@dataclass
+class RunResult:
+    first_step: int
+    last_step: int
+    source_offset: int  # `source`'s (a Kafka table's: `offsets.total`)
+    checkpoints: int
+    source_offsets: dict[str, Offset]  # every input table's
+
+
+@dataclass
+class _Table:
+    """How a run reads one input table: into dataflow input `name`, by `input` and `jobs`."""
+
+    name: str
+    input: StepInput
+    jobs: BatchJobs
+
+
+class Runner:
+    def __init__(
+        self,
+        spec: S.PipelineSpec,
+        storage: str,
+        *,
+        from_checkpoint: str = "latest",
+        base_dir: str = ".",
+        metrics_path: str | None = None,
+        drop_state: Sequence[str] = (),
+        spark: SparkSession | None = None,
+        own_retention: bool = True,
+        metrics_sinks: list[MetricsSink] | None = None,
+        remote: ObjectStoreLike | None = None,
+        timeline: Timeline | None = None,
+        files_roots: Sequence[str] | None = None,
+        object_roots: Sequence[str] | None = None,
+    ) -> None:
+        if files_roots or object_roots:
+            # Again as the run opens them: a path may have become a symlink leading out
+            # since the spec was validated.
+            local = [Path(r) for r in files_roots or [base_dir]]
+            errors = S.outside_roots(spec, local, object_roots or ())
+            if errors:
+                raise S.SpecError(errors)
+        self.spec = spec
+        # Input files must resolve inside these too (os.pathsep-joined; "": anywhere).
+        roots = os.pathsep.join(files_roots or [])
+        self.timeline = tl = timeline or Timeline()
+        self.spark = spark or spark_session(f"spindle:{spec.name}")
+        tl.mark("spark_session")
+        self.plan = plan(self.spark, spec)
+        tl.mark("plan")
+
+        self.loc, self.skipped = open_circuit_state(
+            storage,
+            self.plan.dataflow,
+            from_checkpoint,
+            drop_state=drop_state,
+            remote=remote,
+            fallback=spec.checkpoint.on_corruption == "fallback",
+        )
+        try:
+            self.step = self.loc.step if self.loc.restored is not None else 0
+            restored = self.loc.metadata if self.loc.restored is not None else {}
+            # Each input table's offset (`source`'s first): where its next step starts.
+            self.offsets = spec.offsets(restored)
+            tl.mark("storage_restore")
+            self.sinks = open_sinks(spec, self.plan.dataflow, self.loc, base_dir)
+            self.written = WrittenSteps(self.sinks, restored)
+            for s in self.sinks.values():
+                s.rollback(self.step)
+        except BaseException:
+            self.loc.close()
+            raise
+        self.first_step = self.step
+        self.storage = storage
+        self.metrics = RunMetrics(
+            metrics_path or os.path.join(storage, "metrics.jsonl"), metrics_sinks
+        )
+        self.durability = DurabilityWatch(self.metrics.event, lambda: self.loc.remote)
+        for skipped in self.skipped:
+            self.metrics.to_file(
+                {
+                    "ts": time.time(),
+                    "event": "checkpoint_skipped",
+                    "checkpoint": skipped.uuid,
+                    "step": skipped.step,
+                    "reason": skipped.reason,
+                    "restored": self.loc.restored.uuid if self.loc.restored else None,
+                }
+            )
+        # Unique among the session's queries: Spark's progress events name their query.
+        self._query_name = f"spindle:{spec.name}:{os.getpid()}:{id(self):x}"
+        # Held while a step runs; commands from outside (commit, gc) take it between steps.
+        self.step_lock = threading.RLock()
+        self.input = StepInput(self.spark, spec, self.plan, storage, roots)
+        self.jobs = BatchJobs(spec, self.plan, self.input.connector)
+        self._readers = {spec.source.table: _Table(SOURCE, self.input, self.jobs)}
+        for t, p in self.plan.tables.items():
+            step_input = StepInput(self.spark, p.spec, p, storage, roots)
+            jobs = BatchJobs(p.spec, p, step_input.connector)
+            self._readers[t] = _Table(table_input(t), step_input, jobs)
+        self.checkpoints = Checkpointing(
+            spec,
+            self.plan.dataflow,
+            self.loc,
+            self.sinks,
+            self.durability,
+            self.step_lock,
+            lambda: (self.step, dict(self.offsets), {"sink_steps": dict(self.written.steps)}),
+            own_retention,
+            {t: c.input_log for t, c in self._sources().items() if c.input_log is not None},
+            {t: c.on_durable for t, c in self._sources().items() if c.on_durable is not None},
+        )
+        self.paused = False
+        self.exit_code: int | None = None
+        self._draining = False
+        self._gate = threading.Lock()  # makes "not draining, so busy" one step
+        self._last_allowed_step: int | None = None  # `run(max_steps)`: no step beyond it
+        self.dead_letters = DeadLetters(storage, self._sources())
+        self.dead_letters.rollback(self.step)
+        tl.mark("sinks_rollback")
+        self._reported = False
+        self._last_step_at = time.monotonic()
+        self._busy = False
+        self.error: BaseException | None = None
+        # The steps after the restored one that a previous run logged (`OffsetLog`): each
+        # is redone with its logged end offset before the query takes new input.
+        self.offset_log = OffsetLog(
+            storage, store=remote, on_error=self.durability.offsets_not_uploaded
+        )
+        self._table = spec.source.table
+        for t, r in self._readers.items():
+            self.offsets[t] = r.input.first_offset(self.offsets[t])
+        pending = self.offset_log.pending(self.step, self.offsets)
+        self._replay = [{t: end for t, (_, end) in entry.items()} for entry in pending]
+        redo = self.step + len(self._replay)
+        for name, held in steps_held_beyond(self.sinks, redo).items():
+            log.warning(
+                "sink %s holds steps %d-%d, which this run cannot redo", name, redo + 1, held
+            )
+            self.metrics.to_file(
+                {"ts": time.time(), "event": "sink_ahead", "sink": name, "held": held, "redo": redo}
+            )
+        # The first batch, read while the query starts: the run's first step
+        # (`_first_step_ahead`); with several input tables, the query reads the first. Rows
+        # the driver reads (log sources', files the driver parses) need no read-ahead: the
+        # driver reads them as its first step, every table's (`_first_in_driver`).
+        self._first_in_driver = all(r.jobs.skips_spark() for r in self._readers.values())
+        self._ahead = (
+            None
+            if self.plan.tables or self._first_in_driver
+            else self.input.read_ahead(
+                self.offset,
+                self._tables_ahead,
+                count(self._replay[0][self._table]) if self._replay else None,
+            )
+        )
+
+    def _sources(self) -> dict[str, Source]:
+        return {t: r.input.connector for t, r in self._readers.items()}
+
+    @property
+    def offset(self) -> int:
+        """`source`'s offset as one number (see `offsets` for every input table's)."""
+        return total(self.offsets[self._table])
+
+    # -- one micro-batch = one step --
+
+    def process(self, df: DataFrame, batch_id: int) -> None:
+        with self._gate:
+            if self._draining or self._max_steps_reached():
+                # The query is being stopped (exit, pause, `max_steps` reached: the run's
+                # loop notices within its poll, while the query may start another batch):
+                # take no new step. Spark counts the batch as done, but the next query
+                # starts from this run's own offset.
+                return
+            self._busy = True
+        try:
+            with self.step_lock:
+                # `df`, the source's rows, is never read: `StepInput.rows` reads the same
+                # rows without a Python worker.
+                self._process(batch_id)
+        except BaseException as e:
+            self.error = e
+            raise
+        finally:
+            self._busy = False
+            self._last_step_at = time.monotonic()
+
+    def _process(self, batch_id: int) -> None:
+        t0 = time.perf_counter()
+        if not self._reported:
+            self.timeline.mark("first_batch")
+        # The batch's rows: from this run's offsets to the batch's end offsets, read from
+        # the query's offset log (Spark writes it before the batch runs).
+        self._read_step(batch_ends(self._spark_ck, batch_id, list(self._readers)), t0)
+
+    def _read_step(self, ends: dict[str, Offset], t0: float) -> None:
+        """A step over every input table's rows from the run's offsets to `ends`."""
+        batches: dict[str, MicroBatch] = {}
+        for t, r in self._readers.items():
+            start, end = self.offsets[t], ends.get(t, self.offsets[t])
+            if not advanced(start, end):
+                continue
+            if r.jobs.skips_spark() and (made := r.input.arrow(start, end)) is not None:
+                batches[t] = r.jobs.arrow_batch(*made)
+            elif (rows := r.input.rows(count(start), count(end))) is not None:
+                batches[t] = r.jobs.micro_batch(rows)
+        self._step(batches, t0, ends)
+
+    def _tables_ahead(self, rows: DataFrame) -> JobTables:
+        return self.jobs.tables(rows)
+
+    def _first_step_ahead(self, ahead: ReadAhead) -> None:
+        """The run's first step, from the batch read ahead (`StepInput.read_ahead`), before
+        the query starts (`_run`): a restart's first output waits neither for the query's
+        start-up nor for its first batch (Python workers for the source and its planning,
+        the offset log), and the batch's Spark job does not compete with them for the
+        machine. The step is a step like any other: it covers the files or records the
+        read-ahead took, and its offset is their end."""
+        with self.step_lock:
+            t0 = time.perf_counter()
+            table = ahead.result()
+            self.timeline.mark("first_batch")
+            if table is None:
+                if self.input.connector.batches is None:
+                    return  # the query reads the batch, and reports what fails
+                self.input.rows(self.offset, ahead.end)  # read again, and fail if it does
+            self.jobs.ready = table
+            self._step(
+                {self._table: self.jobs.micro_batch(ahead.rows())}, t0, {self._table: ahead.end}
+            )
+        self._last_step_at = time.monotonic()
+
+    def _replay_step(self) -> None:
+        """Redo the next logged step (`_replay`) with its logged end offset, from the
+        driver, before the query starts: a step redone after a crash reads exactly the input
+        it read the first time."""
+        if not self._driver_step(self._replay[0]):
+            self._replay = []  # nothing to redo there: new input from here on
+
+    def _driver_step(self, ends: dict[str, Offset]) -> bool:
+        """A step to `ends`, read by the driver before the query starts; whether it was
+        taken (no row, no step)."""
+        with self.step_lock:
+            t0 = time.perf_counter()
+            if not self._reported:
+                self.timeline.mark("first_batch")
+            step = self.step
+            self._read_step(ends, t0)
+        self._last_step_at = time.monotonic()
+        return self.step > step
+
+    def _log_offsets(self, step: int, ends: dict[str, Offset]) -> None:
+        """Make step `step`'s input (every table's offsets to `ends`) durable before its
+        output reaches a sink, unless it is the replay of a logged step with that input."""
+        if self._replay and self._replay[0] == ends:
+            self._replay.pop(0)
+        else:
+            self._replay = []
+            self.offset_log.record(step, {t: (self.offsets[t], e) for t, e in ends.items()})
+        if step % OFFSET_LOG_TRIM_STEPS == 0 and (cps := self.loc.list_checkpoints()):
+            # No restore goes back beyond the oldest checkpoint: nor do the sinks' rollbacks.
+            self.offset_log.truncate_through(cps[0].step)
+            for sink in self.sinks.values():
+                sink.forget_through(cps[0].step)
+
+    def _step(self, batches: dict[str, MicroBatch], t0: float, ends: dict[str, Offset]) -> None:
+        """One engine step over the micro-batches Spark computed, per input table (`t0`:
+        when the batch began), which take every table read to its end in `ends`. No step
+        if no table had a row."""
+        if all(b.end is None for b in batches.values()):
+            return
+        first = not self._reported
+        times = [b.oldest for b in batches.values() if b.oldest is not None]
+        oldest = min(times) if times else None
+        ends = {**self.offsets, **{t: ends[t] for t in batches}}
+        step = self.step + 1
+        self._log_offsets(step, ends)
+        bad_rows = self.dead_letters.write(step, {t: b.bad for t, b in batches.items()})
+        tables: dict[str, pa.Table] = {}
+        for t, b in batches.items():
+            name = self._readers[t].name
+            tables.update({name if k == SOURCE else k: v for k, v in b.tables.items()})
+        spark_ms = (time.perf_counter() - t0) * 1000
+        if first:
+            self.timeline.mark("spark_part")
+        # A failed commit or upload is reported; fencing or commits failing in a row end
+        # the run here, before the sinks are written again.
+        self.durability.check()
+        t1 = time.perf_counter()
+        late_before = self.plan.dataflow.late_rows()
+        out = self.plan.dataflow.step(tables)
+        late_rows = self.plan.dataflow.late_rows() - late_before
+        self.written.write(self.spec, step, out)
+        # End-to-end latency: the step's output is in every sink now; its oldest input
+        # event happened at `oldest`. (Wall clock against event time: both UTC.)
+        written_us = time.time_ns() // 1000
+        latency_ms = None if oldest is None else (written_us - oldest) / 1000
+        engine_ms = (time.perf_counter() - t1) * 1000
+        self.step, self.offsets = step, ends
+        rows_in = sum(b.rows_in for b in batches.values())
+        commit_ms = self.checkpoints.after_step()
+        if first:
+            self.timeline.mark("engine_step")
+        step_ms = (time.perf_counter() - t0) * 1000
+        self.metrics.step(
+            step,
+            self.offset,
+            (rows_in, sum(o.num_rows for o in out.values()), bad_rows, late_rows),
+            StepTimes(spark_ms, engine_ms, commit_ms, step_ms, latency_ms),
+            self.loc.spines(),
+            self.plan.dataflow.operator_metrics(),
+            {t: r.input.figures(self.offsets[t]) for t, r in self._readers.items()},
+            self.written.figures(),
+        )
+        if first:
+            self._report_started()
+
+    def _report_started(self) -> None:
+        """Once per run, after its first step: where the start-up went (see `Timeline`).
+        Written to the metrics file only, not to the other metrics sinks."""
+        self._reported = True
+        tl = self.timeline
+        tl.mark("metrics")
+        rec = {
+            "ts": time.time(),
+            "event": "started",
+            "pid": os.getpid(),  # the driver's: a spare's keeps its own command line
+            "first_step": self.step,
+            "restored": self.loc.restored.uuid if self.loc.restored is not None else None,
+            "spare": tl.spare,
+            "total_ms": tl.total_ms(),
+            "phases_ms": tl.phases_ms(),
+        }
+        log.debug("run started: %s", rec)
+        self.metrics.to_file(rec)
+
+    # -- the query --
+
+    def request_exit(self, code: int) -> None:
+        """End the run after the current step (from a signal handler or the control loop)."""
+        if self.exit_code is None:
+            self.exit_code = code
+
+    def _max_steps_reached(self) -> bool:
+        last = self._last_allowed_step
+        return last is not None and self.step >= last
+
+    def drain(self, timeout_s: float = 120.0) -> None:
+        """Let the step in flight finish before the query stops: stopping cancels its Spark
+        jobs, which would fail the step (and the run) instead of ending it cleanly."""
+        with self._gate:
+            self._draining = True
+        deadline = time.monotonic() + timeout_s
+        while self._busy and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def _query(self) -> Any:
+        inputs = {t: r.input for t, r in self._readers.items()}
+        q, self._spark_ck = start_query(
+            self.spark,
+            inputs,
+            self.offsets,
+            self._query_name,
+            self.process,
+            self.spec.trigger.interval,
+        )
+        return q
+
+    def run(
+        self,
+        max_steps: int | None = None,
+        stop_when_idle: float | None = None,
+        hang_timeout: float | None = None,
+    ) -> RunResult:
+        """Process until `max_steps`, `stop_when_idle` seconds without a step, an error, or
+        `request_exit`. While `paused` the query is stopped and the state stays open; it
+        restarts from the current offset on resume. With `hang_timeout`, no step for that
+        long while input waits ends the process (`_hung`)."""
+        self._last_step_at = time.monotonic()
+        self._last_allowed_step = None if max_steps is None else self.first_step + max_steps
+        durations = QueryProgress(self.metrics.batch_durations(self._query_name))
+        durations.add(self.spark)
+        watchdog = None
+        if hang_timeout:
+            watchdog = HangWatchdog(
+                hang_timeout,
+                lambda: self._last_step_at,
+                lambda: self.step > self.first_step,
+                lambda: any(r.input.waiting(self.offsets[t]) for t, r in self._readers.items()),
+                lambda: self.paused or self.exit_code is not None,
+                self._hung,
+                startup_s=STARTUP_LIMIT_S,
+            )
+            watchdog.start()
+        try:
+            return self._run(stop_when_idle)
+        finally:
+            if watchdog is not None:
+                watchdog.stop()
+            durations.remove(self.spark)
+
+    def _hung(self, why: str) -> None:
+        """The query is stuck: say so and end the process as a crash would (the restart
+        policy restarts it from the last checkpoint; a stuck step cannot be drained)."""
+        log.error("%s", why)
+        with contextlib.suppress(Exception):
+            self.metrics.to_file({"ts": time.time(), "event": "hung", "message": why})
+        print(f"{HUNG_HEADING} {why}", file=sys.stderr, flush=True)
+        os._exit(EXIT_HUNG)
+
+    def _run(self, stop_when_idle: float | None) -> RunResult:
+        failed = 0  # queries in a row that failed outside a step
+        while self.exit_code is None:
+            if self.paused:
+                time.sleep(0.05)
+                continue
+            ahead, self._ahead = self._ahead, None
+            if ahead is not None:
+                self._first_step_ahead(ahead)
+                if self._max_steps_reached():
+                    break
+                continue  # then the query, unless the run was told to exit or pause
+            if self._replay:
+                self._replay_step()
+                if self._max_steps_reached():
+                    break
+                continue
+            if self._first_in_driver:
+                self._first_in_driver = False
+                ends = [
+                    (t, r.input.driver_step_end(self.offsets[t])) for t, r in self._readers.items()
+                ]
+                taken: dict[str, Offset] = {t: e for t, e in ends if e is not None}
+                if taken:
+                    self._driver_step(taken)
+                    if self._max_steps_reached():
+                        break
+                    continue
+            self._draining = False
+            q = self._query()
+            if not self._reported:
+                self.timeline.mark("query_start")
+            # Why the query ends, read when it does: a resume may come while it is stopping
+            # (seconds), and must not turn a pause into the end of the run.
+            pausing = False
+            started_at = time.monotonic()
+            up_at: float | None = None  # when the query's first trigger ended
+            try:
+                while q.isActive and self.exit_code is None and not self.paused:
+                    if self.error is not None:
+                        break
+                    if self._max_steps_reached():
+                        break
+                    if stop_when_idle is not None and not self._busy:
+                        # The query's start-up, up to its first trigger, is never idleness,
+                        # however long a loaded machine makes it; one that does not end is
+                        # a failure, not an idle end.
+                        now = time.monotonic()
+                        if up_at is None and q.lastProgress is not None:
+                            up_at = now
+                        if up_at is None and now - started_at > STARTUP_LIMIT_S:
+                            raise RuntimeError(
+                                f"the Spark query did not finish its first trigger within "
+                                f"{STARTUP_LIMIT_S:.0f} s"
+                            )
+                        if up_at is not None and now - max(self._last_step_at, up_at) > (
+                            stop_when_idle
+                        ):
+                            break
+                    time.sleep(0.05)
+                pausing = self.paused and self.exit_code is None and self.error is None
+            finally:
+                self.drain()
+                q.stop()
+                shutil.rmtree(self._spark_ck, ignore_errors=True)
+            if self.error is not None:
+                raise self.error
+            error = q.exception()
+            if error is not None:
+                # Outside a step (a step's failure is `self.error`), e.g. a Python worker of
+                # the source that did not connect back in time on a starved machine: the
+                # state and offset are those of the last whole step, so a new query from
+                # there is what a pause and resume do, without a new driver's start-up.
+                failed += 1
+                if failed > QUERY_RESTARTS:
+                    raise RuntimeError(f"the Spark query failed: {error}")
+                first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+                log.warning(
+                    "the Spark query failed outside a step (%s); starting it again from "
+                    "offset %d (%d of %d)",
+                    first_line,
+                    self.offset,
+                    failed,
+                    QUERY_RESTARTS,
+                )
+                time.sleep(failed)
+                continue
+            failed = 0
+            if not pausing:
+                break
+        return RunResult(
+            self.first_step, self.step, self.offset, self.checkpoints.count, dict(self.offsets)
+        )
+
+    def close(self) -> None:
+        for s in self.sinks.values():
+            s.close()
+        if self._ahead is not None:
+            self._ahead.wait()  # it uses the scratch directory removed below
+        for r in self._readers.values():
+            r.input.close()
+        self.checkpoints.close()
+        self.loc.close()
+
+
+__all__ = ["Plan", "RunResult", "Runner", "plan", "spark_session"]
