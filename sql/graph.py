@@ -98,8 +98,11 @@ def _describe(node: P.Node) -> tuple[str, str]:
     if isinstance(node, P.TopN):
         return "top_n", f"top {node.limit}"
     if isinstance(node, P.RowsOver):
-        rows = "all rows" if node.preceding is None else f"{node.preceding + 1} rows"
-        return "aggregate", f"{node.aggs[0].func} over {rows}"
+        labels = (
+            f"{a.func} over {'all rows' if p is None else f'{p + 1} rows'}"
+            for a, p in zip(node.aggs, node.frames, strict=True)
+        )
+        return "aggregate", ", ".join(labels)
     if isinstance(node, P.Negate):
         return "negate", "negate"
     return "union", "union all"

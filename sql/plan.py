@@ -197,13 +197,23 @@ class TopN:
 class RowsOver:
     """`AGG(x) OVER (PARTITION BY ... ORDER BY ... ROWS BETWEEN n PRECEDING AND CURRENT
     ROW)`: each input row with `aggs` over its partition's rows from `preceding` rows
-    before it (None: all) to itself, in `order`."""
+    before it (None: all) to itself, in `order`: one `preceding` for all aggregates (so the
+    node, and its fingerprint, is what it was before frames per aggregate), or a tuple of
+    one per aggregate where they differ. The window aggregates of a SELECT that share
+    PARTITION BY and ORDER BY are one node: one ordering of each partition, so rows equal in
+    every column pair their values as Spark's do."""
 
     input: Node
     partition: tuple[str, ...]
     order: tuple[tuple[str, bool], ...]  # (column, descending)
-    preceding: int | None
+    preceding: int | tuple[int | None, ...] | None
     aggs: tuple[AggCall, ...]
+
+    @property
+    def frames(self) -> tuple[int | None, ...]:
+        """Each aggregate's `preceding`."""
+        p = self.preceding
+        return p if isinstance(p, tuple) else (p,) * len(self.aggs)
 
     @property
     def schema(self) -> pa.Schema:

@@ -10,7 +10,8 @@ The outer query's bound on the rank (`bounds`) is handed to the inner SELECT, wh
 ROW_NUMBER becomes a `plan.TopN` with that limit. A ROW_NUMBER without such a bound would
 rank every row of a group, and a change at the top would renumber all of them: refused.
 
-Aggregates over a frame of rows (`over_rows`), each a `plan.RowsOver`:
+Aggregates over a frame of rows (`over_rows`), a `plan.RowsOver` per window (PARTITION BY
+and ORDER BY), each aggregate with its own frame:
 
     SELECT ..., avg(x) OVER (PARTITION BY p ORDER BY o ROWS BETWEEN 10 PRECEDING AND
     CURRENT ROW) AS a FROM t             -- or UNBOUNDED PRECEDING; ROWS n PRECEDING
@@ -142,14 +143,18 @@ def over_rows(
     fresh: Callable[[], str],
     agg_call: Callable[[exp.Expr, Compiler], tuple[AggCall, Expr | None]],
 ) -> tuple[Node, dict[str, Column]]:
-    """`node` with a `RowsOver` per window item (an aggregate OVER a ROWS frame), and each
-    item's column by the window expression's text (for the select list)."""
+    """`node` with a `RowsOver` per PARTITION BY and ORDER BY of the window items (an
+    aggregate OVER a ROWS frame; each its own frame), and each item's column by the window
+    expression's text (for the select list). Items sharing a window are one operator, one
+    ordering of each partition, as Spark computes them: rows equal in every column then pair
+    their values as Spark's do. Windows that differ are operators in a chain."""
 
     def error(at: exp.Expr, message: str) -> SqlError:
         line, col = script.at(at)
         return SqlError([Problem(message, line, col)])
 
-    found: dict[str, Column] = {}
+    groups: dict[tuple[object, ...], list[tuple[exp.Window, int | None]]] = {}
+    signature = Compiler(script, scope)
     for item in items:
         window = item.this if isinstance(item, exp.Alias) else item
         assert isinstance(window, exp.Window)
@@ -157,17 +162,35 @@ def over_rows(
         if order is None or not order.expressions:
             raise error(window, f"{key(window.this)} OVER (...) needs ORDER BY")
         preceding = _preceding(window, error)
+        same = (
+            tuple(repr(signature(p)) for p in window.args.get("partition_by") or []),
+            tuple((repr(signature(o.this)), bool(o.args.get("desc"))) for o in order.expressions),
+        )
+        groups.setdefault(same, []).append((window, preceding))
+    found: dict[str, Column] = {}
+    for group in groups.values():
         columns = _Columns(Compiler(script, scope), fresh)
-        call, arg = agg_call(window.this, columns.compiler)
-        if call.distinct:
-            raise error(window, "DISTINCT is not supported in an aggregate OVER a window")
-        _check_type(call, arg, window, error)
-        column = None if arg is None else columns(arg)
-        partition = _unique(columns(p) for p in window.args.get("partition_by") or [])
-        ordering = _first((columns(o.this), bool(o.args.get("desc"))) for o in order.expressions)
-        call = AggCall(call.name, call.func, column, call.type)
-        node = RowsOver(columns.project(node), partition, ordering, preceding, (call,))
-        found[key(window)] = Column(call.name, call.type)
+        calls: list[AggCall] = []
+        window_of: tuple[tuple[str, ...], tuple[tuple[str, bool], ...]] | None = None
+        for window, _ in group:
+            call, arg = agg_call(window.this, columns.compiler)
+            if call.distinct:
+                raise error(window, "DISTINCT is not supported in an aggregate OVER a window")
+            _check_type(call, arg, window, error)
+            column = None if arg is None else columns(arg)
+            if window_of is None:
+                partition = _unique(columns(p) for p in window.args.get("partition_by") or [])
+                order = window.args["order"]
+                window_of = (
+                    partition,
+                    _first((columns(o.this), bool(o.args.get("desc"))) for o in order.expressions),
+                )
+            calls.append(AggCall(call.name, call.func, column, call.type))
+            found[key(window)] = Column(call.name, call.type)
+        assert window_of is not None
+        frames = tuple(p for _, p in group)
+        shared = frames[0] if len(set(frames)) == 1 else frames  # one: as it always was
+        node = RowsOver(columns.project(node), *window_of, shared, tuple(calls))
     return node, found
 
 

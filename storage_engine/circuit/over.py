@@ -10,6 +10,13 @@ one) are retracted and emitted again. Ties in the order are broken by the other 
 ascending, so each frame is a function of the partition's rows alone (SQL leaves it
 unspecified). NULLs come first in ascending order and last in descending order, as in
 Spark; aggregates skip NULL values, and one over no value is NULL (count: 0).
+
+Each aggregate has its own frame (`preceding`, one for all or one per aggregate), all over
+one ordering of the partition: an output row's values are its own position's, also among
+rows equal in every column (as Spark's one Window operator per PARTITION BY and ORDER BY;
+operators chained would order the copies by the earlier one's values). An operator whose
+aggregates share a frame describes it as one `preceding`, as before frames per aggregate,
+so its fingerprint and checkpoints are those of then.
 """
 
 from __future__ import annotations
@@ -35,13 +42,21 @@ class RowsOver(PartitionedOperator):
         input_schema: pa.Schema,
         partition_by: Sequence[str],
         order_by: Sequence[tuple[str, bool]],
-        preceding: int | None,
+        preceding: int | Sequence[int | None] | None,
         aggregates: Sequence[Aggregate],
         input: str = "source",
     ) -> None:
         """`order_by`: (column, descending) pairs; `preceding`: the frame's rows before
-        the current one (None: unbounded); `aggregates`: output columns, after the input's."""
-        if preceding is not None and preceding < 0:
+        the current one (None: unbounded), one for all aggregates or one per aggregate;
+        `aggregates`: output columns, after the input's. All aggregates are computed over
+        one ordering of each partition, so an output row's values are all its own row's
+        even among rows equal in every column."""
+        frames = (
+            list(preceding) if isinstance(preceding, Sequence) else [preceding] * len(aggregates)
+        )
+        if len(frames) != len(aggregates):
+            raise CircuitError(f"operator {op_id!r}: one frame per aggregate")
+        if any(p is not None and p < 0 for p in frames):
             raise CircuitError(f"operator {op_id!r}: the frame cannot end before it starts")
         require_columns(op_id, input_schema, [c for c, _ in order_by], "order columns")
         fields = []
@@ -52,7 +67,12 @@ class RowsOver(PartitionedOperator):
         super().__init__(
             op_id, input_schema, partition_by, pa.schema([*input_schema, *fields]), input
         )
-        self.order_by, self.preceding = list(order_by), preceding
+        self.order_by, self.frames = list(order_by), frames
+        # One frame for all (always so before per-aggregate frames): described as a
+        # single `preceding`, so such an operator's fingerprint is what it always was.
+        self.preceding: int | list[int | None] | None = (
+            frames[0] if len(set(frames)) == 1 else frames
+        )
         self.aggregates = list(aggregates)
 
     def describe(self) -> dict[str, Any]:
@@ -73,10 +93,13 @@ class RowsOver(PartitionedOperator):
         if ordered is None:
             return empty_delta(self._out)
         rows, starts = ordered
-        frames = _Frames(starts, rows.num_rows, self.preceding)
+        by_frame: dict[int | None, _Frames] = {}
         out = rows.select(self.input_schema.names)
         added = list(self._out)[len(self.input_schema) :]
-        for a, f in zip(self.aggregates, added, strict=True):
+        for a, f, p in zip(self.aggregates, added, self.frames, strict=True):
+            if p not in by_frame:
+                by_frame[p] = _Frames(starts, rows.num_rows, p)
+            frames = by_frame[p]
             col = None if a.column is None else rows.column(a.column)
             if col is not None and pa.types.is_decimal(col.type) and a.func != "count":
                 what = f"operator {self.id!r}: {a.func} of column {a.column!r}"

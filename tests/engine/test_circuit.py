@@ -299,10 +299,15 @@ def test_top_n_matches_the_model(tmp_path: Path, seed: int) -> None:
     check_against_model(tmp_path, make, SCHEMA, steps, lambda live: model_top_n(live, 2))
 
 
-def model_rows_over(live: Counter[Row], preceding: int | None) -> Counter[Row]:
+Frames = int | None | tuple[int | None, ...]
+
+
+def model_rows_over(live: Counter[Row], preceding: Frames) -> Counter[Row]:
     """Per g: rows by x ascending, then y ascending (NULLs first; duplicates counted),
     each with count(*), count(x), sum(x), avg(y), min(x), max(y) over the frame of rows
-    from `preceding` before it (None: all) to itself; sum, avg, min, max of no value: NULL."""
+    from `preceding` before it (None: all; a tuple: one per aggregate) to itself; sum, avg,
+    min, max of no value: NULL. All over one ordering: each output row is one copy's."""
+    frames = preceding if isinstance(preceding, tuple) else (preceding,) * 6
     groups: dict[Any, list[Row]] = {}
     for r, m in live.items():
         groups.setdefault(r[0], []).extend([r] * m)
@@ -310,27 +315,28 @@ def model_rows_over(live: Counter[Row], preceding: int | None) -> Counter[Row]:
     for rows in groups.values():
         rows.sort(key=lambda r: (r[1] is not None, r[1] or 0, r[2] is not None, r[2] or 0.0))
         for i, r in enumerate(rows):
-            frame = rows[0 if preceding is None else max(0, i - preceding) : i + 1]
-            xs = [f[1] for f in frame if f[1] is not None]
-            ys = [f[2] for f in frame if f[2] is not None]
+            frame = [rows[0 if p is None else max(0, i - p) : i + 1] for p in frames]
+            xs = [[f[1] for f in fr if f[1] is not None] for fr in frame]
+            ys = [[f[2] for f in fr if f[2] is not None] for fr in frame]
             aggs = (
-                len(frame),
-                len(xs),
-                sum(xs) if xs else None,
-                sum(ys) / len(ys) if ys else None,
-                min(xs) if xs else None,
-                max(ys) if ys else None,
+                len(frame[0]),
+                len(xs[1]),
+                sum(xs[2]) if xs[2] else None,
+                sum(ys[3]) / len(ys[3]) if ys[3] else None,
+                min(xs[4]) if xs[4] else None,
+                max(ys[5]) if ys[5] else None,
             )
             out[(*r, *aggs)] += 1
     return out
 
 
 @pytest.mark.parametrize(
-    ("seed", "preceding"), [(s, p) for s in range(trials(3, 2)) for p in (2, None)]
+    ("seed", "preceding"),
+    [(s, p) for s in range(trials(3, 2)) for p in (2, None, (2, None, 0, 3, None, 1))],
 )
-def test_rows_over_matches_the_model(tmp_path: Path, seed: int, preceding: int | None) -> None:
-    """Aggregates over frames of rows per group, across retractions, duplicates, ties and
-    NULLs in the order, and a restore."""
+def test_rows_over_matches_the_model(tmp_path: Path, seed: int, preceding: Frames) -> None:
+    """Aggregates over frames of rows per group (one frame for all, or one each), across
+    retractions, duplicates, ties and NULLs in the order, and a restore."""
     rng = random.Random(seed)
     steps = history(rng, 40, agg_row)
     aggs = [
@@ -348,6 +354,29 @@ def test_rows_over_matches_the_model(tmp_path: Path, seed: int, preceding: int |
     check_against_model(
         tmp_path, make, SCHEMA, steps, lambda live: model_rows_over(live, preceding)
     )
+
+
+def test_rows_over_fingerprints_are_unchanged_by_frames_per_aggregate() -> None:
+    """An operator whose aggregates share one frame (one aggregate, or several) describes
+    and fingerprints exactly as before frames per aggregate (values from before), so its
+    checkpoints restore; frames that differ are a different operator."""
+    schema = pa.schema([("g", pa.string()), ("o", pa.int64()), ("x", pa.int64())])
+    one = [Aggregate("s", "sum", "x")]
+    two = [*one, Aggregate("m", "max", "x")]
+
+    def fp(preceding: Frames, aggs: list[Aggregate]) -> str:
+        op = RowsOver("over", schema, ["g"], [("o", False)], preceding, aggs)
+        circuit = Circuit([op])
+        assert circuit.operator_fingerprints == {"over": circuit.fingerprint}
+        return circuit.fingerprint
+
+    assert fp(2, one) == fp((2,), one) == "2de8d3fe587c845b2756ccccb51c13e6"
+    assert fp(None, one) == "30f9ffa0421b96a82d1a8a386a8c3b5c"
+    assert fp(2, two) == fp((2, 2), two) == "2719990f1e4abc5fef429299b4208afa"
+    assert fp(None, two) == fp((None, None), two) == "3313e93682669e23d1e97822cd891e31"
+    assert fp((2, None), two) not in {fp(2, two), fp(None, two)}
+    with pytest.raises(CircuitError, match="one frame per aggregate"):
+        fp((2, None), one)
 
 
 SESSION_SCHEMA = pa.schema([("g", pa.string()), ("ts", pa.timestamp("us", tz="UTC"))])

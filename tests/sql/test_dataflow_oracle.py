@@ -312,3 +312,40 @@ def test_negative_zero_is_zero(name: str, tmp_path: Path) -> None:
         oracle,
         lambda r: tuple(_norm(v) for v in r),
     )
+
+
+DUPLICATES = {"w": pa.schema([("p", pa.int32()), ("x", pa.int64()), ("y", pa.int64())])}
+
+
+def test_window_aggregates_of_one_window_pair_duplicates_as_one_ordering(tmp_path: Path) -> None:
+    """Several aggregates over frames of rows sharing PARTITION BY and ORDER BY, over rows
+    that are often equal in every column (ordered by all columns: only copies tie): each
+    output row's values are one copy's, as over one ordering of the partition (DuckDB's, and
+    Spark's one Window operator), not one copy's sum with another's count. The running sum
+    of negative numbers falls from copy to copy while the counts rise, so aggregates
+    ordered apart (by the first's values) would pair them crosswise."""
+    sql = """CREATE VIEW out AS SELECT p, x, y,
+        sum(y) OVER (PARTITION BY p ORDER BY x, y ROWS UNBOUNDED PRECEDING) AS s,
+        count(*) OVER (PARTITION BY p ORDER BY x, y ROWS 1 PRECEDING) AS n,
+        max(x - y) OVER (PARTITION BY p ORDER BY x, y ROWS 2 PRECEDING) AS m,
+        avg(y) OVER (PARTITION BY p ORDER BY x, y ROWS BETWEEN 3 PRECEDING AND CURRENT ROW)
+            AS a
+        FROM w"""
+    rng = random.Random("duplicates")
+
+    def oracle(live: dict[str, Counter[tuple[Any, ...]]]) -> Counter[tuple[Any, ...]]:
+        con = duckdb.connect()
+        rows = list(live["w"].elements())
+        con.register("w", _table(DUPLICATES["w"], rows, [1] * len(rows)).drop_columns([WEIGHT]))
+        body = sqlglot.parse_one(sql, read="spark").expression.sql(dialect="duckdb")
+        return Counter(tuple(_norm(v) for v in r) for r in con.execute(body).fetchall())
+
+    check_view(
+        tmp_path,
+        sql,
+        DUPLICATES,
+        rng,
+        lambda t: [(rng.randint(0, 1), rng.randint(0, 2), rng.randint(-3, -1)) for _ in range(8)],
+        oracle,
+        lambda r: tuple(_norm(v) for v in r),
+    )

@@ -148,3 +148,35 @@ def test_an_edit_early_in_a_view_leaves_its_later_operators_alone() -> None:
         "an aggregate added to a": ["v.agg0", "v.join2"],
         "b's filter": ["v.agg1", "v.join2"],
     }
+
+
+def test_window_aggregates_keep_their_ids_and_fingerprints() -> None:
+    """Window aggregates of one SELECT sharing PARTITION BY and ORDER BY are one operator
+    (each aggregate its own frame); a SELECT with one such aggregate, or with aggregates
+    over different windows, keeps the operator ids and fingerprints it had when each item
+    was an operator of its own (values from then), so its checkpoints restore. Several
+    aggregates over one window were several operators: a query-plan change (docs/sql.md,
+    Changing a query)."""
+    w = "OVER (PARTITION BY g ORDER BY k ROWS 2 PRECEDING)"
+    queries = {
+        "one": f"SELECT g, v, sum(v) {w} AS s FROM t",
+        "computed": """SELECT g, v, max(v * 2) OVER (PARTITION BY k % 2, g ORDER BY v DESC
+            ROWS UNBOUNDED PRECEDING) AS m FROM t""",
+        "windows apart": f"""SELECT g, v, sum(v) {w} AS s,
+            count(*) OVER (PARTITION BY k ORDER BY v + 1 ROWS 1 PRECEDING) AS n FROM t""",
+        "one window": f"SELECT g, v, sum(v) {w} AS s, count(*) {w} AS n FROM t",
+    }
+    fps = {
+        name: Dataflow(plan(parse(f"CREATE VIEW o AS {sql}"), TABLES)).circuit.operator_fingerprints
+        for name, sql in queries.items()
+    }
+    assert fps == {
+        "one": {"o.over0": "56abc64b97f2702e91896637d7e6e898"},
+        "computed": {"o.over0": "6a92fb3961cd301336fd26312c3e9cd1"},
+        "windows apart": {
+            "o.over0": "56abc64b97f2702e91896637d7e6e898",
+            "o.over1": "8e6d8c9d89337c923951cce53bba1e35",
+        },
+        # was o.over0 (as "one") and o.over1 (a4318b51f767f2eb32c0a514b1f2d691)
+        "one window": {"o.over0": "e3a917182a6617430eec2b722dbcf88c"},
+    }
