@@ -28,7 +28,7 @@ from workers.runtime.connectors.files_sink import STEP
 
 from ...conftest import trials
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FILES, ROWS = 16, 300
 T0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 

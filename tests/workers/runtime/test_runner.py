@@ -31,7 +31,7 @@ from workers.runtime.connectors.files_sink import FilesSink
 from workers.runtime.runner import QUERY_RESTARTS, Runner
 from workers.runtime.step_input import StepInput
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "docs" / "examples"
 
 
@@ -536,7 +536,7 @@ def test_a_stuck_query_ends_the_run_instead_of_hanging(tmp_path: Path) -> None:
     err = tmp_path / "err"
     cmd = [sys.executable, "-m", "workers.runtime.driver", "run", str(spec_path), "--storage",
            str(tmp_path / "state"), "--hang-timeout", "5"]  # fmt: skip
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     env = {**os.environ, "PYTHONPATH": str(root)}
     p = subprocess.Popen(
         cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=err.open("w")

@@ -28,7 +28,7 @@ from workers.runtime.connectors.sink import SinkConflictError
 from workers.runtime.connectors.view_sink import ViewSink
 from workers.runtime.input_files import list_input_files
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "docs" / "examples"
 
 SCHEMA = pa.schema([("user", pa.string()), ("n", pa.int64())])
 

@@ -13,7 +13,7 @@ import pytest
 
 from workers.runtime import spark_cds
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 SESSION = """
 import sys
