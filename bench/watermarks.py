@@ -31,8 +31,8 @@ from typing import Any
 import pyarrow as pa
 
 from pipeline_spec.model import load_spec
-from sql.dataflow import Dataflow
-from sql.spec import plan_spec
+from spindle_sql.dataflow import Dataflow
+from spindle_sql.spec import plan_spec
 from storage_engine import StorageLocation
 from workers.runtime.dataflow_run import DataflowRun
 from workers.runtime.nexmark import events as nexmark_events

@@ -1,5 +1,5 @@
 """The Nexmark queries of docs/examples/nexmark/ run by DuckDB as batch queries: the oracle
-that tests/sql/test_nexmark.py and `bench.nexmark` compare every system's output with.
+that tests/spindle_sql/test_nexmark.py and `bench.nexmark` compare every system's output with.
 
 DuckDB runs each query's own SQL (transpiled by sqlglot), except where it lacks a construct:
 the window table functions (q5, q7, q8, q11) and the tie-break of q19's ranking are written
@@ -19,7 +19,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from sql.parse import parse
+from spindle_sql.parse import parse
 
 Rows = Counter[tuple[Any, ...]]
 

@@ -1,5 +1,5 @@
 """The TPC-H queries of docs/examples/tpch/tpch.yaml run by DuckDB as batch queries: the
-oracle that tests/sql/test_tpch.py and tests/workers/runtime/test_tpch_pipeline.py compare
+oracle that tests/spindle_sql/test_tpch.py and tests/workers/runtime/test_tpch_pipeline.py compare
 Spindle's views with.
 
 DuckDB runs each query's own text, as the pipeline's `sql` holds it (the specification's

@@ -4,7 +4,7 @@ rows (`read_spine`), and every report as plain JSON types (`to_jsonable`).
 
 Every function here is read-only: it takes no lock, removes nothing and writes nothing, so
 it is safe to run while a pipeline owns the location. Problems are reported, not raised
-(see `location_scan.py`); printing is the CLI's job (cli/storage.py).
+(see `location_scan.py`); printing is the CLI's job (spindle_cli/storage.py).
 """
 
 from __future__ import annotations

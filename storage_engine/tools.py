@@ -1,5 +1,5 @@
 """The offline tools over a storage location: validate it (`validate_location`, fsck)
-and dump a batch file (`dump_batch_file`); `spindle storage ...` (cli/storage.py) prints
+and dump a batch file (`dump_batch_file`); `spindle storage ...` (spindle_cli/storage.py) prints
 their reports.
 
 Read-only like the view they build on (`location_view.py`, whose functions are re-exported

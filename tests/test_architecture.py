@@ -33,10 +33,10 @@ import pytest
 PACKAGES = (
     "pipeline_spec",
     "storage_engine",
-    "sql",
+    "spindle_sql",
     "backend",
     "workers",
-    "cli",
+    "spindle_cli",
     "local_servers",
     "oracles",
 )
@@ -114,25 +114,28 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
         ("pipeline_spec", "storage_engine"),
         ("pipeline_spec", "backend"),
         ("pipeline_spec", "workers"),
-        ("pipeline_spec", "cli"),
+        ("pipeline_spec", "spindle_cli"),
         ("pipeline_spec", "pyspark"),
         ("storage_engine", "backend"),
         ("storage_engine", "workers"),
-        ("storage_engine", "cli"),
+        ("storage_engine", "spindle_cli"),
         ("storage_engine", "pyspark"),
-        ("storage_engine", "sql"),
-        ("pipeline_spec", "sql"),
-        *(("sql", p) for p in ("backend", "workers", "cli", "pyspark")),
+        ("storage_engine", "spindle_sql"),
+        ("pipeline_spec", "spindle_sql"),
+        *(("spindle_sql", p) for p in ("backend", "workers", "spindle_cli", "pyspark")),
         ("backend", "pyspark"),
         ("backend", "workers.runtime.runner"),
-        ("cli", "pyspark"),
-        ("cli", "workers"),
+        ("spindle_cli", "pyspark"),
+        ("spindle_cli", "workers"),
         *(
             ("local_servers", p)
-            for p in ("pipeline_spec", "storage_engine", "sql", "backend", "workers")
+            for p in ("pipeline_spec", "storage_engine", "spindle_sql", "backend", "workers")
         ),
-        *(("oracles", p) for p in ("backend", "workers", "cli", "pyspark")),
-        *((p, "oracles") for p in ("pipeline_spec", "storage_engine", "sql", "backend", "workers")),
+        *(("oracles", p) for p in ("backend", "workers", "spindle_cli", "pyspark")),
+        *(
+            (p, "oracles")
+            for p in ("pipeline_spec", "storage_engine", "spindle_sql", "backend", "workers")
+        ),
     ],
 )
 def test_a_package_does_not_reach(graph: grimp.ImportGraph, importer: str, imported: str) -> None:
@@ -159,7 +162,7 @@ def test_sql_does_not_import_the_storage_location_or_commits(
     graph: grimp.ImportGraph, imported: str
 ) -> None:
     importers = graph.find_modules_that_directly_import(imported)
-    ours = sorted(m for m in importers if m == "sql" or m.startswith("sql."))
+    ours = sorted(m for m in importers if m == "spindle_sql" or m.startswith("spindle_sql."))
     assert ours == [], f"{ours} import {imported}"
 
 
@@ -167,7 +170,7 @@ def test_sql_does_not_import_the_storage_location_or_commits(
 LAYERS = (
     "pipeline_spec",
     "storage_engine",
-    "sql",
+    "spindle_sql",
     "workers.runtime",
     "workers.jobs",
     "backend",
@@ -206,14 +209,14 @@ def test_the_package_cycle_finder_finds_a_cycle_no_module_is_on() -> None:
     one; the composition root importing both sides is none."""
     g = grimp.ImportGraph()
     for a, b in (
-        ("sql.planner", "storage_engine.ops"),
-        ("storage_engine.location", "sql.functions"),
+        ("spindle_sql.planner", "storage_engine.ops"),
+        ("storage_engine.location", "spindle_sql.functions"),
         ("workers.jobs.tasks", "backend.db"),
         ("backend.__main__", "workers.jobs.celery_app"),
     ):
         g.add_import(importer=a, imported=b)
     assert list(_cycles(g)) == []
-    assert list(_cycles(_package_graph(g))) == [frozenset({"sql", "storage_engine"})]
+    assert list(_cycles(_package_graph(g))) == [frozenset({"spindle_sql", "storage_engine"})]
 
 
 def _reach(graph: grimp.ImportGraph, start: str, exempt: frozenset[str]) -> dict[str, str]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_spec.model import PipelineSpec, SpecError, outside_roots, parse_spec
-from sql.spec import plan_spec
+from spindle_sql.spec import plan_spec
 
 from ..errors import InvalidSpec
 

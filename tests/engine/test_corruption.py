@@ -34,7 +34,7 @@ import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
+from spindle_cli.main import app
 from storage_engine import (
     Batch,
     CorruptionError,
@@ -304,7 +304,7 @@ _runner = CliRunner()
 def _check_cli(root: Path, d: Damage, subprocess_run: bool) -> None:
     if subprocess_run:
         spindle = Path(sys.executable).with_name("spindle")
-        cmd = [str(spindle)] if spindle.exists() else [sys.executable, "-m", "cli.main"]
+        cmd = [str(spindle)] if spindle.exists() else [sys.executable, "-m", "spindle_cli.main"]
         proc = subprocess.run(
             [*cmd, "storage", "validate", str(root)],
             capture_output=True,

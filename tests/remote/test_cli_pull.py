@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
+from spindle_cli.main import app
 from storage_engine import EngineSettings, StorageLocation
 from storage_engine.objstore import ObjectStore, ObjectStoreSettings
 from tests.engine.test_location import INT, rows, state

@@ -142,7 +142,7 @@ def test_input_tables_offsets_and_roots(tmp_path: Path) -> None:
 
 
 def test_a_postgres_table_sink_needs_key_columns_of_its_view() -> None:
-    from sql.spec import plan_spec
+    from spindle_sql.spec import plan_spec
 
     base = """
 name: p

@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sql.dataflow import Dataflow
+from spindle_sql.dataflow import Dataflow
 from storage_engine.circuit import Operator, OperatorMetrics
 from storage_engine.commit import CommitHandle
 from storage_engine.location import StorageLocation

@@ -15,11 +15,11 @@ from pyspark.sql.types import StructType
 
 from pipeline_spec import expressions
 from pipeline_spec import model as S
-from sql.dataflow import Dataflow
-from sql.layout import Layout
-from sql.liveness import live_columns
-from sql.operators import plan_operators
-from sql.spec import SqlPlan, plan_spec
+from spindle_sql.dataflow import Dataflow
+from spindle_sql.layout import Layout
+from spindle_sql.liveness import live_columns
+from spindle_sql.operators import plan_operators
+from spindle_sql.spec import SqlPlan, plan_spec
 from storage_engine.circuit import CircuitError
 
 from .connectors.registry import source_kind

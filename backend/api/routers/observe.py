@@ -14,7 +14,7 @@ from sqlalchemy import select
 from sse_starlette.sse import EventSourceResponse
 
 from pipeline_spec.model import SpecError, parse_spec
-from sql.graph import GraphNode, pipeline_graph
+from spindle_sql.graph import GraphNode, pipeline_graph
 
 from ...errors import InvalidSpec
 from ...models import MetricSample

@@ -120,7 +120,7 @@ def test_a_sql_pipeline_equals_the_batch_query_across_a_resume(
 
 
 def test_sql_mistakes_name_the_field_and_line(tmp_path: Path) -> None:
-    from sql.spec import plan_spec
+    from spindle_sql.spec import plan_spec
 
     bad = spec(tmp_path, SQL.replace("sum(amount)", "sum(amont)"))
     with pytest.raises(SpecError) as e:

@@ -1,5 +1,5 @@
 """The TPC-H example as a pipeline on Spark: docs/examples/tpch/tpch.yaml, its views those of
-the queries whose dataflows equal DuckDB (tests/sql/test_tpch.py: COMPARED), over
+the queries whose dataflows equal DuckDB (tests/spindle_sql/test_tpch.py: COMPARED), over
 tpchgen-cli's tables as Parquet and as CSV with quoted fields, each table in several files
 and advancing by its own step size. The driver is SIGKILLed right after a step and a second
 run resumes from its checkpoint; then every view (its `view` sink, in the last checkpoint)
@@ -85,5 +85,5 @@ def test_the_compared_queries_equal_duckdb_across_a_sigkill(
     fmt: Format, tpch_data: TpchData, tmp_path: Path
 ) -> None:
     if not COMPARED:
-        pytest.skip("no TPC-H query runs yet (tests/sql/test_tpch.py)")
+        pytest.skip("no TPC-H query runs yet (tests/spindle_sql/test_tpch.py)")
     killed_and_resumed(tmp_path, tpch_data, fmt, {q: QUERIES[q] for q in COMPARED})

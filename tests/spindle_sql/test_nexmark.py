@@ -20,8 +20,8 @@ import yaml
 from oracles.nexmark import norm, oracle
 from pipeline_spec import model as S
 from pipeline_spec.model import parse_spec
-from sql.dataflow import Dataflow
-from sql.spec import plan_spec, table_schema
+from spindle_sql.dataflow import Dataflow
+from spindle_sql.spec import plan_spec, table_schema
 from storage_engine import EngineSettings, StorageLocation
 from storage_engine.schema import WEIGHT
 from workers.runtime.dataflow_run import DataflowRun

@@ -13,11 +13,11 @@ import pyarrow as pa
 import pytest
 import sqlglot
 
-from sql.errors import SqlError
-from sql.expr import Call, Literal
-from sql.grammar import NODES
-from sql.parse import parse
-from sql.planner import plan
+from spindle_sql.errors import SqlError
+from spindle_sql.expr import Call, Literal
+from spindle_sql.grammar import NODES
+from spindle_sql.parse import parse
+from spindle_sql.planner import plan
 
 ROOT = Path(__file__).resolve().parents[2]
 T = pa.schema(

@@ -1,7 +1,7 @@
-"""Random views for the differential test (tests/sql/test_differential.py), the technique of
+"""Random views for the differential test (tests/spindle_sql/test_differential.py), the technique of
 SQLancer and sqlsmith: a grammar of the language docs/sql.md lists, drawn from by a seeded
 `random.Random`, each view written in Spark SQL for Spindle and in DuckDB's SQL for the
-oracle (scalar expressions: tests/sql/sqlgen_exprs.py).
+oracle (scalar expressions: tests/spindle_sql/sqlgen_exprs.py).
 
 A view is one of the query families below (`FAMILIES`): a projection with WHERE (and
 DISTINCT), a grouped or global aggregate with HAVING, a set operation, a top-N, aggregates
@@ -9,7 +9,7 @@ over frames of rows. Its FROM is one of the FROM families: a table, explicit joi
 left, right, full; ON or USING), items separated by commas joined by WHERE equalities, a
 subquery or WITH query. Predicates and select lists may hold subqueries (EXISTS, IN, scalar;
 correlated or not). The tables (`TABLES`) are small, with NULLs, duplicate rows, -0.0 and
-0.0 (tests/sql/sqlgen_tables.py)."""
+0.0 (tests/spindle_sql/sqlgen_tables.py)."""
 
 from __future__ import annotations
 

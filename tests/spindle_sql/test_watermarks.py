@@ -16,10 +16,10 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from sql.dataflow import Dataflow
-from sql.parse import parse
-from sql.planner import plan
-from sql.watermarks import EventTime
+from spindle_sql.dataflow import Dataflow
+from spindle_sql.parse import parse
+from spindle_sql.planner import plan
+from spindle_sql.watermarks import EventTime
 from storage_engine import StorageLocation
 from storage_engine.schema import WEIGHT
 from workers.runtime.dataflow_run import DataflowRun
@@ -213,7 +213,7 @@ def test_state_below_the_watermark_goes_per_operator(tmp_path: Path) -> None:
 
 def test_event_time_column_errors() -> None:
     from pipeline_spec.model import SpecError, load_spec
-    from sql.spec import plan_spec
+    from spindle_sql.spec import plan_spec
 
     base = "name: p\nsource: {kind: datagen, generator: nexmark, table: events, %s}\n"
     body = "sql: CREATE VIEW v AS SELECT * FROM events\n"

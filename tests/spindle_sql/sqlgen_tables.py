@@ -1,4 +1,4 @@
-"""The differential test's tables (tests/sql/sqlgen.py): three small ones sharing column
+"""The differential test's tables (tests/spindle_sql/sqlgen.py): three small ones sharing column
 names (for USING and correlations), every type the language has, and their rows: few
 distinct values, so that joins match and groups gather, NULLs, duplicate rows, and -0.0
 beside 0.0."""

@@ -16,11 +16,11 @@ import pytest
 
 from oracles.nexmark import norm
 from pipeline_spec.model import SpecError, load_spec
-from sql.dataflow import Dataflow
-from sql.errors import SqlError
-from sql.parse import parse
-from sql.planner import plan
-from sql.spec import plan_spec
+from spindle_sql.dataflow import Dataflow
+from spindle_sql.errors import SqlError
+from spindle_sql.parse import parse
+from spindle_sql.planner import plan
+from spindle_sql.spec import plan_spec
 from storage_engine import StorageLocation
 from storage_engine.schema import WEIGHT
 from workers.runtime.dataflow_run import DataflowRun
@@ -160,7 +160,7 @@ def test_emit_final_errors_name_the_view_and_its_line() -> None:
 
 
 def test_the_dataflow_graph_shows_the_stage_between_the_view_and_its_sinks() -> None:
-    from sql.graph import pipeline_graph
+    from spindle_sql.graph import pipeline_graph
 
     spec = load_spec(
         "name: p\nsource: {kind: datagen, generator: nexmark, table: bid,\n"

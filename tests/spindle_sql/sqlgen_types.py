@@ -1,4 +1,4 @@
-"""The differential test's types and constants (tests/sql/sqlgen.py): an expression in both
+"""The differential test's types and constants (tests/spindle_sql/sqlgen.py): an expression in both
 dialects (`E`) typed as Spark types it, Spark's decimal result types, and the values and
 names the grammar draws from."""
 

@@ -24,7 +24,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from cli.main import app
+from spindle_cli.main import app
 from tests.backend.live_platform import Platform, free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,7 +46,7 @@ class Ran:
 
 class Cli:
     """Runs `spindle` with SPINDLE_* taken only from here (never the caller's): as a real
-    subprocess (`python -m cli.main`) when `sub`, else in process through Typer's runner
+    subprocess (`python -m spindle_cli.main`) when `sub`, else in process through Typer's runner
     (the same code path, without a Python start-up per call on a busy machine)."""
 
     def __init__(self, config: Path, url: str, token: str, sub: bool = False) -> None:
@@ -72,7 +72,7 @@ class Cli:
         if self.sub if sub is None else sub:
             full = {**os.environ, **self.env(**env)}
             p = subprocess.run(
-                [sys.executable, "-m", "cli.main", *args],
+                [sys.executable, "-m", "spindle_cli.main", *args],
                 cwd=REPO,
                 env={k: v for k, v in full.items() if v is not None},
                 input=stdin,

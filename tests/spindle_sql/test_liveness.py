@@ -11,10 +11,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from sql.dataflow import Dataflow
-from sql.liveness import live_columns
-from sql.parse import parse
-from sql.planner import PlannedView, plan
+from spindle_sql.dataflow import Dataflow
+from spindle_sql.liveness import live_columns
+from spindle_sql.parse import parse
+from spindle_sql.planner import PlannedView, plan
 from storage_engine import StorageLocation
 from storage_engine.schema import WEIGHT
 from workers.runtime.dataflow_run import DataflowRun

@@ -1,5 +1,5 @@
 """The differential test of SQL views (issue 48): random views drawn from a grammar of the
-language docs/sql.md lists (tests/sql/sqlgen.py), each maintained by Spindle over small
+language docs/sql.md lists (tests/spindle_sql/sqlgen.py), each maintained by Spindle over small
 tables with NULLs and duplicate rows fed in steps of inserts and retractions, and after
 every step equal to DuckDB's answer over the accumulated tables. No view may be refused:
 the grammar draws only what docs/sql.md says is supported.
@@ -25,9 +25,9 @@ from typing import Any
 import duckdb
 import pytest
 
-from sql.errors import SqlError
-from sql.parse import parse
-from sql.planner import plan
+from spindle_sql.errors import SqlError
+from spindle_sql.parse import parse
+from spindle_sql.planner import plan
 from storage_engine.schema import WEIGHT
 
 from .incremental import Rows, check_view, delta_table

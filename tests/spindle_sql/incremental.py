@@ -13,9 +13,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from sql.dataflow import Dataflow
-from sql.parse import parse
-from sql.planner import plan
+from spindle_sql.dataflow import Dataflow
+from spindle_sql.parse import parse
+from spindle_sql.planner import plan
 from storage_engine import EngineSettings, StorageLocation
 from storage_engine.schema import WEIGHT
 from workers.runtime.dataflow_run import DataflowRun

@@ -8,7 +8,7 @@ A parser release may represent a construct differently: `a NOT LIKE b` became
 into LIKE; `ltrim(x)` became `Trim(position=LEADING)`, read as `trim`. With this table, a
 construct the compiler has not been taught is an error, never a silently different query.
 The table lists what the Spark dialect of the pinned sqlglot produces for the language
-docs/sql.md describes; `tests/sql/test_grammar.py` checks that every documented construct
+docs/sql.md describes; `tests/spindle_sql/test_grammar.py` checks that every documented construct
 passes and that unknown flags are refused.
 """
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import typer
 
-from cli import config, specfile, sse
-from cli.commands.checkpoints import parse_duration
-from cli.commands.data import Chunks, records
-from cli.commands.observe import appended
+from spindle_cli import config, specfile, sse
+from spindle_cli.commands.checkpoints import parse_duration
+from spindle_cli.commands.data import Chunks, records
+from spindle_cli.commands.observe import appended
 
 
 def test_sse_events_comments_multiline_and_ids() -> None:

@@ -27,11 +27,11 @@ import pytest
 from oracles.nexmark import Rows, norm
 from oracles.tpch import oracle, queries
 from pipeline_spec.model import SpecError, parse_spec
-from sql.dataflow import Dataflow
-from sql.errors import SqlError
-from sql.parse import parse
-from sql.planner import plan
-from sql.spec import plan_spec, table_schema
+from spindle_sql.dataflow import Dataflow
+from spindle_sql.errors import SqlError
+from spindle_sql.parse import parse
+from spindle_sql.planner import plan
+from spindle_sql.spec import plan_spec, table_schema
 from storage_engine import EngineSettings, StorageLocation
 from storage_engine.schema import WEIGHT
 from workers.runtime.dataflow_run import DataflowRun
@@ -150,7 +150,7 @@ def test_a_refused_query_fails_with_its_refusal(name: str) -> None:
     except SqlError as e:
         assert "; ".join(str(p) for p in e.problems) == REFUSED[name]
     else:
-        pytest.fail(f"{name} plans now: move it out of REFUSED (tests/sql/test_tpch.py)")
+        pytest.fail(f"{name} plans now: move it out of REFUSED (tests/spindle_sql/test_tpch.py)")
 
 
 @pytest.mark.parametrize("name", _ordered(NOT_RUN))

@@ -20,9 +20,9 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 
-from sql.evaluate import EvaluationError, evaluate, evaluate_predicate
-from sql.expr import Call, Case, Cast, Column, Expr, Literal
-from sql.functions import FUNCTIONS, FunctionTypeError, cast_type_ok, common_type
+from spindle_sql.evaluate import EvaluationError, evaluate, evaluate_predicate
+from spindle_sql.expr import Call, Case, Cast, Column, Expr, Literal
+from spindle_sql.functions import FUNCTIONS, FunctionTypeError, cast_type_ok, common_type
 
 N = 240
 TS = pa.timestamp("us", tz="UTC")

@@ -1,4 +1,4 @@
-"""Entry point of the `spindle` command: mounts the command groups (cli/commands/*) and the
+"""Entry point of the `spindle` command: mounts the command groups (spindle_cli/commands/*) and the
 offline tools (`storage`, `demo`)."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from .session import select_profile
 
 # The offline tools load the storage engine (numpy, pyarrow: about a second); they are
 # imported only when invoked or listed, so the REST commands start fast.
-_LAZY = {"storage": ("cli.storage", "storage_app"), "demo": ("cli.demo", "demo")}
+_LAZY = {"storage": ("spindle_cli.storage", "storage_app"), "demo": ("spindle_cli.demo", "demo")}
 
 
 class _Group(typer.core.TyperGroup):

@@ -13,9 +13,9 @@ import pyarrow as pa
 import pytest
 
 from pipeline_spec.model import SpecError, parse_spec
-from sql.dataflow import Dataflow
-from sql.layout import Layout
-from sql.operators import plan_operators
+from spindle_sql.dataflow import Dataflow
+from spindle_sql.layout import Layout
+from spindle_sql.operators import plan_operators
 from storage_engine.circuit import (
     Aggregate,
     Circuit,

@@ -1,4 +1,4 @@
-"""Scalar expressions of the differential test's grammar (tests/sql/sqlgen.py): each one
+"""Scalar expressions of the differential test's grammar (tests/spindle_sql/sqlgen.py): each one
 written twice, in Spark SQL for Spindle and in DuckDB's SQL with the same meaning, and
 typed as Spark types it, so that a caller can ask for an expression of a given type.
 

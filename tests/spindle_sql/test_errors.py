@@ -6,7 +6,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from sql import SqlError, compile_views
+from spindle_sql import SqlError, compile_views
 
 TABLES = {
     "bid": pa.schema(

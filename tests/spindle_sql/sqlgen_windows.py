@@ -1,4 +1,4 @@
-"""The window table functions of the differential test's grammar (tests/sql/sqlgen.py):
+"""The window table functions of the differential test's grammar (tests/spindle_sql/sqlgen.py):
 TUMBLE, HOP and SESSION over t's ts in FROM, and the same rows written out for DuckDB,
 which has none of them."""
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from sql.dataflow import Dataflow
-from sql.parse import parse
-from sql.planner import plan
+from spindle_sql.dataflow import Dataflow
+from spindle_sql.parse import parse
+from spindle_sql.planner import plan
 from storage_engine import StorageLocation
 from storage_engine.schema import WEIGHT
 from workers.runtime.dataflow_run import DataflowRun

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pytest
 from typer.testing import CliRunner, Result
 
-from cli.main import app
+from spindle_cli.main import app
 from storage_engine import Batch, EngineSettings, LockedError, StorageLocation, ZSetSchema
 from storage_engine.tools import dump_batch_file
 
@@ -42,7 +42,7 @@ def run(*args: str) -> Result:
 
 def spindle(*args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
     exe = Path(sys.executable).with_name("spindle")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "cli.main"]
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "spindle_cli.main"]
     return subprocess.run(
         [*cmd, "storage", *args], capture_output=True, text=True, cwd=REPO, timeout=120, **kw
     )
