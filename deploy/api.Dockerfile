@@ -26,10 +26,10 @@ COPY alembic.ini ./
 COPY migrations/ migrations/
 COPY pipeline_spec/ pipeline_spec/
 COPY storage_engine/ storage_engine/
-COPY sql/ sql/
+COPY spindle_sql/ spindle_sql/
 COPY workers/ workers/
 COPY backend/ backend/
-COPY cli/ cli/
+COPY spindle_cli/ spindle_cli/
 # Editable ("compat": a .pth naming /app), as scripts/bootstrap.sh does: the code stays in
 # /app, where backend/migrate.py finds alembic.ini and migrations/ next to it, and the
 # `spindle` command is installed.

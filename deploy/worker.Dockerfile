@@ -33,10 +33,10 @@ COPY alembic.ini ./
 COPY migrations/ migrations/
 COPY pipeline_spec/ pipeline_spec/
 COPY storage_engine/ storage_engine/
-COPY sql/ sql/
+COPY spindle_sql/ spindle_sql/
 COPY workers/ workers/
 COPY backend/ backend/
-COPY cli/ cli/
+COPY spindle_cli/ spindle_cli/
 RUN pip install --no-deps --config-settings editable_mode=compat -e . \
     && python -c "import workers.jobs.celery_app, workers.jobs.driver, cli.main" \
     && java -version
