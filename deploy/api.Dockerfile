@@ -34,7 +34,7 @@ COPY spindle_cli/ spindle_cli/
 # /app, where backend/migrate.py finds alembic.ini and migrations/ next to it, and the
 # `spindle` command is installed.
 RUN pip install --no-deps --config-settings editable_mode=compat -e . \
-    && python -c "import backend.api.app, workers.jobs.celery_app, cli.main"
+    && python -c "import backend.api.app, workers.jobs.celery_app, spindle_cli.main"
 
 RUN useradd --system --uid 10001 --user-group --create-home --home-dir /home/spindle \
         --shell /usr/sbin/nologin spindle \

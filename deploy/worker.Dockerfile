@@ -38,7 +38,7 @@ COPY workers/ workers/
 COPY backend/ backend/
 COPY spindle_cli/ spindle_cli/
 RUN pip install --no-deps --config-settings editable_mode=compat -e . \
-    && python -c "import workers.jobs.celery_app, workers.jobs.driver, cli.main" \
+    && python -c "import workers.jobs.celery_app, workers.jobs.driver, spindle_cli.main" \
     && java -version
 # Spark's classes in a class-data-sharing archive (/opt/venv/share/spindle): every driver's
 # JVM maps it and starts seconds sooner (workers/runtime/spark_cds.py).

@@ -1,5 +1,5 @@
 """Checking a user's pipeline spec before it is stored: the spec's own rules
-(`pipeline_spec.model`), its SQL planned (`sql.spec`: names, types, every error at its line
+(`pipeline_spec.model`), its SQL planned (`spindle_sql.spec`: names, types, every error at its line
 and column), plus the control plane's: file paths stay inside the configured roots. An
 operator spec's column references are checked by the job's planner when a run starts (it
 needs Spark)."""

@@ -1,1 +1,1 @@
-"""The command groups of `spindle`, one module per resource; `cli.main` mounts them."""
+"""The command groups of `spindle`, one module per resource; `spindle_cli.main` mounts them."""
