@@ -1,4 +1,4 @@
-"""Operator specs as views (`sql.operators`) in the operator-spec layout: the dataflow's
+"""Operator specs as views (`spindle_sql.operators`) in the operator-spec layout: the dataflow's
 operators are those the runtime built before issue 49, one per spec operator under its name
 with the same fingerprints (so their checkpoints restore), and its steps give their
 outputs."""

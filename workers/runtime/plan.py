@@ -1,5 +1,5 @@
 """Planning: a spec becomes Spark's analysis of its expressions and the dataflow the engine
-steps (SQL views, or an operator spec's operators as views: `sql.operators`), with every
+steps (SQL views, or an operator spec's operators as views: `spindle_sql.operators`), with every
 error naming its spec field before anything starts."""
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ def _operators(
     inputs: dict[str, tuple[str | None, list[str]]],
     schemas: dict[str, pa.Schema],
 ) -> Dataflow:
-    """An operator spec's dataflow (`sql.operators`); each join side, a filter and
+    """An operator spec's dataflow (`spindle_sql.operators`); each join side, a filter and
     projection of the stream that Spark computes, is an input of its own (`inputs`,
     `schemas`: filled in here), as is the stream if an operator reads it."""
     sides: dict[str, pa.Schema] = {}
@@ -185,7 +185,7 @@ def _operators(
 
 
 def _live(spec: S.PipelineSpec, sql: SqlPlan | None) -> dict[str, set[str]]:
-    """Per SQL table, the columns its views need (`sql.liveness`); none when the spec has
+    """Per SQL table, the columns its views need (`spindle_sql.liveness`); none when the spec has
     no SQL (nothing is pruned then)."""
     if sql is None:
         return {}
