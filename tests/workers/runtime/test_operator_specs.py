@@ -1,7 +1,7 @@
-"""Operator specs on the SQL dataflow (`spindle_sql.operators`), on real Spark: a run's sinks equal a
-Spark batch query over the same input (nulls in keys and values, min/max, avg, a global
-aggregate, several operators over the source, windows, distinct, a join beside them), with
-the dead letters, `rows_in` and the latency metric of every step."""
+"""Operator specs on the SQL dataflow (`spindle_sql.operators`), on real Spark: a run's sinks
+equal a Spark batch query over the same input (nulls in keys and values, min/max, avg, a
+global aggregate, several operators over the source, windows, distinct, a join beside them),
+with the dead letters, `rows_in` and the latency metric of every step."""
 
 from __future__ import annotations
 
