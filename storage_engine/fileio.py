@@ -1,7 +1,7 @@
 """The one narrow layer through which the engine touches the file system.
 
 Everything durable goes through a `FileLayer`, so tests can substitute a version that
-records what was fsynced and simulates a power loss (see tests/engine/powerloss.py), or
+records what was fsynced and simulates a power loss (see tests/storage_engine/powerloss.py), or
 one that fails writes. The production layer is `PosixFileLayer`.
 
 Durability rules the engine follows (and the fault layer enforces):

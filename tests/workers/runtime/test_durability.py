@@ -2,7 +2,7 @@
 unreachable object store and fencing become events; commits failing in a row and fencing
 end the run. Real storage locations and a real (directory) object store; a commit made to
 fail by a file layer that refuses to write the manifest. (A stopped S3 server:
-tests/remote/test_remote_tier.py.)"""
+tests/storage_engine/remote/test_remote_tier.py.)"""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from storage_engine.errors import CommitFailedError
 from storage_engine.fileio import PosixFileLayer
 from storage_engine.objstore import DirectoryObjectStore
 from storage_engine.remote import FencedError
-from tests.engine.test_location import INT, rows
+from tests.storage_engine.test_location import INT, rows
 from workers.runtime.durability import DurabilityWatch
 
 

@@ -1,8 +1,8 @@
 """Crash-test workload: a deterministic writer, its reference model, and location checks.
 
-Run as a child process by tests/engine/test_crash.py (which SIGKILLs it at random moments):
+Run as a child process by tests/storage_engine/test_crash.py (which SIGKILLs it at random moments):
 
-    .venv/bin/python tests/engine/crash_worker.py DIR SEED
+    .venv/bin/python tests/storage_engine/crash_worker.py DIR SEED
 
 The worker opens the storage location DIR, resumes from its latest checkpoint (step S, or 0
 without one) and runs steps S+1, S+2, ... until killed. Everything it does is a function of
@@ -16,7 +16,7 @@ Output lines (flushed): `I` once imports are done, `O <step>` after open/restore
 `SPINDLE_KILL_AT_OP=N` set, the worker SIGKILLs itself at its N-th mutating file call.
 
 The same workload, model and checks are used in-process by the power-loss and write-fault
-tests (tests/engine/test_powerloss.py, tests/engine/test_write_faults.py).
+tests (tests/storage_engine/test_powerloss.py, tests/storage_engine/test_write_faults.py).
 """
 
 from __future__ import annotations

@@ -23,14 +23,14 @@ import pytest
 
 from storage_engine import EngineSettings, FileLayer, StorageLocation
 from tests.conftest import trials
-from tests.engine.crash_worker import (
+from tests.storage_engine.crash_worker import (
     FINGERPRINT,
     Model,
     apply_step,
     check_location,
     small_settings,
 )
-from tests.engine.powerloss import PowerLossFileLayer, SimulatedCrash
+from tests.storage_engine.powerloss import PowerLossFileLayer, SimulatedCrash
 
 SEED = 4242
 LAST_STEP = 30

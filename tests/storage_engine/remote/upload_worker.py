@@ -9,7 +9,7 @@ import sys
 import time
 
 from storage_engine import EngineSettings, ObjectStore, ObjectStoreSettings, StorageLocation
-from tests.engine.test_location import INT, rows
+from tests.storage_engine.test_location import INT, rows
 
 
 def main() -> None:

@@ -34,7 +34,7 @@ from storage_engine.remote import (
     read_remote_manifest,
 )
 from storage_engine.remote_pull import pull
-from tests.engine.test_location import INT, rows, state
+from tests.storage_engine.test_location import INT, rows, state
 
 SETTINGS = EngineSettings(block_rows=64, merge_base_rows=10**6, remote_close_timeout_s=2.0)
 TMP = ".spindle-tmp-"

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from spindle_cli.main import app
 from storage_engine import EngineSettings, StorageLocation
 from storage_engine.objstore import ObjectStore, ObjectStoreSettings
-from tests.engine.test_location import INT, rows, state
+from tests.storage_engine.test_location import INT, rows, state
 
 runner = CliRunner()
 

@@ -29,10 +29,10 @@ from storage_engine.remote import (
 )
 from storage_engine.remote_log import PREFIX as LOG_PREFIX
 from storage_engine.remote_pull import pull
-from tests.engine.test_location import INT, rows, state
+from tests.storage_engine.test_location import INT, rows, state
 from tests.polling import wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SETTINGS = EngineSettings(block_rows=64, merge_base_rows=10**6, remote_close_timeout_s=2.0)
 
 
@@ -513,7 +513,7 @@ def test_sigkill_during_an_upload_leaves_no_visible_checkpoint_and_resumes(
         [
             sys.executable,
             "-m",
-            "tests.remote.upload_worker",
+            "tests.storage_engine.remote.upload_worker",
             str(path),
             slow.model_dump_json(exclude={"secret_key"}),
         ],

@@ -1,6 +1,6 @@
 """The current engine reads storage locations written by earlier builds (golden copies).
 
-tests/engine/golden/v<N>/ is a small location written once by tests/engine/make_golden.py
+tests/storage_engine/golden/v<N>/ is a small location written once by tests/storage_engine/make_golden.py
 with the build of that time, and v<N>-expected.json holds what it contains, computed when it
 was written. These tests copy each golden directory to a temporary one, open it with the
 current engine (latest and older checkpoints), compare with the expected contents, validate

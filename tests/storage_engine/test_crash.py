@@ -1,7 +1,7 @@
 """Crash injection with real processes: SIGKILL a writer at random moments, then recover.
 
 Each chain is one storage location written by a sequence of child processes
-(tests/engine/crash_worker.py). Every child resumes from the latest checkpoint and is killed
+(tests/storage_engine/crash_worker.py). Every child resumes from the latest checkpoint and is killed
 with SIGKILL after a random delay: before its imports finish, during open/startup cleanup, or
 in the middle of inserts, background merges, spills, commits, gc and deletes. After each kill
 the parent copies the directory (so the next child still finds the debris and has to clean it
@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import trials
-from tests.engine.crash_worker import Model, check_location
+from tests.storage_engine.crash_worker import Model, check_location
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).resolve().with_name("crash_worker.py")

@@ -25,7 +25,7 @@ from storage_engine import (
     StorageLocation,
 )
 from tests.conftest import trials
-from tests.engine.crash_worker import (
+from tests.storage_engine.crash_worker import (
     FINGERPRINT,
     Model,
     apply_step,
@@ -35,7 +35,7 @@ from tests.engine.crash_worker import (
     small_settings,
     storage_names,
 )
-from tests.engine.faulty_fs import FaultyFileLayer
+from tests.storage_engine.faulty_fs import FaultyFileLayer
 
 SEED = 777
 SETTINGS = small_settings(memory_budget_bytes=64 << 20, write_attempts=4, write_backoff_s=0.001)
