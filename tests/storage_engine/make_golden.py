@@ -1,7 +1,7 @@
 """Write the golden storage location that test_format_compat.py reads (run once, by hand).
 
-    .venv/bin/python -m tests.storage_engine.make_golden            # writes tests/storage_engine/golden/v1/
-    .venv/bin/python -m tests.storage_engine.make_golden --out DIR  # anywhere else (e.g. to compare)
+    .venv/bin/python -m tests.storage_engine.make_golden   # writes tests/storage_engine/golden/v1/
+    .venv/bin/python -m tests.storage_engine.make_golden --out DIR  # anywhere else
 
 It refuses to overwrite an existing golden directory: a committed golden copy is a record of
 what an older build wrote, and the current engine must keep reading it. When the on-disk

@@ -1,10 +1,11 @@
 """The current engine reads storage locations written by earlier builds (golden copies).
 
-tests/storage_engine/golden/v<N>/ is a small location written once by tests/storage_engine/make_golden.py
-with the build of that time, and v<N>-expected.json holds what it contains, computed when it
-was written. These tests copy each golden directory to a temporary one, open it with the
-current engine (latest and older checkpoints), compare with the expected contents, validate
-it, and commit on top of it. They never regenerate or modify the golden files.
+tests/storage_engine/golden/v<N>/ is a small location written once by
+tests/storage_engine/make_golden.py with the build of that time, and v<N>-expected.json
+holds what it contains, computed when it was written. These tests copy each golden directory
+to a temporary one, open it with the current engine (latest and older checkpoints), compare
+with the expected contents, validate it, and commit on top of it. They never regenerate or
+modify the golden files.
 
 When the on-disk format changes: keep every existing golden directory — old locations in the
 field must stay readable, or be migrated by the engine on open (then assert the migration

@@ -29,8 +29,8 @@ from storage_engine.remote import (
 )
 from storage_engine.remote_log import PREFIX as LOG_PREFIX
 from storage_engine.remote_pull import pull
-from tests.storage_engine.test_location import INT, rows, state
 from tests.polling import wait_until
+from tests.storage_engine.test_location import INT, rows, state
 
 ROOT = Path(__file__).resolve().parents[3]
 SETTINGS = EngineSettings(block_rows=64, merge_base_rows=10**6, remote_close_timeout_s=2.0)
