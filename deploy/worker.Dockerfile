@@ -29,16 +29,14 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
     && pip install -r /tmp/requirements.txt \
     && rm /tmp/requirements.txt
 
-COPY alembic.ini ./
-COPY migrations/ migrations/
 COPY pipeline_spec/ pipeline_spec/
 COPY storage_engine/ storage_engine/
-COPY sql/ sql/
+COPY spindle_sql/ spindle_sql/
 COPY workers/ workers/
 COPY backend/ backend/
-COPY cli/ cli/
+COPY spindle_cli/ spindle_cli/
 RUN pip install --no-deps --config-settings editable_mode=compat -e . \
-    && python -c "import workers.jobs.celery_app, workers.jobs.driver, cli.main" \
+    && python -c "import workers.jobs.celery_app, workers.jobs.driver, spindle_cli.main" \
     && java -version
 # Spark's classes in a class-data-sharing archive (/opt/venv/share/spindle): every driver's
 # JVM maps it and starts seconds sooner (workers/runtime/spark_cds.py).
