@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 from sqlalchemy.engine import make_url
 
+from backend.api import ui
+
 from . import checks
 from .checks import ROOT
 
@@ -364,7 +366,7 @@ def test_dockerignore_keeps_the_code_and_drops_the_bulk() -> None:
         ".venv/bin/python",
         ".git/HEAD",
         "frontend/node_modules/react/index.js",
-        "frontend/dist/index.html",
+        "backend/api/console/index.html",
         ".spindle-data/spindle.db",
         "backend/__pycache__/x.pyc",
         "spindle.egg-info/PKG-INFO",
@@ -407,9 +409,12 @@ def test_images_have_the_code_the_packages_import() -> None:
 def test_frontend_image_ships_the_tested_nginx_conf_and_the_ui_path() -> None:
     text = (ROOT / "deploy" / "frontend.Dockerfile").read_text()
     assert "COPY deploy/nginx.conf /etc/nginx/conf.d/default.conf" in text
-    assert re.search(r"COPY --from=build \S+/dist /usr/share/nginx/html/ui\n", text)
+    # The build stage works in /src/frontend; Vite writes where the backend serves from.
+    assert "COPY --from=build /src/backend/api/console /usr/share/nginx/html/ui\n" in text
     vite = (ROOT / "frontend" / "vite.config.ts").read_text()
     assert 'base: "/ui/"' in vite  # the path nginx serves the build under
+    assert 'outDir: "../backend/api/console"' in vite
+    assert ui.DIST == ROOT / "backend" / "api" / "console"
     assert "root /usr/share/nginx/html;" in NGINX
 
 
