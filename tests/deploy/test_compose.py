@@ -144,8 +144,13 @@ def test_interpolation_follows_compose_rules() -> None:
 
 
 def test_spindle_services_share_one_wiring(compose: dict[str, Any]) -> None:
+    """One wiring, plus the worker's way to the API: its drivers report over HTTP to the
+    `api` service, on the port its command listens on."""
     envs = {s: env_of(compose, s) for s in SPINDLE_SERVICES}
+    api_url = envs["worker"].pop("SPINDLE_API_URL")
     assert all(e == envs["api"] for e in envs.values()), envs
+    api = command_of(compose, "api")
+    assert api_url == f"http://api:{api[api.index('--port') + 1]}"
 
 
 def test_database_broker_and_store_point_at_the_services(
