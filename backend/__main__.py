@@ -25,6 +25,7 @@ import uvicorn
 from fastapi import FastAPI
 from uvicorn.supervisors import Multiprocess
 
+from .api import ui
 from .child_processes import die_with_parent
 from .settings import Settings
 
@@ -185,6 +186,8 @@ def serve(
     typer.echo(
         f"Spindle is serving on http://{host}:{port}  (API: http://{host}:{port}/api/v1/docs)"
     )
+    if not ui.is_built():  # /ui/ says so too; a wheel built before `make ui` has none
+        typer.echo(f"note: {ui.NOT_BUILT}")
     if new and (sys.stdout.isatty() if show_token is None else show_token):
         typer.echo(f"admin token (shown once; also in {token_file}): {new}")
     elif new:

@@ -1,7 +1,7 @@
 """The metadata database: engine and session factory for a URL (SQLite or PostgreSQL).
 
 The database holds the control plane's records and mirrors of checkpoint metadata, never
-the only copy of state (DESIGN.md §2). Schema changes go through Alembic (`migrations/`).
+the only copy of state (DESIGN.md §2). Schema changes go through Alembic (`backend/migrations/`).
 """
 
 from __future__ import annotations

@@ -2,8 +2,10 @@
 
 The API server and the worker migrate the database they are given before they use it, and the
 tests migrate throwaway databases; all of them call these functions rather than the `alembic`
-command so that it works from any working directory, needs no alembic.ini edits, and leaves the
-caller's logging configuration alone. The revisions live in `migrations/versions/`.
+command so that it works from any working directory and leaves the caller's logging
+configuration alone. The configuration is made here, not read from alembic.ini (which serves
+the `alembic` command in a checkout): an installed Spindle has no alembic.ini, only this
+package, whose `migrations/` holds the environment and the revisions (`migrations/versions/`).
 """
 
 from __future__ import annotations
@@ -17,9 +19,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine
 from sqlalchemy.pool import NullPool
 
-ROOT = Path(__file__).resolve().parent.parent
-ALEMBIC_INI = ROOT / "alembic.ini"
-MIGRATIONS = ROOT / "migrations"
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 
 def _escape(value: str) -> str:
@@ -30,10 +30,9 @@ def _escape(value: str) -> str:
 
 def alembic_config(url: str) -> Config:
     """The Alembic configuration for the database at `url` (a SQLAlchemy URL)."""
-    cfg = Config(str(ALEMBIC_INI))
+    cfg = Config()
     cfg.set_main_option("script_location", _escape(str(MIGRATIONS)))
     cfg.set_main_option("sqlalchemy.url", _escape(url))
-    cfg.attributes["configure_logger"] = False
     return cfg
 
 

@@ -22,8 +22,7 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
     && pip install -r /tmp/requirements.txt \
     && rm /tmp/requirements.txt
 
-COPY alembic.ini ./
-COPY migrations/ migrations/
+# The packages the wheel installs (pyproject.toml); the migrations are inside `backend`.
 COPY pipeline_spec/ pipeline_spec/
 COPY storage_engine/ storage_engine/
 COPY spindle_sql/ spindle_sql/
@@ -31,10 +30,10 @@ COPY workers/ workers/
 COPY backend/ backend/
 COPY spindle_cli/ spindle_cli/
 # Editable ("compat": a .pth naming /app), as scripts/bootstrap.sh does: the code stays in
-# /app, where backend/migrate.py finds alembic.ini and migrations/ next to it, and the
-# `spindle` command is installed.
+# /app, the same path in every image, and the `spindle` command is installed.
 RUN pip install --no-deps --config-settings editable_mode=compat -e . \
-    && python -c "import backend.api.app, workers.jobs.celery_app, spindle_cli.main"
+    && python -c "import backend.api.app, workers.jobs.celery_app, spindle_cli.main" \
+    && python -c "from backend.migrate import head; assert head()"
 
 RUN useradd --system --uid 10001 --user-group --create-home --home-dir /home/spindle \
         --shell /usr/sbin/nologin spindle \

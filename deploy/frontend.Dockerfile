@@ -13,8 +13,9 @@ RUN npm run build
 FROM nginxinc/nginx-unprivileged:1.28-alpine
 # Replaces the image's default server.
 COPY deploy/nginx.conf /etc/nginx/conf.d/default.conf
-# Under /ui/, the path the build expects (vite.config.ts: base "/ui/").
-COPY --from=build /src/frontend/dist /usr/share/nginx/html/ui
+# Under /ui/, the path the build expects (vite.config.ts: base "/ui/"). The build lands in
+# the backend package's folder (vite.config.ts: outDir), where the wheel picks it up.
+COPY --from=build /src/backend/api/console /usr/share/nginx/html/ui
 # The base image's unprivileged user (uid 101), stated here so it cannot be lost.
 USER 101
 EXPOSE 8080

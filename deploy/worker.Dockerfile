@@ -29,8 +29,6 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
     && pip install -r /tmp/requirements.txt \
     && rm /tmp/requirements.txt
 
-COPY alembic.ini ./
-COPY migrations/ migrations/
 COPY pipeline_spec/ pipeline_spec/
 COPY storage_engine/ storage_engine/
 COPY spindle_sql/ spindle_sql/

@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Error, Page, Playwright, sync_playwright
 
-from tests.backend.live_platform import ROOT, Platform, platform
+from backend.api import ui
+from tests.backend.live_platform import Platform, platform
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
-DIST = ROOT / "frontend" / "dist" / "index.html"
+DIST = ui.DIST / "index.html"
 LAUNCH_ARGS = [
     "--no-sandbox",
     "--disable-gpu",

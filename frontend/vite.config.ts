@@ -16,7 +16,10 @@ export default defineConfig({
   server: { port: 5173, proxy },
   preview: { port: 4173, proxy },
   build: {
-    outDir: "dist",
+    // Into the backend package (backend/api/ui.py serves it), so that the wheel ships the
+    // console as package data. Outside this folder, Vite empties it only when told to.
+    outDir: "../backend/api/console",
+    emptyOutDir: true,
     sourcemap: true,
     chunkSizeWarningLimit: 600,
     rollupOptions: {

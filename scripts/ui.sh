@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the web console (frontend/dist), on a fresh machine: installs Node.js and npm from
-# Debian if missing, `npm ci` when package-lock.json changed since the last install, then
+# Builds the web console into backend/api/console/ (package data of the wheel; see
+# frontend/vite.config.ts), on a fresh machine: installs Node.js and npm from Debian if
+# missing, `npm ci` when package-lock.json changed since the last install, then
 # `npm run build`. With --check, also runs the console's checks (stale API client, stale
 # copy of the spec schema, types, unit tests) — part of `make test`.
 set -euo pipefail

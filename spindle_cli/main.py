@@ -4,6 +4,7 @@ offline tools (`storage`, `demo`)."""
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 from typing import Annotated, Any
 
 import typer
@@ -56,6 +57,21 @@ app = typer.Typer(
 )
 
 
+def installed_version() -> str:
+    """The version of the installed distribution (its metadata, written by pip from
+    pyproject.toml), not one kept in the code, so the two cannot disagree."""
+    try:
+        return importlib.metadata.version("spindle")
+    except importlib.metadata.PackageNotFoundError:  # run from sources that were never installed
+        return "unknown (not installed)"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"spindle {installed_version()}")
+        raise typer.Exit()
+
+
 @app.callback()
 def root(
     profile: Annotated[
@@ -64,6 +80,15 @@ def root(
             "--profile", "-p", envvar=ENV_PROFILE, help="Profile to use (see `spindle profile`)."
         ),
     ] = None,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print the installed version and exit.",
+        ),
+    ] = False,
 ) -> None:
     select_profile(profile)
 

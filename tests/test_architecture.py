@@ -15,6 +15,9 @@ statement counts, those inside functions and under TYPE_CHECKING too.
 - The runtime imports neither `backend` nor the jobs (it is given its control plane:
   `workers.jobs.driver` gives it the database's); `backend` reaches `workers` only from its
   composition root.
+- The wheel installs only the product's packages (pyproject.toml's `packages.find`), and
+  what it installs imports none of the repository's other packages (`bench`, `oracles`,
+  `local_servers`, the tests): an installed Spindle would fail on such an import.
 - Tests import the benchmarks only to test them (`tests/bench/`).
 - No import cycle between modules.
 - No module over 600 lines unless its docstring says why (a paragraph starting
@@ -24,7 +27,9 @@ statement counts, those inside functions and under TYPE_CHECKING too.
 from __future__ import annotations
 
 import ast
+import tomllib
 from collections.abc import Iterable, Iterator
+from fnmatch import fnmatch
 from pathlib import Path
 
 import grimp
@@ -141,6 +146,40 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 def test_a_package_does_not_reach(graph: grimp.ImportGraph, importer: str, imported: str) -> None:
     chains = graph.find_shortest_chains(importer=importer, imported=imported, as_packages=True)
     assert not chains, f"{importer} imports {imported}: {sorted(chains)[0]}"
+
+
+# The repository's packages that are tools for its tests and benchmarks, not the product.
+DEV_TOOLS = frozenset({"bench", "oracles", "local_servers"})
+
+
+def _top_level_packages() -> set[str]:
+    return {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file()}
+
+
+def _installed_packages() -> set[str]:
+    """The top-level packages the wheel installs: those pyproject.toml's include list names."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    include = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
+    return {p for p in _top_level_packages() if any(fnmatch(p, pattern) for pattern in include)}
+
+
+def test_the_wheel_leaves_the_dev_tools_out() -> None:
+    installed = _installed_packages()
+    assert installed & DEV_TOOLS == set()
+    assert {"backend", "workers", "spindle_cli"} <= installed <= set(PACKAGES)
+
+
+def test_installed_code_imports_only_installed_packages(graph: grimp.ImportGraph) -> None:
+    installed = _installed_packages()
+    left_out = _top_level_packages() - installed
+    imports = sorted(
+        f"{importer} imports {imported}"
+        for importer in graph.modules
+        if importer.split(".")[0] in installed
+        for imported in graph.find_modules_directly_imported_by(importer)
+        if imported.split(".")[0] in left_out
+    )
+    assert imports == []
 
 
 # What keeps state where, and checkpoints it: the runtime's (workers/runtime/dataflow_run.py),

@@ -1,6 +1,9 @@
-"""The built web console (`frontend/dist`), served at /ui/ by the API in the embedded mode
-(one port). Client-side routes fall back to index.html; `/` redirects to the console.
-Without a build, /ui/ says how to make one instead of failing."""
+"""The built web console, served at /ui/ by the API in the embedded mode (one port).
+Client-side routes fall back to index.html; `/` redirects to the console.
+
+The build lives in this package (`console/`, written there by `npm run build` in frontend/,
+see vite.config.ts), so the wheel ships it and an installed Spindle serves it. Without a
+build, /ui/ says how to make one instead of failing."""
 
 from __future__ import annotations
 
@@ -9,12 +12,18 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 
-DIST = Path(__file__).resolve().parents[2] / "frontend" / "dist"
+DIST = Path(__file__).resolve().parent / "console"
 PREFIX = "/ui"
 
-_NOT_BUILT = """<!doctype html><title>Spindle</title>
-<p>The web console is not built. Run <code>make ui</code> (npm ci && npm run build in
-frontend/), then reload. The REST API is at <a href="/api/v1/docs">/api/v1/docs</a>.</p>"""
+NOT_BUILT = "the web console is not built: `make ui` in a checkout builds it"
+_NOT_BUILT_PAGE = """<!doctype html><title>Spindle</title>
+<p>The web console is not built. Run <code>make ui</code> in a checkout of Spindle (npm ci
+&& npm run build in frontend/), then reload, or install a wheel built after it. The REST
+API is at <a href="/api/v1/docs">/api/v1/docs</a>.</p>"""
+
+
+def is_built(dist: Path = DIST) -> bool:
+    return (dist / "index.html").is_file()
 
 
 def install(app: FastAPI, dist: Path = DIST) -> None:
@@ -29,7 +38,7 @@ def install(app: FastAPI, dist: Path = DIST) -> None:
     def _console(path: str = "") -> Response:
         index = root / "index.html"
         if not index.is_file():
-            return HTMLResponse(_NOT_BUILT, status_code=503)
+            return HTMLResponse(_NOT_BUILT_PAGE, status_code=503)
         wanted = (root / path).resolve()
         # A real file of the build (never outside it); anything else is a client-side route.
         if path and root in wanted.parents and wanted.is_file():
@@ -37,4 +46,4 @@ def install(app: FastAPI, dist: Path = DIST) -> None:
         return FileResponse(index, headers={"Cache-Control": "no-cache"})
 
 
-__all__ = ["install"]
+__all__ = ["DIST", "NOT_BUILT", "install", "is_built"]

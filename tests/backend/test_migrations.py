@@ -14,6 +14,7 @@ import pytest
 import sqlalchemy as sa
 from alembic import command
 from alembic.autogenerate import compare_metadata
+from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.pool import NullPool
@@ -53,6 +54,17 @@ def drift(engine: sa.Engine, metadata: sa.MetaData = Base.metadata) -> list[Any]
 
 HEAD = migrate.head()
 MODEL_TABLES = set(Base.metadata.tables)
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_code_needs_no_alembic_ini() -> None:
+    """An installed Spindle has no alembic.ini: the code's configuration reads no file, and
+    the checkout's alembic.ini (for the `alembic` command) names the same revisions."""
+    assert migrate.alembic_config("sqlite://").config_file_name is None
+    assert migrate.MIGRATIONS == ROOT / "backend" / "migrations"
+    script_location = Config(str(ROOT / "alembic.ini")).get_main_option("script_location")
+    assert script_location is not None
+    assert Path(script_location).resolve() == migrate.MIGRATIONS
 
 
 def test_one_head() -> None:

@@ -23,6 +23,7 @@ def test_console_files_and_client_routes(tmp_path: Path) -> None:
     (dist / "index.html").write_text("<html>console</html>")
     (dist / "assets" / "app.js").write_text("console.log(1)")
     (tmp_path / "secret.txt").write_text("nope")
+    assert ui.is_built(dist)
     c = _app(dist)
     r = c.get("/", follow_redirects=False)
     assert r.status_code in (302, 307) and r.headers["location"] == "/ui/"
@@ -34,5 +35,6 @@ def test_console_files_and_client_routes(tmp_path: Path) -> None:
 
 
 def test_console_not_built(tmp_path: Path) -> None:
+    assert not ui.is_built(tmp_path / "missing")
     r = _app(tmp_path / "missing").get("/ui/")
-    assert r.status_code == 503 and "not built" in r.text
+    assert r.status_code == 503 and "not built" in r.text and "make ui" in r.text

@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 from sqlalchemy.engine import make_url
 
+from backend.api import ui
+
 from . import checks
 from .checks import ROOT
 
@@ -142,8 +144,13 @@ def test_interpolation_follows_compose_rules() -> None:
 
 
 def test_spindle_services_share_one_wiring(compose: dict[str, Any]) -> None:
+    """One wiring, plus the worker's way to the API: its drivers report over HTTP to the
+    `api` service, on the port its command listens on."""
     envs = {s: env_of(compose, s) for s in SPINDLE_SERVICES}
+    api_url = envs["worker"].pop("SPINDLE_API_URL")
     assert all(e == envs["api"] for e in envs.values()), envs
+    api = command_of(compose, "api")
+    assert api_url == f"http://api:{api[api.index('--port') + 1]}"
 
 
 def test_database_broker_and_store_point_at_the_services(
@@ -364,7 +371,7 @@ def test_dockerignore_keeps_the_code_and_drops_the_bulk() -> None:
         ".venv/bin/python",
         ".git/HEAD",
         "frontend/node_modules/react/index.js",
-        "frontend/dist/index.html",
+        "backend/api/console/index.html",
         ".spindle-data/spindle.db",
         "backend/__pycache__/x.pyc",
         "spindle.egg-info/PKG-INFO",
@@ -375,12 +382,11 @@ def test_dockerignore_keeps_the_code_and_drops_the_bulk() -> None:
         "backend/api/app.py",
         "frontend/src/main.tsx",
         "frontend/package-lock.json",
-        "migrations/versions/0001_initial.py",
+        "backend/migrations/versions/0001_initial.py",
         "deploy/nginx.conf",
         ".env.example",
         "pyproject.toml",
         "README.md",
-        "alembic.ini",
     ):
         assert not checks.is_ignored(kept, patterns), kept
     assert not checks.is_ignored("a/keep", checks.dockerignore_patterns("a\n!a/keep\n"))
@@ -388,14 +394,14 @@ def test_dockerignore_keeps_the_code_and_drops_the_bulk() -> None:
 
 def test_images_have_the_code_the_packages_import() -> None:
     """Every top-level package of this repository that the copied code imports is
-    copied too (with alembic.ini and migrations/, which backend/migrate.py needs)."""
+    copied too (the migrations are inside `backend`), with what `pip install` reads."""
     top_level = {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file()}
     for name in ("api.Dockerfile", "worker.Dockerfile"):
         ins = checks.parse_dockerfile((ROOT / "deploy" / name).read_text())
         copied = {
             src.strip("/") for i in ins if i.keyword == "COPY" for src in checks.copy_sources(i)[0]
         }
-        assert {"alembic.ini", "migrations", "pyproject.toml", "README.md"} <= copied, name
+        assert {"pyproject.toml", "README.md"} <= copied, name
         packages = copied & top_level
         imported: set[str] = set()
         for pkg in packages:
@@ -408,9 +414,12 @@ def test_images_have_the_code_the_packages_import() -> None:
 def test_frontend_image_ships_the_tested_nginx_conf_and_the_ui_path() -> None:
     text = (ROOT / "deploy" / "frontend.Dockerfile").read_text()
     assert "COPY deploy/nginx.conf /etc/nginx/conf.d/default.conf" in text
-    assert re.search(r"COPY --from=build \S+/dist /usr/share/nginx/html/ui\n", text)
+    # The build stage works in /src/frontend; Vite writes where the backend serves from.
+    assert "COPY --from=build /src/backend/api/console /usr/share/nginx/html/ui\n" in text
     vite = (ROOT / "frontend" / "vite.config.ts").read_text()
     assert 'base: "/ui/"' in vite  # the path nginx serves the build under
+    assert 'outDir: "../backend/api/console"' in vite
+    assert ui.DIST == ROOT / "backend" / "api" / "console"
     assert "root /usr/share/nginx/html;" in NGINX
 
 

@@ -23,10 +23,11 @@ from pathlib import Path
 import httpx
 
 from backend.__main__ import _stop_worker
+from backend.api import ui
 from tests.backend.live_platform import ROOT, free_port
 from tests.polling import wait_until
 
-DIST_INDEX = ROOT / "frontend" / "dist" / "index.html"
+DIST_INDEX = ui.DIST / "index.html"
 
 
 class Serve:
@@ -116,12 +117,13 @@ def test_make_run_serves_with_a_generated_admin_token(tmp_path: Path) -> None:
 
         health = httpx.get(f"{serve.url}/healthz", timeout=10)
         assert health.status_code == 200 and health.json() == {"status": "ok"}
-        ui = httpx.get(f"{serve.url}/ui/", timeout=10)
-        assert ui.headers["content-type"].startswith("text/html")
+        console = httpx.get(f"{serve.url}/ui/", timeout=10)
+        assert console.headers["content-type"].startswith("text/html")
         if DIST_INDEX.exists():  # built by `make run` / `make test`
-            assert ui.status_code == 200, ui.text
+            assert console.status_code == 200, console.text
         else:  # says how to build it rather than failing
-            assert ui.status_code == 503 and "make ui" in ui.text
+            assert console.status_code == 503 and "make ui" in console.text
+            assert f"note: {ui.NOT_BUILT}" in out, out
         auth = {"Authorization": f"Bearer {token}"}
         assert httpx.get(f"{serve.url}/api/v1/pipelines", headers=auth, timeout=10).json() == []
         assert httpx.get(f"{serve.url}/api/v1/pipelines", timeout=10).status_code == 401

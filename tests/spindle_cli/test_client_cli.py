@@ -10,6 +10,7 @@ file order and share the platform's state.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import stat
@@ -161,6 +162,13 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
     cli("views", "get", "x", "v", "--page", "2", "--offset", "3", code=2)
     r = cli("pipelines", "ls", code=2, SPINDLE_PROFILE="nope")
     assert "no profile 'nope'" in r.stderr
+
+
+def test_version_is_the_installed_distributions(tmp_path: Path) -> None:
+    """`spindle --version` needs no server and prints the version pip installed."""
+    cli = Cli(tmp_path / "config.yaml", "http://127.0.0.1:9", "spd_nothing", sub=True)
+    r = cli("--version")
+    assert r.stdout == f"spindle {importlib.metadata.version('spindle')}\n", r.stdout
 
 
 def test_unreachable_server_exits_1_with_a_clear_message(tmp_path: Path) -> None:

@@ -28,8 +28,9 @@ from backend.settings import Settings
 config = context.config
 target_metadata = Base.metadata
 
-# The CLI configures logging from alembic.ini; code calling Alembic keeps its own logging.
-if config.config_file_name is not None and config.attributes.get("configure_logger", True):
+# The `alembic` command configures logging from alembic.ini. Code calling Alembic
+# (backend.migrate) passes no file and keeps its own logging.
+if config.config_file_name is not None:
     fileConfig(config.config_file_name, disable_existing_loggers=False)
 
 
