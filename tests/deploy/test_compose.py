@@ -144,11 +144,11 @@ def test_interpolation_follows_compose_rules() -> None:
 
 
 def test_spindle_services_share_one_wiring(compose: dict[str, Any]) -> None:
-    """One wiring, plus the worker's way to the API: its drivers report over HTTP to the
-    `api` service, on the port its command listens on."""
+    """One wiring, which gives the workers' drivers their way to the API: they report over
+    HTTP to the `api` service, on the port its command listens on."""
     envs = {s: env_of(compose, s) for s in SPINDLE_SERVICES}
-    api_url = envs["worker"].pop("SPINDLE_API_URL")
     assert all(e == envs["api"] for e in envs.values()), envs
+    api_url = envs["worker"]["SPINDLE_API_URL"]
     api = command_of(compose, "api")
     assert api_url == f"http://api:{api[api.index('--port') + 1]}"
 
