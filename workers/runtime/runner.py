@@ -1,10 +1,10 @@
 """The Spark pipeline runner: a spec becomes a Structured Streaming query whose micro-batches
 are steps of a dataflow on the storage engine, with exactly-once output across restarts.
 
-A run (DESIGN.md §5): restore checkpoint C of the storage location (latest by default,
-`restore.open_state`) -> roll every sink and the dead letters back to C's step -> start a
-Spark query with a fresh checkpointLocation whose source starts at C's source offset -> each
-micro-batch is one step:
+A run (DESIGN.md §5), opened by `run_builder.open_runner`: restore checkpoint C of the storage
+location (latest by default, `restore.open_state`) -> roll every sink and the dead letters back
+to C's step -> start a Spark query with a fresh checkpointLocation whose source starts at C's
+source offset -> each micro-batch is one step:
 
 1. `Runner.process` (Spark's foreachBatch) -> the batch's rows (`StepInput.rows`);
 2. Spark parses, filters and projects (`BatchJobs.micro_batch`), handing the dataflow
@@ -28,9 +28,7 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -39,22 +37,22 @@ from pyspark.sql import DataFrame, SparkSession
 from pipeline_spec import model as S
 from pipeline_spec.exits import EXIT_HUNG, HUNG_HEADING
 from pipeline_spec.offsets import Offset, advanced, count, total
-from storage_engine.objstore import ObjectStoreLike
+from storage_engine import StorageLocation
 
 from .batch_jobs import BatchJobs
 from .checkpointing import Checkpointing
-from .connectors.source import Source
+from .connectors.sink import Sink
 from .dead_letters import DeadLetters
 from .durability import DurabilityWatch
-from .micro_batch import JobTables, MicroBatch
+from .micro_batch import MicroBatch
 from .offset_log import OffsetLog
-from .plan import Plan, plan
+from .plan import Plan
 from .progress import QueryProgress, ReadAhead
-from .restore import open_circuit_state
-from .run_metrics import MetricsSink, RunMetrics, StepTimes
-from .session import Timeline, spark_session
-from .sinks import WrittenSteps, open_sinks, steps_held_beyond
-from .sources import SOURCE, table_input
+from .restore import Skipped
+from .run_metrics import RunMetrics, StepTimes
+from .session import Timeline
+from .sinks import WrittenSteps
+from .sources import SOURCE
 from .step_input import StepInput
 from .step_query import batch_ends, start_query
 from .watchdog import HangWatchdog
@@ -80,7 +78,7 @@ class RunResult:
 
 
 @dataclass
-class _Table:
+class TableReader:
     """How a run reads one input table: into dataflow input `name`, by `input` and `jobs`."""
 
     name: str
@@ -89,152 +87,79 @@ class _Table:
 
 
 class Runner:
+    """A pipeline's run, made by `run_builder.open_runner` (the one way to make one) of what
+    it opened: the constructor only keeps its collaborators, so every file, connection and
+    Spark job of the opening, and its failures, are the builder's. `close()` closes them.
+
+    `step`: the run's last step (the restored one until it takes one); `offsets`: each input
+    table's offset, where its next step starts; `replay`: the end offsets of the logged steps
+    after `step` that the run redoes first (`OffsetLog.pending`); `first_in_driver`: every
+    table's first step is read by the driver (no read-ahead); `ahead`: the first batch,
+    being read while the run opened (`StepInput.read_ahead`)."""
+
     def __init__(
         self,
         spec: S.PipelineSpec,
         storage: str,
         *,
-        from_checkpoint: str = "latest",
-        base_dir: str = ".",
-        metrics_path: str | None = None,
-        drop_state: Sequence[str] = (),
-        spark: SparkSession | None = None,
-        own_retention: bool = True,
-        metrics_sinks: list[MetricsSink] | None = None,
-        remote: ObjectStoreLike | None = None,
-        timeline: Timeline | None = None,
-        files_roots: Sequence[str] | None = None,
-        object_roots: Sequence[str] | None = None,
+        timeline: Timeline,
+        spark: SparkSession,
+        plan: Plan,
+        loc: StorageLocation,
+        skipped: list[Skipped],
+        step: int,
+        offsets: dict[str, Offset],
+        sinks: dict[str, Sink],
+        written: WrittenSteps,
+        metrics: RunMetrics,
+        durability: DurabilityWatch,
+        readers: dict[str, TableReader],
+        step_lock: threading.RLock,
+        checkpoints: Checkpointing,
+        dead_letters: DeadLetters,
+        offset_log: OffsetLog,
+        replay: list[dict[str, Offset]],
+        first_in_driver: bool,
+        ahead: ReadAhead | None,
     ) -> None:
-        if files_roots or object_roots:
-            # Again as the run opens them: a path may have become a symlink leading out
-            # since the spec was validated.
-            local = [Path(r) for r in files_roots or [base_dir]]
-            errors = S.outside_roots(spec, local, object_roots or ())
-            if errors:
-                raise S.SpecError(errors)
-        self.spec = spec
-        # Input files must resolve inside these too (os.pathsep-joined; "": anywhere).
-        roots = os.pathsep.join(files_roots or [])
-        self.timeline = tl = timeline or Timeline()
-        self.spark = spark or spark_session(f"spindle:{spec.name}")
-        tl.mark("spark_session")
-        self.plan = plan(self.spark, spec)
-        tl.mark("plan")
-
-        self.loc, self.skipped = open_circuit_state(
-            storage,
-            self.plan.dataflow,
-            from_checkpoint,
-            drop_state=drop_state,
-            remote=remote,
-            fallback=spec.checkpoint.on_corruption == "fallback",
-        )
-        try:
-            self.step = self.loc.step if self.loc.restored is not None else 0
-            restored = self.loc.metadata if self.loc.restored is not None else {}
-            # Each input table's offset (`source`'s first): where its next step starts.
-            self.offsets = spec.offsets(restored)
-            tl.mark("storage_restore")
-            self.sinks = open_sinks(spec, self.plan.dataflow, self.loc, base_dir)
-            self.written = WrittenSteps(self.sinks, restored)
-            for s in self.sinks.values():
-                s.rollback(self.step)
-        except BaseException:
-            self.loc.close()
-            raise
-        self.first_step = self.step
-        self.storage = storage
-        self.metrics = RunMetrics(
-            metrics_path or os.path.join(storage, "metrics.jsonl"), metrics_sinks
-        )
-        self.durability = DurabilityWatch(self.metrics.event, lambda: self.loc.remote)
-        for skipped in self.skipped:
-            self.metrics.to_file(
-                {
-                    "ts": time.time(),
-                    "event": "checkpoint_skipped",
-                    "checkpoint": skipped.uuid,
-                    "step": skipped.step,
-                    "reason": skipped.reason,
-                    "restored": self.loc.restored.uuid if self.loc.restored else None,
-                }
-            )
+        self.spec, self.storage, self.timeline = spec, storage, timeline
+        self.spark, self.plan = spark, plan
+        self.loc, self.skipped = loc, skipped
+        self.step = self.first_step = step
+        self.offsets = offsets
+        self.sinks, self.written = sinks, written
+        self.metrics, self.durability = metrics, durability
+        self._readers = readers
+        self._table = spec.source.table
+        self.input, self.jobs = readers[self._table].input, readers[self._table].jobs
+        # Held while a step runs; commands from outside (commit, gc) take it between steps.
+        self.step_lock = step_lock
+        self.checkpoints = checkpoints
+        self.dead_letters, self.offset_log = dead_letters, offset_log
+        self._replay = replay
+        self._first_in_driver = first_in_driver
+        self._ahead = ahead
         # Unique among the session's queries: Spark's progress events name their query.
         self._query_name = f"spindle:{spec.name}:{os.getpid()}:{id(self):x}"
-        # Held while a step runs; commands from outside (commit, gc) take it between steps.
-        self.step_lock = threading.RLock()
-        self.input = StepInput(self.spark, spec, self.plan, storage, roots)
-        self.jobs = BatchJobs(spec, self.plan, self.input.connector)
-        self._readers = {spec.source.table: _Table(SOURCE, self.input, self.jobs)}
-        for t, p in self.plan.tables.items():
-            step_input = StepInput(self.spark, p.spec, p, storage, roots)
-            jobs = BatchJobs(p.spec, p, step_input.connector)
-            self._readers[t] = _Table(table_input(t), step_input, jobs)
-        self.checkpoints = Checkpointing(
-            spec,
-            self.plan.dataflow,
-            self.loc,
-            self.sinks,
-            self.durability,
-            self.step_lock,
-            lambda: (self.step, dict(self.offsets), {"sink_steps": dict(self.written.steps)}),
-            own_retention,
-            {t: c.input_log for t, c in self._sources().items() if c.input_log is not None},
-            {t: c.on_durable for t, c in self._sources().items() if c.on_durable is not None},
-        )
         self.paused = False
         self.exit_code: int | None = None
         self._draining = False
         self._gate = threading.Lock()  # makes "not draining, so busy" one step
         self._last_allowed_step: int | None = None  # `run(max_steps)`: no step beyond it
-        self.dead_letters = DeadLetters(storage, self._sources())
-        self.dead_letters.rollback(self.step)
-        tl.mark("sinks_rollback")
         self._reported = False
         self._last_step_at = time.monotonic()
         self._busy = False
         self.error: BaseException | None = None
-        # The steps after the restored one that a previous run logged (`OffsetLog`): each
-        # is redone with its logged end offset before the query takes new input.
-        self.offset_log = OffsetLog(
-            storage, store=remote, on_error=self.durability.offsets_not_uploaded
-        )
-        self._table = spec.source.table
-        for t, r in self._readers.items():
-            self.offsets[t] = r.input.first_offset(self.offsets[t])
-        pending = self.offset_log.pending(self.step, self.offsets)
-        self._replay = [{t: end for t, (_, end) in entry.items()} for entry in pending]
-        redo = self.step + len(self._replay)
-        for name, held in steps_held_beyond(self.sinks, redo).items():
-            log.warning(
-                "sink %s holds steps %d-%d, which this run cannot redo", name, redo + 1, held
-            )
-            self.metrics.to_file(
-                {"ts": time.time(), "event": "sink_ahead", "sink": name, "held": held, "redo": redo}
-            )
-        # The first batch, read while the query starts: the run's first step
-        # (`_first_step_ahead`); with several input tables, the query reads the first. Rows
-        # the driver reads (log sources', files the driver parses) need no read-ahead: the
-        # driver reads them as its first step, every table's (`_first_in_driver`).
-        self._first_in_driver = all(r.jobs.skips_spark() for r in self._readers.values())
-        self._ahead = (
-            None
-            if self.plan.tables or self._first_in_driver
-            else self.input.read_ahead(
-                self.offset,
-                self._tables_ahead,
-                count(self._replay[0][self._table]) if self._replay else None,
-            )
-        )
-
-    def _sources(self) -> dict[str, Source]:
-        return {t: r.input.connector for t, r in self._readers.items()}
 
     @property
     def offset(self) -> int:
         """`source`'s offset as one number (see `offsets` for every input table's)."""
         return total(self.offsets[self._table])
+
+    def position(self) -> tuple[int, dict[str, Offset], dict[str, Any]]:
+        """The run's step and offsets now, and what a checkpoint keeps of its sinks
+        (`Checkpointing`'s position)."""
+        return self.step, dict(self.offsets), {"sink_steps": dict(self.written.steps)}
 
     # -- one micro-batch = one step --
 
@@ -279,9 +204,6 @@ class Runner:
             elif (rows := r.input.rows(count(start), count(end))) is not None:
                 batches[t] = r.jobs.micro_batch(rows)
         self._step(batches, t0, ends)
-
-    def _tables_ahead(self, rows: DataFrame) -> JobTables:
-        return self.jobs.tables(rows)
 
     def _first_step_ahead(self, ahead: ReadAhead) -> None:
         """The run's first step, from the batch read ahead (`StepInput.read_ahead`), before
@@ -587,4 +509,4 @@ class Runner:
         self.loc.close()
 
 
-__all__ = ["Plan", "RunResult", "Runner", "plan", "spark_session"]
+__all__ = ["RunResult", "Runner", "TableReader"]
