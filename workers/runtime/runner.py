@@ -1,22 +1,28 @@
-"""The Spark pipeline runner: a spec becomes a Structured Streaming query whose micro-batches
+"""The Spark pipeline runner: a spec's run, whose Structured Streaming query's micro-batches
 are steps of a dataflow on the storage engine, with exactly-once output across restarts.
 
-A run (DESIGN.md §5), opened by `run_builder.open_runner`: restore checkpoint C of the storage
-location (latest by default, `restore.open_state`) -> roll every sink and the dead letters back
-to C's step -> start a Spark query with a fresh checkpointLocation whose source starts at C's
-source offset -> each micro-batch is one step:
+A run (DESIGN.md §5): `run_builder.open_runner` restores checkpoint C of the storage location
+(latest by default), rolls every sink and the dead letters back to C's step and hands what it
+opened to a `Runner`, which only keeps it. The runner then takes steps: the first batch, read
+ahead while the run opened; the steps after C that the offset log holds, redone with their
+logged input; then a Spark query with a fresh checkpointLocation whose source starts at the
+run's offsets, each micro-batch (`Runner.process`, Spark's foreachBatch) one step.
 
-1. `Runner.process` (Spark's foreachBatch) -> the batch's rows (`StepInput.rows`);
-2. Spark parses, filters and projects (`BatchJobs.micro_batch`), handing the dataflow
-   Arrow (rows the driver makes skip Spark: `BatchJobs.arrow_batch`);
-3. `Runner._step`: dead letters written (`DeadLetters`), the dataflow's step, outputs to the
-   sinks tagged with the step, then the commit policy (`Checkpointing.after_step`: every N
-   steps and/or T seconds, asynchronous by default, each checkpoint recording the source
-   offset its state reflects) and the step's metrics (`RunMetrics`).
+One step reads top to bottom in `Runner._step`:
 
-The run's first batch is read ahead while the query starts (`StepInput.read_ahead`) and is
-its first step. A crash anywhere loses nothing and duplicates nothing: the next run redoes
-the steps after C, which produce the same outputs. The command line is `workers.runtime.driver`.
+1. each input table's rows from the run's offset to the batch's end: made in the driver as
+   Arrow when Spark would only copy them (`BatchJobs.arrow_batch`), else Spark's part, one
+   job (`StepInput.rows`, `BatchJobs.micro_batch`);
+2. the step's offsets to the offset log (`OffsetLog.record`, durable), before anything else;
+3. its dead letters (`DeadLetters`), then the durability check (`DurabilityWatch.check`);
+4. the dataflow's step, and its outputs to the sinks tagged with the step (`WrittenSteps`);
+5. the commit policy (`Checkpointing.after_step`: every N steps and/or T seconds,
+   asynchronous by default, each checkpoint recording the offsets its state reflects);
+6. the step's metrics (`RunMetrics`).
+
+A crash anywhere loses nothing and duplicates nothing: the next run redoes the steps after C,
+with their logged input, which produce the same outputs. The command line is
+`workers.runtime.driver`.
 """
 
 from __future__ import annotations
@@ -164,6 +170,9 @@ class Runner:
     # -- one micro-batch = one step --
 
     def process(self, df: DataFrame, batch_id: int) -> None:
+        """Spark's foreachBatch: micro-batch `batch_id` is the run's next step. `df`, the
+        source's rows, is never read: `StepInput` reads the same rows without a Python
+        worker."""
         with self._gate:
             if self._draining or self._max_steps_reached():
                 # The query is being stopped (exit, pause, `max_steps` reached: the run's
@@ -174,9 +183,12 @@ class Runner:
             self._busy = True
         try:
             with self.step_lock:
-                # `df`, the source's rows, is never read: `StepInput.rows` reads the same
-                # rows without a Python worker.
-                self._process(batch_id)
+                t0 = time.perf_counter()
+                if not self._reported:
+                    self.timeline.mark("first_batch")
+                # The batch's end offsets, from the query's offset log (Spark writes it
+                # before the batch runs).
+                self._step(t0, batch_ends(self._spark_ck, batch_id, list(self._readers)))
         except BaseException as e:
             self.error = e
             raise
@@ -184,26 +196,88 @@ class Runner:
             self._busy = False
             self._last_step_at = time.monotonic()
 
-    def _process(self, batch_id: int) -> None:
-        t0 = time.perf_counter()
-        if not self._reported:
-            self.timeline.mark("first_batch")
-        # The batch's rows: from this run's offsets to the batch's end offsets, read from
-        # the query's offset log (Spark writes it before the batch runs).
-        self._read_step(batch_ends(self._spark_ck, batch_id, list(self._readers)), t0)
+    def _step(
+        self, t0: float, ends: dict[str, Offset], read: dict[str, MicroBatch] | None = None
+    ) -> None:
+        """One step: every input table from the run's offset to its end in `ends` (one
+        missing from `ends` stays where it is), or the batches `read` already; `t0`: when
+        the step began. No step if no table has a row."""
+        # 1. The rows, per table: Arrow made in the driver when Spark would only copy them,
+        # else Spark's part, one job computing every dataflow input of every row.
+        batches = read
+        if batches is None:
+            batches = {}
+            for t, r in self._readers.items():
+                start, end = self.offsets[t], ends.get(t, self.offsets[t])
+                if not advanced(start, end):
+                    continue
+                if r.jobs.skips_spark() and (made := r.input.arrow(start, end)) is not None:
+                    batches[t] = r.jobs.arrow_batch(*made)
+                elif (rows := r.input.rows(count(start), count(end))) is not None:
+                    batches[t] = r.jobs.micro_batch(rows)
+        if all(b.end is None for b in batches.values()):
+            return
+        first = not self._reported
+        times = [b.oldest for b in batches.values() if b.oldest is not None]
+        oldest = min(times) if times else None
+        ends = {**self.offsets, **{t: ends[t] for t in batches}}
+        step = self.step + 1
+        # 2. Same step, same input: its offsets are durable before any of its output is
+        # written, unless it redoes a logged step with exactly that input.
+        if self._replay and self._replay[0] == ends:
+            self._replay.pop(0)
+        else:
+            self._replay = []
+            self.offset_log.record(step, {t: (self.offsets[t], e) for t, e in ends.items()})
+        if step % OFFSET_LOG_TRIM_STEPS == 0 and (cps := self.loc.list_checkpoints()):
+            # No restore goes back beyond the oldest checkpoint: nor do the sinks' rollbacks.
+            self.offset_log.truncate_through(cps[0].step)
+            for sink in self.sinks.values():
+                sink.forget_through(cps[0].step)
+        # 3. Dead letters; then, before the sinks are written again, a failed commit or
+        # upload is reported, and fencing or commits failing in a row end the run.
+        bad_rows = self.dead_letters.write(step, {t: b.bad for t, b in batches.items()})
+        tables: dict[str, pa.Table] = {}
+        for t, b in batches.items():
+            name = self._readers[t].name
+            tables.update({name if k == SOURCE else k: v for k, v in b.tables.items()})
+        spark_ms = (time.perf_counter() - t0) * 1000
+        if first:
+            self.timeline.mark("spark_part")
+        self.durability.check()
+        # 4. The dataflow's step, its output to every sink.
+        t1 = time.perf_counter()
+        late_before = self.plan.dataflow.late_rows()
+        out = self.plan.dataflow.step(tables)
+        late_rows = self.plan.dataflow.late_rows() - late_before
+        self.written.write(self.spec, step, out)
+        # End-to-end latency: the step's output is in every sink now; its oldest input
+        # event happened at `oldest`. (Wall clock against event time: both UTC.)
+        written_us = time.time_ns() // 1000
+        latency_ms = None if oldest is None else (written_us - oldest) / 1000
+        engine_ms = (time.perf_counter() - t1) * 1000
+        self.step, self.offsets = step, ends
+        rows_in = sum(b.rows_in for b in batches.values())
+        # 5. The commit policy.
+        commit_ms = self.checkpoints.after_step()
+        if first:
+            self.timeline.mark("engine_step")
+        # 6. The step's metrics.
+        step_ms = (time.perf_counter() - t0) * 1000
+        self.metrics.step(
+            step,
+            self.offset,
+            (rows_in, sum(o.num_rows for o in out.values()), bad_rows, late_rows),
+            StepTimes(spark_ms, engine_ms, commit_ms, step_ms, latency_ms),
+            self.loc.spines(),
+            self.plan.dataflow.operator_metrics(),
+            {t: r.input.figures(self.offsets[t]) for t, r in self._readers.items()},
+            self.written.figures(),
+        )
+        if first:
+            self._report_started()
 
-    def _read_step(self, ends: dict[str, Offset], t0: float) -> None:
-        """A step over every input table's rows from the run's offsets to `ends`."""
-        batches: dict[str, MicroBatch] = {}
-        for t, r in self._readers.items():
-            start, end = self.offsets[t], ends.get(t, self.offsets[t])
-            if not advanced(start, end):
-                continue
-            if r.jobs.skips_spark() and (made := r.input.arrow(start, end)) is not None:
-                batches[t] = r.jobs.arrow_batch(*made)
-            elif (rows := r.input.rows(count(start), count(end))) is not None:
-                batches[t] = r.jobs.micro_batch(rows)
-        self._step(batches, t0, ends)
+    # -- steps before the query: the first batch read ahead, logged steps, driver reads --
 
     def _first_step_ahead(self, ahead: ReadAhead) -> None:
         """The run's first step, from the batch read ahead (`StepInput.read_ahead`), before
@@ -221,9 +295,8 @@ class Runner:
                     return  # the query reads the batch, and reports what fails
                 self.input.rows(self.offset, ahead.end)  # read again, and fail if it does
             self.jobs.ready = table
-            self._step(
-                {self._table: self.jobs.micro_batch(ahead.rows())}, t0, {self._table: ahead.end}
-            )
+            batch = self.jobs.micro_batch(ahead.rows())
+            self._step(t0, {self._table: ahead.end}, {self._table: batch})
         self._last_step_at = time.monotonic()
 
     def _replay_step(self) -> None:
@@ -241,75 +314,9 @@ class Runner:
             if not self._reported:
                 self.timeline.mark("first_batch")
             step = self.step
-            self._read_step(ends, t0)
+            self._step(t0, ends)
         self._last_step_at = time.monotonic()
         return self.step > step
-
-    def _log_offsets(self, step: int, ends: dict[str, Offset]) -> None:
-        """Make step `step`'s input (every table's offsets to `ends`) durable before its
-        output reaches a sink, unless it is the replay of a logged step with that input."""
-        if self._replay and self._replay[0] == ends:
-            self._replay.pop(0)
-        else:
-            self._replay = []
-            self.offset_log.record(step, {t: (self.offsets[t], e) for t, e in ends.items()})
-        if step % OFFSET_LOG_TRIM_STEPS == 0 and (cps := self.loc.list_checkpoints()):
-            # No restore goes back beyond the oldest checkpoint: nor do the sinks' rollbacks.
-            self.offset_log.truncate_through(cps[0].step)
-            for sink in self.sinks.values():
-                sink.forget_through(cps[0].step)
-
-    def _step(self, batches: dict[str, MicroBatch], t0: float, ends: dict[str, Offset]) -> None:
-        """One engine step over the micro-batches Spark computed, per input table (`t0`:
-        when the batch began), which take every table read to its end in `ends`. No step
-        if no table had a row."""
-        if all(b.end is None for b in batches.values()):
-            return
-        first = not self._reported
-        times = [b.oldest for b in batches.values() if b.oldest is not None]
-        oldest = min(times) if times else None
-        ends = {**self.offsets, **{t: ends[t] for t in batches}}
-        step = self.step + 1
-        self._log_offsets(step, ends)
-        bad_rows = self.dead_letters.write(step, {t: b.bad for t, b in batches.items()})
-        tables: dict[str, pa.Table] = {}
-        for t, b in batches.items():
-            name = self._readers[t].name
-            tables.update({name if k == SOURCE else k: v for k, v in b.tables.items()})
-        spark_ms = (time.perf_counter() - t0) * 1000
-        if first:
-            self.timeline.mark("spark_part")
-        # A failed commit or upload is reported; fencing or commits failing in a row end
-        # the run here, before the sinks are written again.
-        self.durability.check()
-        t1 = time.perf_counter()
-        late_before = self.plan.dataflow.late_rows()
-        out = self.plan.dataflow.step(tables)
-        late_rows = self.plan.dataflow.late_rows() - late_before
-        self.written.write(self.spec, step, out)
-        # End-to-end latency: the step's output is in every sink now; its oldest input
-        # event happened at `oldest`. (Wall clock against event time: both UTC.)
-        written_us = time.time_ns() // 1000
-        latency_ms = None if oldest is None else (written_us - oldest) / 1000
-        engine_ms = (time.perf_counter() - t1) * 1000
-        self.step, self.offsets = step, ends
-        rows_in = sum(b.rows_in for b in batches.values())
-        commit_ms = self.checkpoints.after_step()
-        if first:
-            self.timeline.mark("engine_step")
-        step_ms = (time.perf_counter() - t0) * 1000
-        self.metrics.step(
-            step,
-            self.offset,
-            (rows_in, sum(o.num_rows for o in out.values()), bad_rows, late_rows),
-            StepTimes(spark_ms, engine_ms, commit_ms, step_ms, latency_ms),
-            self.loc.spines(),
-            self.plan.dataflow.operator_metrics(),
-            {t: r.input.figures(self.offsets[t]) for t, r in self._readers.items()},
-            self.written.figures(),
-        )
-        if first:
-            self._report_started()
 
     def _report_started(self) -> None:
         """Once per run, after its first step: where the start-up went (see `Timeline`).
