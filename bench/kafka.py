@@ -147,11 +147,11 @@ def _s3_environment(s3: ObjectStoreSettings) -> Iterator[None]:
 
 
 def run_variant(work: Path, doc: dict[str, Any], events: int, spark: Any) -> dict[str, Any]:
-    from workers.runtime.runner import Runner
+    from workers.runtime.run_builder import open_runner
 
     storage = work / doc["name"]
     t0 = time.perf_counter()
-    r = Runner(parse_spec(doc), str(storage), base_dir=str(work), spark=spark)
+    r = open_runner(parse_spec(doc), str(storage), base_dir=str(work), spark=spark)
     try:
         opened = time.perf_counter() - t0
         r.run(stop_when_idle=3.0)

@@ -27,7 +27,7 @@ class BatchJobs:
     def __init__(self, spec: S.PipelineSpec, plan: Plan, source: Source) -> None:
         self.spec, self.plan = spec, plan
         self.files = source.batches
-        # The first batch's table, computed while the query started (`Runner._read_ahead`).
+        # The first batch's table, computed while the run opened (`StepInput.read_ahead`).
         self.ready: JobTables | None = None
         self._made_in_driver = source.parses_in_driver
         self._has_lines = source.has_lines

@@ -4,10 +4,11 @@
                                               [--max-steps N] [--stop-when-idle SECONDS]
     python -m workers.runtime.driver spare
 
-`run` opens the storage location, restores and runs the pipeline (`runner.Runner`) until it
-is stopped or a limit is reached, and ends with one of `pipeline_spec.exits`' codes; under
-the control plane (`--run-id`) its `control.JobControl` reports steps and run states through
-the control plane it is given (`main(control_plane=...)`). Run as this module, that is the
+`run` opens the storage location, restores the pipeline (`run_builder.open_runner`) and runs
+it (`runner.Runner`) until it is stopped or a limit is reached, and ends with one of
+`pipeline_spec.exits`' codes; under the control plane (`--run-id`) its `control.JobControl`
+reports steps and run states through the control plane it is given
+(`main(control_plane=...)`). Run as this module, that is the
 REST API's (`control_rest`, with SPINDLE_API_URL and the run's token): the runtime does not
 import the Celery jobs, so the database's plane is chosen by their entry point,
 `python -m workers.jobs.driver`, which calls `main` with it. `spare` starts Spark and waits
@@ -57,6 +58,7 @@ from storage_engine.remote import FencedError
 
 from .control_plane import ControlPlane
 from .restore import StateError
+from .run_builder import open_runner
 from .runner import TAKEOVER_LOCK_WAIT_S, Runner
 from .session import Timeline, process_start_time
 
@@ -206,7 +208,7 @@ def run_cmd(
             reraise=True,
         )
         runner = opening(
-            Runner,
+            open_runner,
             spec,
             storage,
             from_checkpoint=from_checkpoint,

@@ -1,22 +1,28 @@
-"""The Spark pipeline runner: a spec becomes a Structured Streaming query whose micro-batches
+"""The Spark pipeline runner: a spec's run, whose Structured Streaming query's micro-batches
 are steps of a dataflow on the storage engine, with exactly-once output across restarts.
 
-A run (DESIGN.md §5): restore checkpoint C of the storage location (latest by default,
-`restore.open_state`) -> roll every sink and the dead letters back to C's step -> start a
-Spark query with a fresh checkpointLocation whose source starts at C's source offset -> each
-micro-batch is one step:
+A run (DESIGN.md §5): `run_builder.open_runner` restores checkpoint C of the storage location
+(latest by default), rolls every sink and the dead letters back to C's step and hands what it
+opened to a `Runner`, which only keeps it. The runner then takes steps: the first batch, read
+ahead while the run opened; the steps after C that the offset log holds, redone with their
+logged input; then a Spark query with a fresh checkpointLocation whose source starts at the
+run's offsets, each micro-batch (`Runner.process`, Spark's foreachBatch) one step.
 
-1. `Runner.process` (Spark's foreachBatch) -> the batch's rows (`StepInput.rows`);
-2. Spark parses, filters and projects (`BatchJobs.micro_batch`), handing the dataflow
-   Arrow (rows the driver makes skip Spark: `BatchJobs.arrow_batch`);
-3. `Runner._step`: dead letters written (`DeadLetters`), the dataflow's step, outputs to the
-   sinks tagged with the step, then the commit policy (`Checkpointing.after_step`: every N
-   steps and/or T seconds, asynchronous by default, each checkpoint recording the source
-   offset its state reflects) and the step's metrics (`RunMetrics`).
+One step reads top to bottom in `Runner._step`:
 
-The run's first batch is read ahead while the query starts (`StepInput.read_ahead`) and is
-its first step. A crash anywhere loses nothing and duplicates nothing: the next run redoes
-the steps after C, which produce the same outputs. The command line is `workers.runtime.driver`.
+1. each input table's rows from the run's offset to the batch's end: made in the driver as
+   Arrow when Spark would only copy them (`BatchJobs.arrow_batch`), else Spark's part, one
+   job (`StepInput.rows`, `BatchJobs.micro_batch`);
+2. the step's offsets to the offset log (`OffsetLog.record`, durable), before anything else;
+3. its dead letters (`DeadLetters`), then the durability check (`DurabilityWatch.check`);
+4. the dataflow's step, and its outputs to the sinks tagged with the step (`WrittenSteps`);
+5. the commit policy (`Checkpointing.after_step`: every N steps and/or T seconds,
+   asynchronous by default, each checkpoint recording the offsets its state reflects);
+6. the step's metrics (`RunMetrics`).
+
+A crash anywhere loses nothing and duplicates nothing: the next run redoes the steps after C,
+with their logged input, which produce the same outputs. The command line is
+`workers.runtime.driver`.
 """
 
 from __future__ import annotations
@@ -28,9 +34,7 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -39,22 +43,22 @@ from pyspark.sql import DataFrame, SparkSession
 from pipeline_spec import model as S
 from pipeline_spec.exits import EXIT_HUNG, HUNG_HEADING
 from pipeline_spec.offsets import Offset, advanced, count, total
-from storage_engine.objstore import ObjectStoreLike
+from storage_engine import StorageLocation
 
 from .batch_jobs import BatchJobs
 from .checkpointing import Checkpointing
-from .connectors.source import Source
+from .connectors.sink import Sink
 from .dead_letters import DeadLetters
 from .durability import DurabilityWatch
-from .micro_batch import JobTables, MicroBatch
+from .micro_batch import MicroBatch
 from .offset_log import OffsetLog
-from .plan import Plan, plan
+from .plan import Plan
 from .progress import QueryProgress, ReadAhead
-from .restore import open_circuit_state
-from .run_metrics import MetricsSink, RunMetrics, StepTimes
-from .session import Timeline, spark_session
-from .sinks import WrittenSteps, open_sinks, steps_held_beyond
-from .sources import SOURCE, table_input
+from .restore import Skipped
+from .run_metrics import RunMetrics, StepTimes
+from .session import Timeline
+from .sinks import WrittenSteps
+from .sources import SOURCE
 from .step_input import StepInput
 from .step_query import batch_ends, start_query
 from .watchdog import HangWatchdog
@@ -80,7 +84,7 @@ class RunResult:
 
 
 @dataclass
-class _Table:
+class TableReader:
     """How a run reads one input table: into dataflow input `name`, by `input` and `jobs`."""
 
     name: str
@@ -89,156 +93,86 @@ class _Table:
 
 
 class Runner:
+    """A pipeline's run, made by `run_builder.open_runner` (the one way to make one) of what
+    it opened: the constructor only keeps its collaborators, so every file, connection and
+    Spark job of the opening, and its failures, are the builder's. `close()` closes them.
+
+    `step`: the run's last step (the restored one until it takes one); `offsets`: each input
+    table's offset, where its next step starts; `replay`: the end offsets of the logged steps
+    after `step` that the run redoes first (`OffsetLog.pending`); `first_in_driver`: every
+    table's first step is read by the driver (no read-ahead); `ahead`: the first batch,
+    being read while the run opened (`StepInput.read_ahead`)."""
+
     def __init__(
         self,
         spec: S.PipelineSpec,
         storage: str,
         *,
-        from_checkpoint: str = "latest",
-        base_dir: str = ".",
-        metrics_path: str | None = None,
-        drop_state: Sequence[str] = (),
-        spark: SparkSession | None = None,
-        own_retention: bool = True,
-        metrics_sinks: list[MetricsSink] | None = None,
-        remote: ObjectStoreLike | None = None,
-        timeline: Timeline | None = None,
-        files_roots: Sequence[str] | None = None,
-        object_roots: Sequence[str] | None = None,
+        timeline: Timeline,
+        spark: SparkSession,
+        plan: Plan,
+        loc: StorageLocation,
+        skipped: list[Skipped],
+        step: int,
+        offsets: dict[str, Offset],
+        sinks: dict[str, Sink],
+        written: WrittenSteps,
+        metrics: RunMetrics,
+        durability: DurabilityWatch,
+        readers: dict[str, TableReader],
+        step_lock: threading.RLock,
+        checkpoints: Checkpointing,
+        dead_letters: DeadLetters,
+        offset_log: OffsetLog,
+        replay: list[dict[str, Offset]],
+        first_in_driver: bool,
+        ahead: ReadAhead | None,
     ) -> None:
-        if files_roots or object_roots:
-            # Again as the run opens them: a path may have become a symlink leading out
-            # since the spec was validated.
-            local = [Path(r) for r in files_roots or [base_dir]]
-            errors = S.outside_roots(spec, local, object_roots or ())
-            if errors:
-                raise S.SpecError(errors)
-        self.spec = spec
-        # Input files must resolve inside these too (os.pathsep-joined; "": anywhere).
-        roots = os.pathsep.join(files_roots or [])
-        self.timeline = tl = timeline or Timeline()
-        self.spark = spark or spark_session(f"spindle:{spec.name}")
-        tl.mark("spark_session")
-        self.plan = plan(self.spark, spec)
-        tl.mark("plan")
-
-        self.loc, self.skipped = open_circuit_state(
-            storage,
-            self.plan.dataflow,
-            from_checkpoint,
-            drop_state=drop_state,
-            remote=remote,
-            fallback=spec.checkpoint.on_corruption == "fallback",
-        )
-        try:
-            self.step = self.loc.step if self.loc.restored is not None else 0
-            restored = self.loc.metadata if self.loc.restored is not None else {}
-            # Each input table's offset (`source`'s first): where its next step starts.
-            self.offsets = spec.offsets(restored)
-            tl.mark("storage_restore")
-            self.sinks = open_sinks(spec, self.plan.dataflow, self.loc, base_dir)
-            self.written = WrittenSteps(self.sinks, restored)
-            for s in self.sinks.values():
-                s.rollback(self.step)
-        except BaseException:
-            self.loc.close()
-            raise
-        self.first_step = self.step
-        self.storage = storage
-        self.metrics = RunMetrics(
-            metrics_path or os.path.join(storage, "metrics.jsonl"), metrics_sinks
-        )
-        self.durability = DurabilityWatch(self.metrics.event, lambda: self.loc.remote)
-        for skipped in self.skipped:
-            self.metrics.to_file(
-                {
-                    "ts": time.time(),
-                    "event": "checkpoint_skipped",
-                    "checkpoint": skipped.uuid,
-                    "step": skipped.step,
-                    "reason": skipped.reason,
-                    "restored": self.loc.restored.uuid if self.loc.restored else None,
-                }
-            )
+        self.spec, self.storage, self.timeline = spec, storage, timeline
+        self.spark, self.plan = spark, plan
+        self.loc, self.skipped = loc, skipped
+        self.step = self.first_step = step
+        self.offsets = offsets
+        self.sinks, self.written = sinks, written
+        self.metrics, self.durability = metrics, durability
+        self._readers = readers
+        self._table = spec.source.table
+        self.input, self.jobs = readers[self._table].input, readers[self._table].jobs
+        # Held while a step runs; commands from outside (commit, gc) take it between steps.
+        self.step_lock = step_lock
+        self.checkpoints = checkpoints
+        self.dead_letters, self.offset_log = dead_letters, offset_log
+        self._replay = replay
+        self._first_in_driver = first_in_driver
+        self._ahead = ahead
         # Unique among the session's queries: Spark's progress events name their query.
         self._query_name = f"spindle:{spec.name}:{os.getpid()}:{id(self):x}"
-        # Held while a step runs; commands from outside (commit, gc) take it between steps.
-        self.step_lock = threading.RLock()
-        self.input = StepInput(self.spark, spec, self.plan, storage, roots)
-        self.jobs = BatchJobs(spec, self.plan, self.input.connector)
-        self._readers = {spec.source.table: _Table(SOURCE, self.input, self.jobs)}
-        for t, p in self.plan.tables.items():
-            step_input = StepInput(self.spark, p.spec, p, storage, roots)
-            jobs = BatchJobs(p.spec, p, step_input.connector)
-            self._readers[t] = _Table(table_input(t), step_input, jobs)
-        self.checkpoints = Checkpointing(
-            spec,
-            self.plan.dataflow,
-            self.loc,
-            self.sinks,
-            self.durability,
-            self.step_lock,
-            lambda: (self.step, dict(self.offsets), {"sink_steps": dict(self.written.steps)}),
-            own_retention,
-            {t: c.input_log for t, c in self._sources().items() if c.input_log is not None},
-            {t: c.on_durable for t, c in self._sources().items() if c.on_durable is not None},
-        )
         self.paused = False
         self.exit_code: int | None = None
         self._draining = False
         self._gate = threading.Lock()  # makes "not draining, so busy" one step
         self._last_allowed_step: int | None = None  # `run(max_steps)`: no step beyond it
-        self.dead_letters = DeadLetters(storage, self._sources())
-        self.dead_letters.rollback(self.step)
-        tl.mark("sinks_rollback")
         self._reported = False
         self._last_step_at = time.monotonic()
         self._busy = False
         self.error: BaseException | None = None
-        # The steps after the restored one that a previous run logged (`OffsetLog`): each
-        # is redone with its logged end offset before the query takes new input.
-        self.offset_log = OffsetLog(
-            storage, store=remote, on_error=self.durability.offsets_not_uploaded
-        )
-        self._table = spec.source.table
-        for t, r in self._readers.items():
-            self.offsets[t] = r.input.first_offset(self.offsets[t])
-        pending = self.offset_log.pending(self.step, self.offsets)
-        self._replay = [{t: end for t, (_, end) in entry.items()} for entry in pending]
-        redo = self.step + len(self._replay)
-        for name, held in steps_held_beyond(self.sinks, redo).items():
-            log.warning(
-                "sink %s holds steps %d-%d, which this run cannot redo", name, redo + 1, held
-            )
-            self.metrics.to_file(
-                {"ts": time.time(), "event": "sink_ahead", "sink": name, "held": held, "redo": redo}
-            )
-        # The first batch, read while the query starts: the run's first step
-        # (`_first_step_ahead`); with several input tables, the query reads the first. Rows
-        # the driver reads (log sources', files the driver parses) need no read-ahead: the
-        # driver reads them as its first step, every table's (`_first_in_driver`).
-        self._first_in_driver = all(r.jobs.skips_spark() for r in self._readers.values())
-        self._ahead = (
-            None
-            if self.plan.tables or self._first_in_driver
-            else self.input.read_ahead(
-                self.offset,
-                self._tables_ahead,
-                count(self._replay[0][self._table]) if self._replay else None,
-            )
-        )
-
-    def _sources(self) -> dict[str, Source]:
-        return {t: r.input.connector for t, r in self._readers.items()}
 
     @property
     def offset(self) -> int:
         """`source`'s offset as one number (see `offsets` for every input table's)."""
         return total(self.offsets[self._table])
 
+    def position(self) -> tuple[int, dict[str, Offset], dict[str, Any]]:
+        """The run's step and offsets now, and what a checkpoint keeps of its sinks
+        (`Checkpointing`'s position)."""
+        return self.step, dict(self.offsets), {"sink_steps": dict(self.written.steps)}
+
     # -- one micro-batch = one step --
 
     def process(self, df: DataFrame, batch_id: int) -> None:
+        """Spark's foreachBatch: micro-batch `batch_id` is the run's next step. `df`, the
+        source's rows, is never read: `StepInput` reads the same rows without a Python
+        worker."""
         with self._gate:
             if self._draining or self._max_steps_reached():
                 # The query is being stopped (exit, pause, `max_steps` reached: the run's
@@ -249,9 +183,12 @@ class Runner:
             self._busy = True
         try:
             with self.step_lock:
-                # `df`, the source's rows, is never read: `StepInput.rows` reads the same
-                # rows without a Python worker.
-                self._process(batch_id)
+                t0 = time.perf_counter()
+                if not self._reported:
+                    self.timeline.mark("first_batch")
+                # The batch's end offsets, from the query's offset log (Spark writes it
+                # before the batch runs).
+                self._step(t0, batch_ends(self._spark_ck, batch_id, list(self._readers)))
         except BaseException as e:
             self.error = e
             raise
@@ -259,29 +196,88 @@ class Runner:
             self._busy = False
             self._last_step_at = time.monotonic()
 
-    def _process(self, batch_id: int) -> None:
-        t0 = time.perf_counter()
-        if not self._reported:
-            self.timeline.mark("first_batch")
-        # The batch's rows: from this run's offsets to the batch's end offsets, read from
-        # the query's offset log (Spark writes it before the batch runs).
-        self._read_step(batch_ends(self._spark_ck, batch_id, list(self._readers)), t0)
+    def _step(
+        self, t0: float, ends: dict[str, Offset], read: dict[str, MicroBatch] | None = None
+    ) -> None:
+        """One step: every input table from the run's offset to its end in `ends` (one
+        missing from `ends` stays where it is), or the batches `read` already; `t0`: when
+        the step began. No step if no table has a row."""
+        # 1. The rows, per table: Arrow made in the driver when Spark would only copy them,
+        # else Spark's part, one job computing every dataflow input of every row.
+        batches = read
+        if batches is None:
+            batches = {}
+            for t, r in self._readers.items():
+                start, end = self.offsets[t], ends.get(t, self.offsets[t])
+                if not advanced(start, end):
+                    continue
+                if r.jobs.skips_spark() and (made := r.input.arrow(start, end)) is not None:
+                    batches[t] = r.jobs.arrow_batch(*made)
+                elif (rows := r.input.rows(count(start), count(end))) is not None:
+                    batches[t] = r.jobs.micro_batch(rows)
+        if all(b.end is None for b in batches.values()):
+            return
+        first = not self._reported
+        times = [b.oldest for b in batches.values() if b.oldest is not None]
+        oldest = min(times) if times else None
+        ends = {**self.offsets, **{t: ends[t] for t in batches}}
+        step = self.step + 1
+        # 2. Same step, same input: its offsets are durable before any of its output is
+        # written, unless it redoes a logged step with exactly that input.
+        if self._replay and self._replay[0] == ends:
+            self._replay.pop(0)
+        else:
+            self._replay = []
+            self.offset_log.record(step, {t: (self.offsets[t], e) for t, e in ends.items()})
+        if step % OFFSET_LOG_TRIM_STEPS == 0 and (cps := self.loc.list_checkpoints()):
+            # No restore goes back beyond the oldest checkpoint: nor do the sinks' rollbacks.
+            self.offset_log.truncate_through(cps[0].step)
+            for sink in self.sinks.values():
+                sink.forget_through(cps[0].step)
+        # 3. Dead letters; then, before the sinks are written again, a failed commit or
+        # upload is reported, and fencing or commits failing in a row end the run.
+        bad_rows = self.dead_letters.write(step, {t: b.bad for t, b in batches.items()})
+        tables: dict[str, pa.Table] = {}
+        for t, b in batches.items():
+            name = self._readers[t].name
+            tables.update({name if k == SOURCE else k: v for k, v in b.tables.items()})
+        spark_ms = (time.perf_counter() - t0) * 1000
+        if first:
+            self.timeline.mark("spark_part")
+        self.durability.check()
+        # 4. The dataflow's step, its output to every sink.
+        t1 = time.perf_counter()
+        late_before = self.plan.dataflow.late_rows()
+        out = self.plan.dataflow.step(tables)
+        late_rows = self.plan.dataflow.late_rows() - late_before
+        self.written.write(self.spec, step, out)
+        # End-to-end latency: the step's output is in every sink now; its oldest input
+        # event happened at `oldest`. (Wall clock against event time: both UTC.)
+        written_us = time.time_ns() // 1000
+        latency_ms = None if oldest is None else (written_us - oldest) / 1000
+        engine_ms = (time.perf_counter() - t1) * 1000
+        self.step, self.offsets = step, ends
+        rows_in = sum(b.rows_in for b in batches.values())
+        # 5. The commit policy.
+        commit_ms = self.checkpoints.after_step()
+        if first:
+            self.timeline.mark("engine_step")
+        # 6. The step's metrics.
+        step_ms = (time.perf_counter() - t0) * 1000
+        self.metrics.step(
+            step,
+            self.offset,
+            (rows_in, sum(o.num_rows for o in out.values()), bad_rows, late_rows),
+            StepTimes(spark_ms, engine_ms, commit_ms, step_ms, latency_ms),
+            self.loc.spines(),
+            self.plan.dataflow.operator_metrics(),
+            {t: r.input.figures(self.offsets[t]) for t, r in self._readers.items()},
+            self.written.figures(),
+        )
+        if first:
+            self._report_started()
 
-    def _read_step(self, ends: dict[str, Offset], t0: float) -> None:
-        """A step over every input table's rows from the run's offsets to `ends`."""
-        batches: dict[str, MicroBatch] = {}
-        for t, r in self._readers.items():
-            start, end = self.offsets[t], ends.get(t, self.offsets[t])
-            if not advanced(start, end):
-                continue
-            if r.jobs.skips_spark() and (made := r.input.arrow(start, end)) is not None:
-                batches[t] = r.jobs.arrow_batch(*made)
-            elif (rows := r.input.rows(count(start), count(end))) is not None:
-                batches[t] = r.jobs.micro_batch(rows)
-        self._step(batches, t0, ends)
-
-    def _tables_ahead(self, rows: DataFrame) -> JobTables:
-        return self.jobs.tables(rows)
+    # -- steps before the query: the first batch read ahead, logged steps, driver reads --
 
     def _first_step_ahead(self, ahead: ReadAhead) -> None:
         """The run's first step, from the batch read ahead (`StepInput.read_ahead`), before
@@ -299,9 +295,8 @@ class Runner:
                     return  # the query reads the batch, and reports what fails
                 self.input.rows(self.offset, ahead.end)  # read again, and fail if it does
             self.jobs.ready = table
-            self._step(
-                {self._table: self.jobs.micro_batch(ahead.rows())}, t0, {self._table: ahead.end}
-            )
+            batch = self.jobs.micro_batch(ahead.rows())
+            self._step(t0, {self._table: ahead.end}, {self._table: batch})
         self._last_step_at = time.monotonic()
 
     def _replay_step(self) -> None:
@@ -319,75 +314,9 @@ class Runner:
             if not self._reported:
                 self.timeline.mark("first_batch")
             step = self.step
-            self._read_step(ends, t0)
+            self._step(t0, ends)
         self._last_step_at = time.monotonic()
         return self.step > step
-
-    def _log_offsets(self, step: int, ends: dict[str, Offset]) -> None:
-        """Make step `step`'s input (every table's offsets to `ends`) durable before its
-        output reaches a sink, unless it is the replay of a logged step with that input."""
-        if self._replay and self._replay[0] == ends:
-            self._replay.pop(0)
-        else:
-            self._replay = []
-            self.offset_log.record(step, {t: (self.offsets[t], e) for t, e in ends.items()})
-        if step % OFFSET_LOG_TRIM_STEPS == 0 and (cps := self.loc.list_checkpoints()):
-            # No restore goes back beyond the oldest checkpoint: nor do the sinks' rollbacks.
-            self.offset_log.truncate_through(cps[0].step)
-            for sink in self.sinks.values():
-                sink.forget_through(cps[0].step)
-
-    def _step(self, batches: dict[str, MicroBatch], t0: float, ends: dict[str, Offset]) -> None:
-        """One engine step over the micro-batches Spark computed, per input table (`t0`:
-        when the batch began), which take every table read to its end in `ends`. No step
-        if no table had a row."""
-        if all(b.end is None for b in batches.values()):
-            return
-        first = not self._reported
-        times = [b.oldest for b in batches.values() if b.oldest is not None]
-        oldest = min(times) if times else None
-        ends = {**self.offsets, **{t: ends[t] for t in batches}}
-        step = self.step + 1
-        self._log_offsets(step, ends)
-        bad_rows = self.dead_letters.write(step, {t: b.bad for t, b in batches.items()})
-        tables: dict[str, pa.Table] = {}
-        for t, b in batches.items():
-            name = self._readers[t].name
-            tables.update({name if k == SOURCE else k: v for k, v in b.tables.items()})
-        spark_ms = (time.perf_counter() - t0) * 1000
-        if first:
-            self.timeline.mark("spark_part")
-        # A failed commit or upload is reported; fencing or commits failing in a row end
-        # the run here, before the sinks are written again.
-        self.durability.check()
-        t1 = time.perf_counter()
-        late_before = self.plan.dataflow.late_rows()
-        out = self.plan.dataflow.step(tables)
-        late_rows = self.plan.dataflow.late_rows() - late_before
-        self.written.write(self.spec, step, out)
-        # End-to-end latency: the step's output is in every sink now; its oldest input
-        # event happened at `oldest`. (Wall clock against event time: both UTC.)
-        written_us = time.time_ns() // 1000
-        latency_ms = None if oldest is None else (written_us - oldest) / 1000
-        engine_ms = (time.perf_counter() - t1) * 1000
-        self.step, self.offsets = step, ends
-        rows_in = sum(b.rows_in for b in batches.values())
-        commit_ms = self.checkpoints.after_step()
-        if first:
-            self.timeline.mark("engine_step")
-        step_ms = (time.perf_counter() - t0) * 1000
-        self.metrics.step(
-            step,
-            self.offset,
-            (rows_in, sum(o.num_rows for o in out.values()), bad_rows, late_rows),
-            StepTimes(spark_ms, engine_ms, commit_ms, step_ms, latency_ms),
-            self.loc.spines(),
-            self.plan.dataflow.operator_metrics(),
-            {t: r.input.figures(self.offsets[t]) for t, r in self._readers.items()},
-            self.written.figures(),
-        )
-        if first:
-            self._report_started()
 
     def _report_started(self) -> None:
         """Once per run, after its first step: where the start-up went (see `Timeline`).
@@ -587,4 +516,4 @@ class Runner:
         self.loc.close()
 
 
-__all__ = ["Plan", "RunResult", "Runner", "plan", "spark_session"]
+__all__ = ["RunResult", "Runner", "TableReader"]

@@ -38,7 +38,7 @@ from pyspark.sql import SparkSession
 from pipeline_spec import model as S
 from pipeline_spec.exits import EXIT_SPEC, EXIT_STOPPED
 
-from .runner import Runner
+from .run_builder import open_runner
 from .session import spark_session
 
 log = logging.getLogger("spindle.spare")
@@ -113,7 +113,7 @@ def warm_up(spark: SparkSession, spec: S.PipelineSpec, until: threading.Event) -
     scratch = tempfile.mkdtemp(prefix="spindle-warm-up-")
     dry = spec.model_copy(update={"sinks": []})
     try:
-        runner = Runner(dry, scratch, spark=spark, from_checkpoint="none")
+        runner = open_runner(dry, scratch, spark=spark, from_checkpoint="none")
         try:
             done = threading.Event()
 

@@ -16,7 +16,7 @@ from pipeline_spec import model as S
 from pipeline_spec.model import parse_spec
 
 from . import spark_cds
-from .runner import Runner
+from .run_builder import open_runner
 from .session import spark_session
 
 
@@ -35,7 +35,7 @@ def cds_workload(dump_to: Path) -> None:
         work = Path(tmp)
         specs = [files_spec(work), nexmark_join_spec()]
         for i, spec in enumerate(specs):
-            runner = Runner(spec, str(work / f"storage-{i}"), spark=spark, base_dir=str(work))
+            runner = open_runner(spec, str(work / f"storage-{i}"), spark=spark, base_dir=str(work))
             try:
                 runner.run(max_steps=2, stop_when_idle=5)
             finally:

@@ -23,7 +23,7 @@ from workers.jobs import launch
 from workers.runtime import control_rest
 from workers.runtime.control import JobControl
 from workers.runtime.control_plane import Report
-from workers.runtime.runner import Runner
+from workers.runtime.run_builder import open_runner
 
 from ...backend.api_fixtures import Api, clicks_spec, make_api, sqlite_url
 from ...polling import wait_until
@@ -76,7 +76,7 @@ def test_a_driver_runs_under_the_control_plane_over_rest(
 
     plane = control_rest.RestControlPlane(control_rest.client(url, token), run_id)
     control = JobControl(plane, poll_s=0.05, heartbeat_s=0.2)
-    runner = Runner(
+    runner = open_runner(
         parse_spec(fast_clicks(name)),
         str(tmp_path / "storage"),
         base_dir=str(tmp_path),

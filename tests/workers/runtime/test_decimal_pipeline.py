@@ -24,7 +24,7 @@ from pyspark.sql import SparkSession
 from pipeline_spec.model import parse_spec
 from pipeline_spec.types import arrow_schema
 from workers.runtime import csv_lines, json_lines
-from workers.runtime.runner import Runner
+from workers.runtime.run_builder import open_runner
 
 from ...sql.test_decimal_oracle import with_spark_avg
 from .test_sql_pipeline import integrated
@@ -176,7 +176,7 @@ def test_a_pipeline_of_decimal_tables_equals_duckdb(tmp_path: Path, spark: Spark
     state = str(tmp_path / "state")
     for batch in (0, 1):
         write_files(tmp_path, batch)
-        r = Runner(s, state, base_dir=str(tmp_path), spark=spark)
+        r = open_runner(s, state, base_dir=str(tmp_path), spark=spark)
         try:
             r.run(stop_when_idle=2.0)
         finally:

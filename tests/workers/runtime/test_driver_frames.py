@@ -14,7 +14,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from pipeline_spec.model import load_spec
-from workers.runtime.runner import Runner
+from workers.runtime.run_builder import open_runner
 from workers.runtime.step_input import StepInput
 
 
@@ -41,7 +41,7 @@ state:
 sinks: [{name: out, kind: discard, from: n}]
 """
     )
-    r = Runner(spec, str(tmp_path / "state"), base_dir=str(tmp_path), spark=spark)
+    r = open_runner(spec, str(tmp_path / "state"), base_dir=str(tmp_path), spark=spark)
     try:
         r.run(stop_when_idle=2.0)
     finally:

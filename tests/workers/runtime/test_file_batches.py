@@ -24,6 +24,7 @@ from storage_engine.schema import WEIGHT
 from workers.runtime.connectors.files_sink import FilesSink
 from workers.runtime.file_batches import CORRUPT, FileBatches
 from workers.runtime.input_files import list_input_files
+from workers.runtime.run_builder import open_runner
 from workers.runtime.runner import Runner
 
 # Names a Hadoop path cannot hold (a colon) or Spark would glob (brackets, braces, stars).
@@ -241,7 +242,7 @@ def _doc(tmp: Path, fmt: str) -> dict[str, Any]:
 
 
 def _run(tmp: Path, spark: SparkSession, fmt: str, steps: int) -> Counter[tuple[Any, ...]]:
-    r = Runner(parse_spec(_doc(tmp, fmt)), str(tmp / "state"), base_dir=str(tmp), spark=spark)
+    r = open_runner(parse_spec(_doc(tmp, fmt)), str(tmp / "state"), base_dir=str(tmp), spark=spark)
     try:
         r.run(max_steps=steps)
     finally:
@@ -331,7 +332,7 @@ def test_the_first_step_is_the_batch_read_ahead_and_the_query_starts_after_it(
 
     write(0)
     doc = {**_doc(tmp_path, "csv"), "transform": {"where": "amount >= 0"}}
-    r = Runner(
+    r = open_runner(
         parse_spec(doc),
         str(tmp_path / "state"),
         base_dir=str(tmp_path),

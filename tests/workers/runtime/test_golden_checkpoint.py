@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 
 from pipeline_spec.model import parse_spec
 from storage_engine.schema import WEIGHT
-from workers.runtime.runner import Runner
+from workers.runtime.run_builder import open_runner
 
 from ... import customers
 
@@ -41,7 +41,7 @@ def golden_spec(root: Path) -> dict[str, Any]:
 def make(out: Path) -> None:
     """How the fixture was made (python -m tests.workers.runtime.test_golden_checkpoint DIR)."""
     customers.write_input(out / "in", 4, 150, customers=12, seed=9)
-    r = Runner(parse_spec(golden_spec(out)), str(out / "state"), base_dir=str(out))
+    r = open_runner(parse_spec(golden_spec(out)), str(out / "state"), base_dir=str(out))
     try:
         r.run(max_steps=2, stop_when_idle=2.0)
     finally:
@@ -59,7 +59,9 @@ def expected(root: Path) -> Counter[tuple[Any, ...]]:
 def test_a_checkpoint_of_the_earlier_release_resumes(tmp_path: Path, spark: SparkSession) -> None:
     root = tmp_path / "golden"
     shutil.copytree(GOLDEN, root)
-    r = Runner(parse_spec(golden_spec(root)), str(root / "state"), base_dir=str(root), spark=spark)
+    r = open_runner(
+        parse_spec(golden_spec(root)), str(root / "state"), base_dir=str(root), spark=spark
+    )
     try:
         result = r.run(stop_when_idle=2.0)
     finally:

@@ -32,7 +32,7 @@ from pyspark.sql import SparkSession
 
 from pipeline_spec.model import load_spec
 from storage_engine.schema import WEIGHT
-from workers.runtime.runner import Runner
+from workers.runtime.run_builder import open_runner
 
 GOLDEN = Path(__file__).parent / "golden" / "operator-kinds-v1"
 Rows = Counter[tuple[Any, ...]]
@@ -141,7 +141,7 @@ def test_a_checkpoint_of_every_operator_kind_resumes(tmp_path: Path, spark: Spar
     spec = load_spec(root / "spec.yaml")
     source = spec.source.model_copy(update={"path": str(root / "in")})
     spec = spec.model_copy(update={"tables": [source, *spec.tables[1:]]})
-    r = Runner(spec, str(root / "state"), base_dir=str(root), spark=spark)
+    r = open_runner(spec, str(root / "state"), base_dir=str(root), spark=spark)
     try:
         result = r.run(stop_when_idle=2.0)
     finally:

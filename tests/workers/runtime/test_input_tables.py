@@ -21,7 +21,7 @@ from pipeline_spec.model import SpecError, parse_spec
 from storage_engine import StorageLocation
 from storage_engine.input_log import InputLog
 from workers.runtime.offset_log import OffsetLog
-from workers.runtime.runner import Runner
+from workers.runtime.run_builder import open_runner
 
 from ... import customers
 from .test_sql_pipeline import integrated
@@ -99,7 +99,7 @@ def test_each_table_advances_and_resumes_by_its_own_offsets(
     log = InputLog(str(state / "input-log" / "regions"), REGIONS)
     log.append(regions(0, 12))
 
-    r = Runner(s, str(state), base_dir=str(tmp_path), spark=spark)
+    r = open_runner(s, str(state), base_dir=str(tmp_path), spark=spark)
     try:
         r.run(max_steps=3, stop_when_idle=2.0)
         first = dict(r.offsets)
@@ -121,7 +121,7 @@ def test_each_table_advances_and_resumes_by_its_own_offsets(
     for f in (tmp_path / "in2").iterdir():
         f.rename(tmp_path / "in" / f"part-9{f.name}")
     log.append(regions(12, 21))
-    r = Runner(s, str(state), base_dir=str(tmp_path), spark=spark)
+    r = open_runner(s, str(state), base_dir=str(tmp_path), spark=spark)
     try:
         assert (r.step, r.offsets) == (2, {"orders": 2, "regions": 12})
         r.run(stop_when_idle=2.0)
@@ -164,7 +164,7 @@ def test_tables_are_checked_field_by_field(tmp_path: Path, spark: SparkSession) 
     doc = spec(tmp_path)
     doc["tables"].append({"kind": "files", "table": "x", "path": "p", "format": "csv"})
     with pytest.raises(SpecError) as e:
-        Runner(parse_spec(doc), str(tmp_path / "s"), spark=spark)
+        open_runner(parse_spec(doc), str(tmp_path / "s"), spark=spark)
     assert e.value.errors == [("tables.1.schema", "give the columns and types of the input")]
     doc = spec(tmp_path)
     doc.pop("sql")

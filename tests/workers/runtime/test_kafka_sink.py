@@ -21,7 +21,7 @@ from local_servers.kafka import KafkaBroker
 from pipeline_spec.model import parse_spec
 from workers.runtime.connectors.kafka_sink import STEP
 from workers.runtime.connectors.sink import SinkConflictError
-from workers.runtime.runner import Runner
+from workers.runtime.run_builder import open_runner
 
 from .test_kafka_source import orders, produce
 
@@ -114,7 +114,7 @@ def test_steps_are_written_once_across_a_restore(
     produce(kafka_broker, topics["in"], [(p % 2, k, v) for p, k, v in first])
     s = parse_spec(spec(kafka_broker, topics))
     state = str(tmp_path / "state")
-    r = Runner(s, state, base_dir=str(tmp_path), spark=spark)
+    r = open_runner(s, state, base_dir=str(tmp_path), spark=spark)
     try:
         r.run(max_steps=3, stop_when_idle=2.0)
     finally:
@@ -126,7 +126,7 @@ def test_steps_are_written_once_across_a_restore(
 
     more = orders(24, 40)
     produce(kafka_broker, topics["in"], [(p % 2, k, v) for p, k, v in more])
-    r = Runner(s, state, base_dir=str(tmp_path), spark=spark)
+    r = open_runner(s, state, base_dir=str(tmp_path), spark=spark)
     try:
         assert r.step == 2  # step 3 is redone: its records are in the topics already
         r.run(stop_when_idle=2.0)
@@ -163,7 +163,7 @@ def test_a_topic_has_one_writing_sink(
     for t in topics.values():
         kafka_broker.create_topic(t, 1)
     produce(kafka_broker, topics["in"], [(0, k, v) for _, k, v in orders(0, 5)])
-    r = Runner(
+    r = open_runner(
         parse_spec(spec(kafka_broker, topics)),
         str(tmp_path / "a"),
         base_dir=str(tmp_path),
@@ -175,7 +175,7 @@ def test_a_topic_has_one_writing_sink(
         r.close()
     other = parse_spec(spec(kafka_broker, topics, name="another"))
     with pytest.raises(SinkConflictError, match="has one writing sink"):
-        Runner(other, str(tmp_path / "b"), base_dir=str(tmp_path), spark=spark)
+        open_runner(other, str(tmp_path / "b"), base_dir=str(tmp_path), spark=spark)
 
 
 def test_steps_held_beyond_what_a_run_can_redo_are_reported(
@@ -189,13 +189,13 @@ def test_steps_held_beyond_what_a_run_can_redo_are_reported(
     produce(kafka_broker, topics["in"], [(0, k, v) for _, k, v in orders(0, 30)])
     s = parse_spec(spec(kafka_broker, topics))
     state = tmp_path / "state"
-    r = Runner(s, str(state), base_dir=str(tmp_path), spark=spark)
+    r = open_runner(s, str(state), base_dir=str(tmp_path), spark=spark)
     try:
         r.run(max_steps=3, stop_when_idle=2.0)
     finally:
         r.close()
     (state / "offsets" / f"step-{3:012d}.json").unlink()
-    r = Runner(s, str(state), base_dir=str(tmp_path), spark=spark)
+    r = open_runner(s, str(state), base_dir=str(tmp_path), spark=spark)
     r.close()
     records = [json.loads(x) for x in (state / "metrics.jsonl").read_text().splitlines()]
     ahead = {x["sink"]: (x["redo"], x["held"]) for x in records if x.get("event") == "sink_ahead"}

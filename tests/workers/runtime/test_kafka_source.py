@@ -29,7 +29,7 @@ from storage_engine import StorageLocation
 from workers.runtime.connectors import kafka_source
 from workers.runtime.connectors.kafka_source import KafkaSourceError
 from workers.runtime.offset_log import OffsetLog
-from workers.runtime.runner import Runner
+from workers.runtime.run_builder import open_runner
 
 from .test_sql_pipeline import integrated
 
@@ -140,7 +140,7 @@ def test_kafka_tables_resume_from_partition_offsets(
 
     s = parse_spec(spec(tmp_path, kafka_broker, o, g))
     state = tmp_path / "state"
-    r = Runner(s, str(state), base_dir=str(tmp_path), spark=spark)
+    r = open_runner(s, str(state), base_dir=str(tmp_path), spark=spark)
     try:
         r.run(max_steps=3, stop_when_idle=2.0)
         after_first = dict(r.offsets)
@@ -162,7 +162,7 @@ def test_kafka_tables_resume_from_partition_offsets(
     more = orders(30, 50)
     produce(kafka_broker, o, more)
     produce(kafka_broker, g, [(0, None, f"{c},{r}".encode()) for c, r in regions[4:]])
-    r = Runner(s, str(state), base_dir=str(tmp_path), spark=spark)
+    r = open_runner(s, str(state), base_dir=str(tmp_path), spark=spark)
     try:
         assert r.step == 2
         r.run(stop_when_idle=2.0)
@@ -214,13 +214,13 @@ def test_a_missing_topic_or_broker_is_a_clear_error(
 ) -> None:
     doc = spec(tmp_path, kafka_broker, "no-such-topic", "regions-none")
     with pytest.raises(KafkaSourceError, match="topic 'no-such-topic' does not exist"):
-        Runner(parse_spec(doc), str(tmp_path / "s1"), base_dir=str(tmp_path), spark=spark)
+        open_runner(parse_spec(doc), str(tmp_path / "s1"), base_dir=str(tmp_path), spark=spark)
     # No broker where the spec points: the run fails once the broker timeout (30 s; 2 s
     # here) has passed, naming the table and the address.
     monkeypatch.setattr(kafka_source, "TIMEOUT_S", 2.0)
     doc["source"]["bootstrap_servers"] = "127.0.0.1:1"
     with pytest.raises(KafkaSourceError, match=r"table 'orders' \(127.0.0.1:1\): broker"):
-        Runner(parse_spec(doc), str(tmp_path / "s2"), base_dir=str(tmp_path), spark=spark)
+        open_runner(parse_spec(doc), str(tmp_path / "s2"), base_dir=str(tmp_path), spark=spark)
     doc["source"]["properties"] = {"socket.timeout.ms": "100"}
     with pytest.raises(SpecError) as e:
         parse_spec(doc)
@@ -307,7 +307,7 @@ def test_an_avro_table_decodes_records_and_dead_letters_the_rest(
         "trigger": {"interval": "200ms"},
     }
     state = tmp_path / "state"
-    r = Runner(parse_spec(doc), str(state), base_dir=str(tmp_path), spark=spark)
+    r = open_runner(parse_spec(doc), str(state), base_dir=str(tmp_path), spark=spark)
     try:
         r.run(stop_when_idle=2.0)
     finally:

@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 
 from pipeline_spec.model import SpecError, parse_spec
 from workers.runtime.plan import plan
-from workers.runtime.runner import Runner
+from workers.runtime.run_builder import open_runner
 
 AGE_S = 5.0
 FILTERED_AGE_S = 3600.0
@@ -70,7 +70,7 @@ JOIN = {"name": "self_join", "kind": "join",
 
 
 def _run(tmp: Path, spark: SparkSession, doc: dict[str, Any]) -> list[dict[str, Any]]:
-    r = Runner(parse_spec(doc), str(tmp / "state"), base_dir=str(tmp), spark=spark)
+    r = open_runner(parse_spec(doc), str(tmp / "state"), base_dir=str(tmp), spark=spark)
     try:
         r.run(max_steps=1)
     finally:

@@ -23,7 +23,7 @@ from pyspark.sql import SparkSession
 from local_servers.seaweedfs import SeaweedS3
 from pipeline_spec.model import SpecError, parse_spec
 from workers.runtime.input_files import InputFilesError
-from workers.runtime.runner import Runner
+from workers.runtime.run_builder import open_runner
 
 from .test_sql_pipeline import integrated
 
@@ -137,7 +137,7 @@ def test_files_tables_on_an_object_store_resume_and_match_the_batch_query(
     s = parse_spec(spec(tmp_path, bucket))
     state = tmp_path / "state"
     roots = [f"s3://{bucket}/in"]
-    r = Runner(s, str(state), base_dir=str(tmp_path), spark=spark, object_roots=roots)
+    r = open_runner(s, str(state), base_dir=str(tmp_path), spark=spark, object_roots=roots)
     try:
         r.run(max_steps=3, stop_when_idle=2.0)
         assert r.offsets == {"orders": 2, "regions": 2, "tiers": 1}
@@ -148,7 +148,7 @@ def test_files_tables_on_an_object_store_resume_and_match_the_batch_query(
     put(server, bucket, "in/orders/002.json", orders_file(20, 50))
     put(server, bucket, "in/regions/c.csv", b"customer,region\nc4,r1\nc5,r2\nc6,r0\n")
     put(server, bucket, "in/tiers/t2.parquet", parquet(tiers[4:]))
-    r = Runner(s, str(state), base_dir=str(tmp_path), spark=spark, object_roots=roots)
+    r = open_runner(s, str(state), base_dir=str(tmp_path), spark=spark, object_roots=roots)
     try:
         assert r.step == 2
         # Restored with the checkpoint: the sinks' last written steps up to step 2.
@@ -187,15 +187,15 @@ def test_a_missing_bucket_or_a_prefix_outside_the_roots_is_a_clear_error(
     doc = orders_only(spec(tmp_path, bucket))
     doc["source"]["path"] = "s3://no-such-bucket-here/in/orders"
     with pytest.raises(InputFilesError, match="bucket 'no-such-bucket-here' does not exist"):
-        Runner(parse_spec(doc), str(tmp_path / "s1"), base_dir=str(tmp_path), spark=spark)
+        open_runner(parse_spec(doc), str(tmp_path / "s1"), base_dir=str(tmp_path), spark=spark)
     # No object store configured: the setting is named.
     with monkeypatch.context() as m:
         m.delenv("SPINDLE_S3_ENDPOINT")
         with pytest.raises(InputFilesError, match=r"table 'orders': .*SPINDLE_S3_ENDPOINT"):
-            Runner(parse_spec(doc), str(tmp_path / "s3"), base_dir=str(tmp_path), spark=spark)
+            open_runner(parse_spec(doc), str(tmp_path / "s3"), base_dir=str(tmp_path), spark=spark)
     doc["source"]["path"] = f"s3://{bucket}/elsewhere"
     with pytest.raises(SpecError) as e:
-        Runner(
+        open_runner(
             parse_spec(doc),
             str(tmp_path / "s2"),
             base_dir=str(tmp_path),
@@ -214,14 +214,14 @@ def test_a_stopped_object_store_fails_the_run_and_a_new_run_loses_nothing(
     for f in range(3):
         put(server, bucket, f"in/orders/{f:03}.json", orders_file(f * 10, f * 10 + 10))
     s, state = parse_spec(doc), str(tmp_path / "state")
-    r = Runner(s, state, base_dir=str(tmp_path), spark=spark)
+    r = open_runner(s, state, base_dir=str(tmp_path), spark=spark)
     try:
         r.run(max_steps=1)
     finally:
         r.close()
     # The store goes away while the next run reads: the run fails naming the prefix (the
     # control plane's restart policy takes over), having written nothing it cannot redo.
-    r = Runner(s, state, base_dir=str(tmp_path), spark=spark)
+    r = open_runner(s, state, base_dir=str(tmp_path), spark=spark)
     try:
         server.stop()
         with pytest.raises(Exception, match=f"table 'orders': s3://{bucket}/in/orders"):
@@ -229,7 +229,7 @@ def test_a_stopped_object_store_fails_the_run_and_a_new_run_loses_nothing(
     finally:
         server.start()
         r.close()
-    r = Runner(s, state, base_dir=str(tmp_path), spark=spark)
+    r = open_runner(s, state, base_dir=str(tmp_path), spark=spark)
     try:
         r.run(stop_when_idle=2.0)
         assert r.offsets == {"orders": 3}

@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 from pipeline_spec.model import parse_spec
 from storage_engine.schema import WEIGHT
 from workers.runtime.connectors.files_sink import FilesSink
+from workers.runtime.run_builder import open_runner
 from workers.runtime.runner import Runner
 
 FILES, ROWS = 4, 150
@@ -136,7 +137,7 @@ def _doc(tmp: Path, state: list[dict[str, Any]], **transform: Any) -> dict[str, 
 
 
 def _run(tmp: Path, spark: SparkSession, doc: dict[str, Any], steps: int = FILES) -> Runner:
-    r = Runner(parse_spec(doc), str(tmp / "state"), base_dir=str(tmp), spark=spark)
+    r = open_runner(parse_spec(doc), str(tmp / "state"), base_dir=str(tmp), spark=spark)
     try:
         r.run(max_steps=steps)
         r.checkpoints.commit(wait=True)

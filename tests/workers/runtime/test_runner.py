@@ -28,6 +28,7 @@ from storage_engine.input_log import InputLog
 from storage_engine.schema import WEIGHT
 from tests.polling import wait_until
 from workers.runtime.connectors.files_sink import FilesSink
+from workers.runtime.run_builder import open_runner
 from workers.runtime.runner import QUERY_RESTARTS, Runner
 from workers.runtime.step_input import StepInput
 
@@ -75,7 +76,7 @@ def test_datagen_examples_run(
 ) -> None:
     doc = _fast(yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text()))
     spec = parse_spec(doc)
-    r = Runner(spec, str(tmp_path / "state"), base_dir=str(tmp_path), spark=spark)
+    r = open_runner(spec, str(tmp_path / "state"), base_dir=str(tmp_path), spark=spark)
     try:
         res = r.run(max_steps=3)
     finally:
@@ -167,7 +168,7 @@ def test_restore_an_older_checkpoint_then_continue(tmp_path: Path, spark: SparkS
     spec = parse_spec(doc)
 
     def run(state: str, base: Path, steps: int, ck: str = "latest") -> Runner:
-        r = Runner(spec, state, base_dir=str(base), spark=spark, from_checkpoint=ck)
+        r = open_runner(spec, state, base_dir=str(base), spark=spark, from_checkpoint=ck)
         try:
             r.run(max_steps=steps)
             assert r.step == r.first_step + steps
@@ -200,7 +201,7 @@ def test_a_batch_delivered_after_max_steps_is_not_a_step(
     trigger here) may hand over one more batch before it is stopped: that batch takes no
     step, so a run is exactly N steps (and N checkpoints under an every-step policy)."""
     spec = parse_spec(_fast(yaml.safe_load((EXAMPLES / "clicks-per-user.yaml").read_text())))
-    r = Runner(spec, str(tmp_path / "state"), base_dir=str(tmp_path), spark=spark)
+    r = open_runner(spec, str(tmp_path / "state"), base_dir=str(tmp_path), spark=spark)
     try:
         r.run(max_steps=2)
         assert r.step == r.first_step + 2
@@ -224,7 +225,7 @@ def test_log_example_runs_on_appended_records(tmp_path: Path, spark: SparkSessio
     doc["retention"] = {"keep_last": 2}
     doc["source"]["max_records_per_step"] = 3  # four steps: two checkpoints are gc'ed
     spec = parse_spec(doc)
-    r = Runner(spec, str(tmp_path / "state"), base_dir=str(tmp_path), spark=spark)
+    r = open_runner(spec, str(tmp_path / "state"), base_dir=str(tmp_path), spark=spark)
     try:
         log = r.input.input_log()
         t0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
@@ -299,7 +300,7 @@ def test_stop_when_idle_does_not_count_a_slow_start_up(
     real = Runner._query
     monkeypatch.setattr(Runner, "_query", lambda self: _SlowStart(lambda: real(self), 3.0))
     spec = parse_spec(_fast(yaml.safe_load((EXAMPLES / "ingest-log.yaml").read_text())))
-    r = Runner(spec, str(tmp_path / "state"), base_dir=str(tmp_path), spark=spark)
+    r = open_runner(spec, str(tmp_path / "state"), base_dir=str(tmp_path), spark=spark)
     try:
         t0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
         records = {"auction": [1, 2], "bidder": [7, 8], "price": [1.0, 2.0], "ts": [t0, t0]}
@@ -359,7 +360,7 @@ def test_a_log_sources_first_step_is_read_ahead_in_the_driver_and_a_restart_lose
     state = str(tmp_path / "state")
 
     def runner() -> Runner:
-        return Runner(spec, state, base_dir=str(tmp_path), spark=spark)
+        return open_runner(spec, state, base_dir=str(tmp_path), spark=spark)
 
     r = runner()
     try:
@@ -398,14 +399,14 @@ def test_a_log_pipeline_moved_to_another_machine_reads_what_it_had_not_consumed(
 
     spec, records, expected = _bids_in_four_record_steps()
     store = DirectoryObjectStore(tmp_path / "store")
-    r = Runner(spec, str(tmp_path / "a"), base_dir=str(tmp_path), spark=spark, remote=store)
+    r = open_runner(spec, str(tmp_path / "a"), base_dir=str(tmp_path), spark=spark, remote=store)
     try:
         _append(r.input.input_log(), records)
         res = r.run(max_steps=2)
         assert (res.last_step, res.source_offset) == (2, 8)
     finally:
         r.close()
-    r = Runner(spec, str(tmp_path / "b"), base_dir=str(tmp_path), spark=spark, remote=store)
+    r = open_runner(spec, str(tmp_path / "b"), base_dir=str(tmp_path), spark=spark, remote=store)
     try:
         assert (r.step, r.offset) == (2, 8)
         assert r.run(stop_when_idle=2).source_offset == 18
@@ -420,7 +421,7 @@ def test_a_resume_while_the_paused_query_stops_continues_the_run(
     """Pause stops the Spark query (seconds); a resume arriving meanwhile must restart it,
     not end the run as if the stream had ended."""
     spec = parse_spec(_fast(yaml.safe_load((EXAMPLES / "clicks-per-user.yaml").read_text())))
-    r = Runner(spec, str(tmp_path / "state"), base_dir=str(tmp_path), spark=spark)
+    r = open_runner(spec, str(tmp_path / "state"), base_dir=str(tmp_path), spark=spark)
     result: list[Any] = []
     t = threading.Thread(target=lambda: result.append(r.run(max_steps=6)))
     try:
@@ -473,7 +474,7 @@ def test_a_query_failing_outside_a_step_is_started_again(
     for f in range(2):
         lines = [json.dumps({"user": f"u{i % 3}", "amount": f * 10 + i}) for i in range(9)]
         (tmp_path / "in" / f"part-{f}.json").write_text("\n".join(lines) + "\n")
-    r = Runner(
+    r = open_runner(
         parse_spec(_files_doc(tmp_path)),
         str(tmp_path / "state"),
         base_dir=str(tmp_path),

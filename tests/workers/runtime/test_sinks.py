@@ -170,7 +170,7 @@ def test_paths_are_checked_against_the_roots_when_a_run_opens_them(tmp_path: Pat
     directory outside the file roots before the run: the run refuses it (it wrote there,
     and its rollback deleted files there). Checked before Spark starts."""
     from pipeline_spec.model import SpecError, parse_spec
-    from workers.runtime.runner import Runner
+    from workers.runtime.run_builder import open_runner
 
     root, outside = tmp_path / "root", tmp_path / "outside"
     root.mkdir()
@@ -183,7 +183,7 @@ def test_paths_are_checked_against_the_roots_when_a_run_opens_them(tmp_path: Pat
     (root / "out").mkdir()
     os.symlink(outside, root / "out" / "clicks")
     with pytest.raises(SpecError) as e:
-        Runner(spec, str(tmp_path / "state"), base_dir=str(root), files_roots=[str(root)])
+        open_runner(spec, str(tmp_path / "state"), base_dir=str(root), files_roots=[str(root)])
     assert [f for f, _ in e.value.errors] == ["sinks.0.path"]
     assert (outside / "step-000000000009.parquet").read_text() == "not yours"
 
@@ -192,12 +192,12 @@ def test_a_run_checks_object_store_paths_against_its_object_roots(tmp_path: Path
     """The driver's `--object-root`s, checked again as a run opens its sinks (before Spark):
     a delta sink's s3:// path outside them is refused."""
     from pipeline_spec.model import SpecError, parse_spec
-    from workers.runtime.runner import Runner
+    from workers.runtime.run_builder import open_runner
 
     doc = yaml.safe_load((EXAMPLES / "clicks-to-delta.yaml").read_text())
     doc["sinks"][1]["path"] = "s3://lake/checkpoints/t"
     with pytest.raises(SpecError) as e:
-        Runner(
+        open_runner(
             parse_spec(doc),
             str(tmp_path / "state"),
             base_dir=str(tmp_path),

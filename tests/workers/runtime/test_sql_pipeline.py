@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 
 from pipeline_spec.model import PipelineSpec, SpecError, parse_spec
 from storage_engine.schema import WEIGHT
-from workers.runtime.runner import Runner
+from workers.runtime.run_builder import open_runner
 
 from ... import customers
 
@@ -93,7 +93,7 @@ def run_and_resume(s: PipelineSpec, tmp: Path, spark: SparkSession) -> None:
     """Run `s` (state in `tmp/state`) for 3 steps and stop, then resume it to the end of its
     input: the second run restores the checkpoint of step 2 and redoes the logged step 3."""
     for steps in (3, None):
-        r = Runner(s, str(tmp / "state"), base_dir=str(tmp), spark=spark)
+        r = open_runner(s, str(tmp / "state"), base_dir=str(tmp), spark=spark)
         try:
             r.run(max_steps=steps, stop_when_idle=2.0)
         finally:
@@ -161,7 +161,7 @@ def test_late_rows_are_dropped_counted_and_the_watermark_survives_a_resume(
     doc["checkpoint"] = {"every_steps": 1}
     s = parse_spec(doc)
     for steps in (2, None):  # the stragglers come in the second run
-        r = Runner(s, str(tmp_path / "state"), base_dir=str(tmp_path), spark=spark)
+        r = open_runner(s, str(tmp_path / "state"), base_dir=str(tmp_path), spark=spark)
         try:
             r.run(max_steps=steps, stop_when_idle=2.0)
         finally:
@@ -206,7 +206,7 @@ def test_only_live_columns_are_read_and_a_discard_sink_counts_its_rows(
         {**doc["sinks"][0]},
         {"name": "gone", "kind": "discard", "from": "per_customer"},
     ]
-    r = Runner(parse_spec(doc), str(tmp_path / "state"), base_dir=str(tmp_path), spark=spark)
+    r = open_runner(parse_spec(doc), str(tmp_path / "state"), base_dir=str(tmp_path), spark=spark)
     try:
         r.run(stop_when_idle=2.0)
     finally:
