@@ -58,7 +58,7 @@ def test_random_views_partitioned_equal_the_single_process_run(
         def make(views: Any = views) -> Dataflow:
             return Dataflow(views)
 
-        steps = _random_steps(i, 4)
+        steps = _random_steps(i, 4 if full else 3)
         expected = plain_run(make, steps, tmp_path / f"{i}-plain")
         # Each view at one P in turn (every P with --full), every tenth across a reopen.
         for shards in (1, 2, 3) if full else (1 + i % 3,):
