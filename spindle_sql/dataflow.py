@@ -19,6 +19,11 @@ name their columns by position, and descriptions name internal columns by order 
 use, so an edit that renumbers the planner's internal names changes neither. An operator
 spec's operator (`operators.py`) has the spec's name and user's column names, and its
 fingerprint covers its layout alone.
+
+`step` evaluates every node in order. The partitioned path (`shard_level.py`) evaluates a
+level's nodes on one shard from the rows the shard received, through the same pieces:
+`admit`, `scan_value`, `node_value`, `forget`, `hold_final` and `release_final`, with
+`view_delta` finishing each view's rows on the driver.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Container, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -228,6 +233,24 @@ class Dataflow:
         if metadata is not None:
             self.watermarks.restore(metadata.get(METADATA_KEY, {}))
 
+    @property
+    def first(self) -> bool:
+        """Whether the next step is the pipeline's first: aggregates without GROUP BY then
+        bring their row over no input (`resume` sets it; a partitioned step sets it on
+        the one shard that owns those aggregates)."""
+        return self._first
+
+    @first.setter
+    def first(self, value: bool) -> None:
+        self._first = value
+
+    def bounded_operators(self) -> set[str]:
+        """The ids of the operators whose state a watermark's advance changes: those that
+        forget below a bound, and the `emit_final` stages."""
+        return {s.op.id for s in self._stateful.values() if s.leads} | {
+            f.op.id for f in self._final.values()
+        }
+
     def _global(self, node: P.Aggregate, out: pa.Table) -> pa.Table:
         """An aggregate without GROUP BY has one row even over no input (count 0, other
         aggregates NULL), where the engine's has none: that row comes in when the group
@@ -253,36 +276,49 @@ class Dataflow:
         """Every view's delta for these input deltas (tables absent: no change), with the
         view's column names and `__weight`; rows that cancel out are left out (a delta
         holding only insertions is given as it is: equal rows may come one by one)."""
-        tables = {
-            name: self.watermarks.admit(self._tables.get(name, name), weighted(t))
-            for name, t in deltas.items()
-        }
+        tables = self.admit(deltas)
         values: dict[int, pa.Table] = {}
         for node in self._order:
             values[id(node)] = self._value(node, tables, values)
         self._first = False
         self.watermarks.advance()
-        self._forget()
+        self.forget()
         out = {}
         for name, view in self.views.items():
             t = values[id(view.root)]
             if name in self._final:
-                t = self._emit_final(self._final[name], t, view.root.schema)
-            elif not self.layout.sql:
-                # An operator spec's output as its operator gives it, as its sinks have
-                # always had it (one schema every step: no consolidation's to vary with).
-                t = t.select([*view.root.schema.names, WEIGHT])
-            elif t.num_rows == 0 or pc.min(t.column(WEIGHT)).as_py() <= 0:
-                t = consolidate(t, view.root.schema)
-            else:
-                t = t.select([*view.root.schema.names, WEIGHT])
-            out[name] = t.rename_columns([*view.names, WEIGHT])
+                self.hold_final(name, t)
+                t = self.release_final(name)
+            out[name] = self.view_delta(name, t)
         return out
 
-    def _emit_final(self, final: _Final, delta: pa.Table, schema: pa.Schema) -> pa.Table:
-        """The view's rows that this step's watermark made final (its `delta` held)."""
+    def view_delta(self, name: str, t: pa.Table) -> pa.Table:
+        """View `name`'s delta as `step` gives it, from its root's rows in this step (the
+        rows `release_final` gave, for a view with `emit_final`)."""
+        view = self.views[name]
+        names = view.root.schema.names
+        if name in self._final:
+            return t.rename_columns([*view.names, WEIGHT])  # final rows: each once, as is
+        if not self.layout.sql:
+            # An operator spec's output as its operator gives it, as its sinks have
+            # always had it (one schema every step: no consolidation's to vary with).
+            t = t.select([*names, WEIGHT])
+        elif t.num_rows == 0 or pc.min(t.column(WEIGHT)).as_py() <= 0:
+            t = consolidate(t, view.root.schema)
+        else:
+            t = t.select([*names, WEIGHT])
+        return t.rename_columns([*view.names, WEIGHT])
+
+    def hold_final(self, name: str, delta: pa.Table) -> None:
+        """Give view `name`'s `emit_final` stage its root's rows of this step."""
+        final = self._final[name]
         if delta.num_rows:
             final.op.apply({"in": to_engine(delta.rename_columns([*final.columns, WEIGHT]))})
+
+    def release_final(self, name: str) -> pa.Table:
+        """View `name`'s rows that the (advanced) watermark made final, under its root's
+        column names."""
+        final, schema = self._final[name], self.views[name].root.schema
         at = self._bound_value(final.bound)
         if at is None:
             return empty_delta(schema)
@@ -294,9 +330,20 @@ class Dataflow:
         at = self.watermarks.value(bound)
         return None if at is None else pa.scalar(at, pa.int64()).cast(_TS).as_py()
 
-    def _forget(self) -> None:
-        """Let each operator whose leading key is bounded drop the state below the bound."""
+    def admit(self, deltas: Mapping[str, pa.Table | pa.RecordBatch]) -> dict[str, pa.Table]:
+        """The input deltas less their late rows (`Watermarks.admit`: noted for `advance`),
+        by input name."""
+        return {
+            name: self.watermarks.admit(self._tables.get(name, name), weighted(t))
+            for name, t in deltas.items()
+        }
+
+    def forget(self, only: Container[str] | None = None) -> None:
+        """Let each operator whose leading key is bounded drop the state below the bound
+        (`only`: those of these ids)."""
         for st in self._stateful.values():
+            if only is not None and st.op.id not in only:
+                continue
             for name, bound in st.leads.items():
                 at = self._bound_value(bound)
                 if at is not None:
@@ -309,15 +356,23 @@ class Dataflow:
         values: dict[int, pa.Table],
     ) -> pa.Table:
         if isinstance(node, P.Scan):
-            given = deltas.get(self._aliases.get(node.table, node.table))
-            if given is None:
-                return empty_delta(node.schema)
-            t = weighted(given)
-            want = node.schema.append(pa.field(WEIGHT, pa.int64()))
-            return t.select(want.names).cast(want)
+            return self.scan_value(node, deltas)
         if isinstance(node, P.ViewRef):
             return values[id(self._roots[node.view])]
-        inputs = [values[id(c)] for c in P.children(node)]
+        return self.node_value(node, [values[id(c)] for c in P.children(node)])
+
+    def scan_value(self, node: P.Scan, deltas: Mapping[str, pa.Table | pa.RecordBatch]) -> pa.Table:
+        """A scan's rows: its table's (admitted) delta in `deltas`, in the scan's columns."""
+        given = deltas.get(self._aliases.get(node.table, node.table))
+        if given is None:
+            return empty_delta(node.schema)
+        t = weighted(given)
+        want = node.schema.append(pa.field(WEIGHT, pa.int64()))
+        return t.select(want.names).cast(want)
+
+    def node_value(self, node: P.Node, inputs: list[pa.Table]) -> pa.Table:
+        """The rows of a node other than a scan or a view reference, from its inputs' rows
+        (in `plan.children` order): a stateful node's operator steps on them."""
         stateful = self._stateful.get(id(node))
         if stateful is not None:
             if all(t.num_rows == 0 for t in inputs):

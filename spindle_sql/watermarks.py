@@ -145,6 +145,17 @@ class Watermarks:
             self._newest[table] = max(newest, self._newest.get(table, newest))
         return kept
 
+    def observed(self) -> dict[str, int]:
+        """The newest event time of each table's rows admitted since the last `advance`."""
+        return dict(self._newest)
+
+    def note(self, newest: Mapping[str, int]) -> None:
+        """Take newest event times admitted elsewhere (another shard's part of the step's
+        rows) into account for `advance`, as if their rows had been admitted here."""
+        for table, t in newest.items():
+            if table in self.event_time:
+                self._newest[table] = max(int(t), self._newest.get(table, int(t)))
+
     def advance(self) -> None:
         """The step is done: each table's watermark moves to its newest event time minus
         the lateness (never back)."""
@@ -168,6 +179,8 @@ class Watermarks:
         return {"watermarks": dict(self.watermark), "late_rows": dict(self.late_rows)}
 
     def restore(self, state: Mapping[str, Any]) -> None:
+        """Back to `state` (of `state()`) at a step's boundary: nothing admitted since."""
+        self._newest.clear()
         for t, wm in (state.get("watermarks") or {}).items():
             if t in self.watermark:
                 self.watermark[t] = None if wm is None else int(wm)

@@ -29,6 +29,28 @@ def delta_table(schema: pa.Schema, rows: list[tuple[Any, ...]], weights: list[in
     return pa.table([*cols, pa.array(weights, pa.int64())], names=[*schema.names, WEIGHT])
 
 
+def step_deltas(
+    tables: dict[str, pa.Schema],
+    rng: random.Random,
+    new_rows: Callable[[str], list[tuple[Any, ...]]],
+    live: dict[str, Rows],
+) -> dict[str, pa.Table]:
+    """A step's delta per table: `new_rows(table)` inserted, up to four of the `live` rows
+    retracted (`live` follows)."""
+    deltas = {}
+    for t, schema in tables.items():
+        rows = new_rows(t)
+        weights = [1] * len(rows)
+        present = list((+live[t]).elements())
+        for r in rng.sample(present, min(len(present), rng.randint(0, 4))):
+            rows.append(r)
+            weights.append(-1)
+        for r, w in zip(rows, weights, strict=True):
+            live[t][r] += w
+        deltas[t] = delta_table(schema, rows, weights)
+    return deltas
+
+
 def check_view(
     tmp_path: Path,
     sql: str,
@@ -58,17 +80,7 @@ def check_view(
     step = 0
     while step < steps:
         step += 1
-        deltas = {}
-        for t, schema in tables.items():
-            rows = new_rows(t)
-            weights = [1] * len(rows)
-            present = list((+live[t]).elements())
-            for r in rng.sample(present, min(len(present), rng.randint(0, 4))):
-                rows.append(r)
-                weights.append(-1)
-            for r, w in zip(rows, weights, strict=True):
-                live[t][r] += w
-            deltas[t] = delta_table(schema, rows, weights)
+        deltas = step_deltas(tables, rng, new_rows, live)
         for r in flow.step(deltas)["out"].to_pylist():
             w = r.pop(WEIGHT)
             integral[norm(tuple(r.values()))] += w
@@ -86,4 +98,4 @@ def check_view(
     loc.close()
 
 
-__all__ = ["SETTINGS", "Rows", "check_view", "delta_table"]
+__all__ = ["SETTINGS", "Rows", "check_view", "delta_table", "step_deltas"]

@@ -1,0 +1,198 @@
+"""The driver's side of partitioned steps (issue 50), in one process for now: a step runs
+the levels in order, each level's shards one after the other (Spark tasks, next), routing
+their messages by destination as a shuffle would, and gathers the views' deltas.
+
+The coordinator tracks the checkpoint every operator-shard's state is at and the
+watermarks; `checkpoint()` names them all in a manifest (a plain dict), from which `open`
+resumes, exactly (the driver's storage location will keep these manifests as checkpoint
+metadata). The watermarks are advanced from level 0's records as every shard advances
+them, so the manifest's are the shards'.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from spindle_sql.dataflow import Dataflow
+from spindle_sql.partitioning import DRIVER, WATERMARKS, Partitioning, output_port
+from spindle_sql.shard_level import level_zero_inputs
+from storage_engine import EngineSettings
+from storage_engine.circuit.operator import empty_delta, weighted
+from storage_engine.fileio import FileLayer
+from storage_engine.key_groups import DEFAULT_KEY_GROUPS, group_starts
+from storage_engine.objstore import ObjectStoreLike
+
+from .messages import FROM_DRIVER, by_destination, decode, encode
+from .shard_host import ShardHost
+
+MANIFEST_FORMAT = 1
+
+
+class ManifestError(ValueError):
+    """A manifest that this coordinator cannot resume (another plan, K or P)."""
+
+
+class PartitionedDataflow:
+    """`factory`'s dataflow stepped in `shards` shards over `key_groups` key groups, its
+    state under `root` (and `store`). `host`: where shard steps run (default: a host of its
+    own in this process)."""
+
+    def __init__(
+        self,
+        factory: Callable[[], Dataflow],
+        shards: int,
+        root: str,
+        *,
+        key_groups: int = DEFAULT_KEY_GROUPS,
+        store: ObjectStoreLike | None = None,
+        settings: EngineSettings | None = None,
+        fs: FileLayer | None = None,
+        host: ShardHost | None = None,
+    ) -> None:
+        group_starts(shards, key_groups)  # validates both
+        self.flow = factory()  # the driver's copy: views, schemas and watermarks
+        self.part = Partitioning(self.flow)
+        self.shards, self.key_groups = shards, key_groups
+        self.host = host or ShardHost(root, store, settings, fs)
+        self.plan = self.part.identity
+        self.host.register(self.plan, factory)
+        self.checkpoints: dict[str, list[str | None]] = {
+            op: [None] * shards for op in self.part.operators()
+        }
+        self.step_id = 0
+        self.first = True
+        self.last_metrics: list[dict[str, Any]] = []
+
+    @property
+    def fingerprint(self) -> str:
+        return self.flow.fingerprint
+
+    def step(self, deltas: Mapping[str, pa.Table | pa.RecordBatch]) -> dict[str, pa.Table]:
+        """Every view's delta for these input deltas, as `Dataflow.step` gives it."""
+        step = self.step_id + 1
+        watermarks = self.flow.watermarks.state()
+        given = {name: weighted(t) for name, t in deltas.items()}
+        pending = {
+            (0, s): encode({(0, s): dict(ports)}, FROM_DRIVER)
+            for s, ports in level_zero_inputs(given, self.shards).items()
+        }
+        checkpoints = {op: list(uids) for op, uids in self.checkpoints.items()}
+        to_driver: list[pa.Table] = []
+        metrics = []
+        for level in range(self.part.levels):
+            ops = self.part.operators_at(level)
+            outputs = []
+            for s in range(self.shards):
+                request = {
+                    "plan": self.plan,
+                    "level": level,
+                    "shard": s,
+                    "shards": self.shards,
+                    "key_groups": self.key_groups,
+                    "step": step,
+                    "first": self.first,
+                    "sources": self.shards,  # level 0's tasks: one per shard here
+                    "watermarks": watermarks,
+                    "bases": {op: checkpoints[op][s] for op in ops},
+                }
+                messages = pending.pop((level, s), None)
+                if messages is None:
+                    messages = encode({}, FROM_DRIVER)
+                out, result = self.host.step(request, messages)
+                outputs.append(out)
+                for op, uid in result["checkpoints"].items():
+                    checkpoints[op][s] = uid
+                metrics.append({"level": level, "shard": s, **result["metrics"]})
+            for (lv, s), messages in by_destination(outputs).items():
+                if lv == DRIVER:
+                    to_driver.append(messages)
+                else:
+                    pending[(lv, s)] = _joined(pending.get((lv, s)), messages)
+        got = decode(pa.concat_tables(to_driver)) if to_driver else {}
+        self._advance(watermarks, got.get(WATERMARKS, []))
+        out = {}
+        for name, view in self.flow.views.items():
+            rows = got.get(output_port(name))
+            if rows is None:
+                rows = empty_delta(view.root.schema)
+            out[name] = self.flow.view_delta(name, rows)
+        self.checkpoints, self.step_id, self.first = checkpoints, step, False
+        self.last_metrics = metrics
+        return out
+
+    def _advance(self, before: Mapping[str, Any], records: Iterable[Mapping[str, Any]]) -> None:
+        """The watermarks after the step, from level 0's records, as every shard has them."""
+        wm = self.flow.watermarks
+        wm.restore(before)
+        for r in records:
+            wm.note(r.get("newest", {}))
+            for table, n in r.get("late", {}).items():
+                wm.late_rows[table] += int(n)
+        wm.advance()
+
+    def checkpoint(self) -> dict[str, Any]:
+        """The manifest of the state after the last step: every operator-shard's
+        checkpoint, the watermarks, P and K (JSON)."""
+        return {
+            "format": MANIFEST_FORMAT,
+            "step": self.step_id,
+            "first": self.first,
+            "fingerprint": self.fingerprint,
+            "key_groups": self.key_groups,
+            "shards": self.shards,
+            "watermarks": self.flow.watermarks.state(),
+            "operators": {op: list(uids) for op, uids in self.checkpoints.items()},
+        }
+
+    def open(self, manifest: Mapping[str, Any]) -> None:
+        """Continue from the state a manifest names (its operator-shards are opened at its
+        checkpoints by the next step)."""
+        if manifest.get("format") != MANIFEST_FORMAT:
+            raise ManifestError(
+                f"manifest format {manifest.get('format')!r} is not {MANIFEST_FORMAT}"
+            )
+        for field, mine in (
+            ("fingerprint", self.fingerprint),
+            ("key_groups", self.key_groups),
+            ("shards", self.shards),
+        ):
+            if manifest.get(field) != mine:
+                raise ManifestError(
+                    f"the manifest's {field} is {manifest.get(field)!r}, this dataflow's {mine!r}"
+                    " (rescaling is not built yet)"
+                )
+        ops = manifest["operators"]
+        if sorted(ops) != sorted(self.checkpoints):
+            raise ManifestError(f"the manifest names the operators {sorted(ops)}")
+        self.checkpoints = {op: list(uids) for op, uids in ops.items()}
+        self.step_id = int(manifest["step"])
+        self.first = bool(manifest["first"])
+        self.flow.watermarks.restore(manifest["watermarks"])
+
+    def collect(self, keep: Iterable[Mapping[str, Any]] = ()) -> int:
+        """Delete the operator-shards' checkpoints that neither the current state nor a
+        manifest of `keep` names (those this process has open); returns how many."""
+        named: dict[tuple[str, int], set[str]] = {}
+        for m in [self.checkpoint(), *keep]:
+            for op, uids in m["operators"].items():
+                for s, uid in enumerate(uids):
+                    if uid is not None:
+                        named.setdefault((op, s), set()).add(uid)
+        return sum(
+            len(self.host.states.collect(op, s, named.get((op, s), set())))
+            for op in self.checkpoints
+            for s in range(self.shards)
+        )
+
+    def close(self) -> None:
+        self.host.close()
+
+
+def _joined(a: pa.Table | None, b: pa.Table) -> pa.Table:
+    return b if a is None else pa.concat_tables([a, b])
+
+
+__all__ = ["MANIFEST_FORMAT", "ManifestError", "PartitionedDataflow"]

@@ -1,0 +1,135 @@
+"""A process's side of partitioned steps (issue 50): `ShardHost.step` is one shard's step
+of one level, as a Spark task (mapInArrow over the messages for that shard) will call it.
+
+The step is a pure function of its request (plain JSON: the plan's identity, the level,
+the shard, P, K, the step's number, how many tasks level 0 has, the base checkpoint of
+each of the level's operator-shards, the watermarks after the step before, whether the
+pipeline starts) and of its messages (`messages.py`). It returns messages for later levels
+and the driver, and per operator-shard the checkpoint its state is at afterwards: a new
+one for each it stepped (committed, durable before it returns), its base for the others.
+
+A host builds a plan's dataflow once per shard (each shard's operators are their own
+objects, bound to their own state) from the factory registered under the plan's identity
+(`Partitioning.identity`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from spindle_sql.dataflow import Dataflow
+from spindle_sql.partitioning import WATERMARKS, Partitioning
+from spindle_sql.shard_level import LevelStep
+from storage_engine import EngineSettings
+from storage_engine.fileio import FileLayer
+from storage_engine.objstore import ObjectStoreLike
+
+from .messages import decode, encode
+from .shard_state import ShardStates
+
+
+class ShardStepError(ValueError):
+    """A request that does not fit the plan (another plan, unknown operators or bases)."""
+
+
+class ShardHost:
+    """Shard steps over the operator-shards under `root` (and `store`)."""
+
+    def __init__(
+        self,
+        root: str,
+        store: ObjectStoreLike | None = None,
+        settings: EngineSettings | None = None,
+        fs: FileLayer | None = None,
+    ) -> None:
+        self.states = ShardStates(root, store, settings, fs)
+        self._plans: dict[str, Callable[[], Dataflow]] = {}
+        self._flows: dict[tuple[str, int], tuple[Dataflow, Partitioning]] = {}
+
+    def register(self, plan: str, factory: Callable[[], Dataflow]) -> None:
+        """How to build the dataflow of the plan `plan` (its `Partitioning.identity`)."""
+        self._plans[plan] = factory
+
+    def _flow(self, plan: str, shard: int) -> tuple[Dataflow, Partitioning]:
+        got = self._flows.get((plan, shard))
+        if got is None:
+            factory = self._plans.get(plan)
+            if factory is None:
+                raise ShardStepError(f"no plan {plan!r} is registered")
+            flow = factory()
+            part = Partitioning(flow)
+            if part.identity != plan:
+                raise ShardStepError(f"the plan registered as {plan!r} is {part.identity!r}")
+            got = self._flows[(plan, shard)] = (flow, part)
+        return got
+
+    def step(
+        self, request: Mapping[str, Any], messages: pa.Table
+    ) -> tuple[pa.Table, dict[str, Any]]:
+        """One level of one step on one shard: (messages out, {"checkpoints": {operator id:
+        uuid or None}, "metrics": {...}})."""
+        started = time.perf_counter()
+        plan, shard = str(request["plan"]), int(request["shard"])
+        level, step = int(request["level"]), int(request["step"])
+        flow, part = self._flow(plan, shard)
+        bases: dict[str, str | None] = dict(request["bases"])
+        expected = part.operators_at(level)
+        if sorted(bases) != sorted(expected):
+            raise ShardStepError(
+                f"level {level} has the operators {expected}, the request names {sorted(bases)}"
+            )
+        inputs = decode(messages)
+        task = LevelStep(
+            part,
+            level,
+            shard,
+            int(request["shards"]),
+            int(request["key_groups"]),
+            inputs,
+            request["watermarks"],
+            bool(request["first"]),
+            request.get("sources"),
+        )
+        ops = {op.id: op for op in flow.operators}
+        fps = flow.circuit.operator_fingerprints
+        before = {i: (ops[i].counters.rows_in, ops[i].counters.rows_out) for i in task.touched}
+        checkpoints = dict(bases)
+        try:
+            for i in task.touched:
+                self.states.acquire(ops[i], fps[i], shard, bases[i])
+            routed = task.run()
+            done = self.states.commit([(ops[i], fps[i]) for i in task.touched], shard, step)
+            checkpoints.update(zip(task.touched, done, strict=True))
+        except BaseException:
+            for i in task.touched:
+                self.states.discard(i, shard)
+            raise
+        out = encode(routed, shard)
+        rows_in = sum(t.num_rows for p, t in inputs.items() if p != WATERMARKS)
+        metrics = {
+            "ms": (time.perf_counter() - started) * 1000,
+            "rows_in": rows_in,
+            "operators": {
+                i: {
+                    "rows_in": ops[i].counters.rows_in - before[i][0],
+                    "rows_out": ops[i].counters.rows_out - before[i][1],
+                }
+                for i in task.touched
+            },
+        }
+        return out, {"checkpoints": checkpoints, "metrics": metrics}
+
+    def evict(self) -> None:
+        """Close every open operator-shard (the next steps open their bases again)."""
+        self.states.close()
+
+    def close(self) -> None:
+        self.evict()
+        self._flows.clear()
+
+
+__all__ = ["ShardHost", "ShardStepError"]
