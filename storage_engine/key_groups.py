@@ -19,7 +19,7 @@ type as NULLs of a typed column), then mixed once more before `% K`:
   keys of one shard would share bits that its files' filters probe.
 
 Changing any of this moves rows between groups, which would strand checkpointed state in
-the wrong shard: `tests/engine/test_key_groups.py` pins values.
+the wrong shard: `tests/storage_engine/test_key_groups.py` pins values.
 """
 
 from __future__ import annotations
