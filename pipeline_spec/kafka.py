@@ -4,7 +4,7 @@ table, or written a view's changes."""
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import pyarrow as pa
 from pydantic import Field, field_validator, model_validator
@@ -18,9 +18,9 @@ from .fields import (
     TABLE_DOC,
     TABLE_RE,
     EventTime,
-    SpecModel,
     check_sink_variables,
 )
+from .kinds import SinkModel, SourceModel
 from .types import TYPE_NAMES_DOC, arrow_schema, check_types
 
 # Kafka's legal topic names.
@@ -48,8 +48,10 @@ PROPERTIES = (
 )
 
 
-class KafkaSource(SpecModel):
+class KafkaSource(SourceModel):
     """Records of one or more Kafka topics; offset = the next offset of every partition."""
+
+    offset_per_partition: ClassVar[bool] = True
 
     kind: Literal["kafka"]
     table: str = Field("input", pattern=TABLE_RE, description=TABLE_DOC)
@@ -178,7 +180,7 @@ def _check_properties(v: dict[str, str]) -> dict[str, str]:
     return v
 
 
-class KafkaSink(SpecModel):
+class KafkaSink(SinkModel):
     """A view's changes to a Kafka topic, one transaction per step (docs/connectors.md)."""
 
     name: str = Field(pattern=NAME_RE)
@@ -217,6 +219,9 @@ class KafkaSink(SpecModel):
         if len(set(self.key)) != len(self.key):
             raise ValueError("key: a column appears twice")
         return self
+
+    def key_columns(self) -> list[str]:
+        return self.key
 
 
 __all__ = ["METADATA_TYPES", "PROPERTIES", "KafkaSink", "KafkaSource"]

@@ -11,245 +11,56 @@
     checkpoint: {every_steps: 10, every: 30s}
 
 The input tables are one list, `tables` (`inputs`: a spec of earlier releases gives the
-first as `source`, and still loads). Every error names its field path (`state.0.group_by`)
-and reason; `load_spec` raises
-`SpecError` with all of them. Column references are checked against the source's schema
-when the runner plans the query, before anything starts. The JSON Schema published in
-`docs/pipeline-spec.schema.json` is `PipelineSpec.model_json_schema()`.
+first as `source`, and still loads). The parts are defined in their own modules (`sources`,
+`kafka`, `operators`, `sinks`) and re-exported here. Every error names its field path
+(`state.0.group_by`) and reason; `load_spec` raises `SpecError` with all of them. Column
+references are checked against the source's schema when the runner plans the query, before
+anything starts. The JSON Schema published in `docs/pipeline-spec.schema.json` is
+`PipelineSpec.model_json_schema()`.
 """
 
 from __future__ import annotations
 
 import json
-import os
+import typing
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-import pyarrow as pa
 import yaml
 from pydantic import (
-    AfterValidator,
     ConfigDict,
     Field,
     ModelWrapValidatorHandler,
     PrivateAttr,
     ValidationError,
-    field_validator,
     model_validator,
 )
 
-from . import expressions, inputs
+from . import inputs
 from .exits import SPEC_ERROR_HEADING
-from .fields import (
-    DROP_STATE_RE,
-    EVENT_TIME_DOC,
-    MAX_COUNT,
-    MAX_ROWS,
-    NAME_RE,
-    OP_RE,
-    TABLE_DOC,
-    TABLE_RE,
-    EventTime,
-    FilePath,
-    PositiveSeconds,
-    Seconds,
-)
+from .fields import DROP_STATE_RE, MAX_COUNT, NAME_RE, EventTime, Seconds
 from .fields import SpecModel as _Model
 from .kafka import KafkaSink, KafkaSource
+from .kinds import InputLogged, Part
 from .offsets import Offset, checkpoint_offsets
+from .operators import (
+    AggregateSpec,
+    DistinctOp,
+    Expression,
+    GroupAggregateOp,
+    JoinOp,
+    StateOp,
+    StreamSpec,
+    Transform,
+    WindowAggregateOp,
+)
+from .paths import OBJECT_SCHEME, inside_object_roots, is_object_path, resolve_path
 from .sinks import DeltaSink, DiscardSink, FilesSink, PostgresSink, Sink, ViewSink
-from .types import TYPE_NAMES_DOC, arrow_schema, check_types
+from .sources import DatagenSource, FilesSource, InputSource, LogSource, Source
 
-# -- sources -----------------------------------------------------------------------------
-
-
-class DatagenSource(_Model):
-    """Deterministic generated rows: row i is a pure function of (seed, i)."""
-
-    kind: Literal["datagen"]
-    table: str = Field("input", pattern=TABLE_RE, description=TABLE_DOC)
-    event_time: EventTime | None = Field(None, description=EVENT_TIME_DOC)
-    generator: Literal["clicks", "nexmark"] = Field(
-        "clicks",
-        description="clicks: (ts, user, page, amount); nexmark: the Nexmark benchmark's "
-        "persons, auctions and bids (1 : 3 : 46) in one stream, event_type 0, 1, 2 and each "
-        "kind's columns prefixed person_, auction_, bid_ (docs/sql.md)",
-    )
-    seed: int = Field(0, ge=0, le=MAX_COUNT)
-    rows_per_second: float = Field(
-        1000.0, gt=0, le=1e9, allow_inf_nan=False, description="target event rate"
-    )
-    max_rows_per_step: int = Field(100_000, gt=0, le=MAX_ROWS)
-    users: int = Field(
-        1000,
-        gt=0,
-        le=MAX_COUNT,
-        description="distinct users (clicks) / active persons (nexmark)",
-    )
-    limit: int | None = Field(None, gt=0, le=MAX_COUNT, description="stop after this many rows")
-
-
-class FilesSource(_Model):
-    """A directory (or object-store prefix) of immutable files, read in name order; offset =
-    files consumed."""
-
-    kind: Literal["files"]
-    table: str = Field("input", pattern=TABLE_RE, description=TABLE_DOC)
-    event_time: EventTime | None = Field(None, description=EVENT_TIME_DOC)
-    path: FilePath = Field(
-        description="a directory inside the configured file roots (relative ones start at "
-        "the first root), or s3://bucket/prefix inside the configured object roots: its own "
-        "files, not its subdirectories'"
-    )
-    format: Literal["json", "csv", "parquet"]
-    schema_: dict[str, str] | None = Field(
-        None,
-        alias="schema",
-        description="column -> Spark SQL type (needed for json and csv), e.g. {ts: timestamp}",
-    )
-    max_files_per_step: int = Field(10, gt=0, le=1_000_000)
-
-
-class LogSource(_Model):
-    """The engine's input log of records pushed through the ingest API."""
-
-    kind: Literal["log"]
-    table: str = Field("input", pattern=TABLE_RE, description=TABLE_DOC)
-    event_time: EventTime | None = Field(None, description=EVENT_TIME_DOC)
-    stream: str = Field(pattern=NAME_RE)
-    schema_: dict[str, str] = Field(
-        alias="schema",
-        min_length=1,
-        description=f"column -> type, one of {TYPE_NAMES_DOC}",
-    )
-    max_records_per_step: int = Field(100_000, gt=0, le=MAX_ROWS)
-
-    @field_validator("schema_")
-    @classmethod
-    def _types(cls, v: dict[str, str]) -> dict[str, str]:
-        return check_types(v)
-
-    def arrow_schema(self) -> pa.Schema:
-        return arrow_schema(self.schema_)
-
-    def log_dir(self, storage: str | os.PathLike[str]) -> str:
-        """Where the stream's input log lives: in the pipeline's storage location (the
-        layout `storage_engine.input_log.LOG_DIR` names, which the object store mirrors)."""
-        return os.path.join(storage, "input-log", self.stream)
-
-
-InputSource = DatagenSource | FilesSource | LogSource | KafkaSource
-Source = Annotated[InputSource, Field(discriminator="kind")]
-
-
-def _expression(text: str) -> str:
-    expressions.check(text)  # an ExpressionError is a ValueError: pydantic names the field
-    return text
-
-
-Expression = Annotated[
-    str,
-    AfterValidator(_expression),
-    Field(
-        min_length=1,
-        max_length=10_000,
-        description="a Spark SQL expression; it may call Spark's built-in functions except "
-        "those that reach the JVM, the host or files (docs/pipelines.md, Expressions), and "
-        "hold no subquery",
-    ),
-]
-
-
-class Transform(_Model):
-    """Stateless, done by Spark: a filter, then a projection (Spark SQL expressions)."""
-
-    where: Expression | None = None
-    select: list[Expression] = Field(default_factory=lambda: ["*"], min_length=1)
-    event_time: str | None = Field(
-        None,
-        min_length=1,
-        description="a timestamp column of the transformed stream holding each row's event "
-        "time (wall clock, UTC), for the end-to-end latency metric (latency_ms: the step's "
-        "sink writes done minus the oldest event time among its rows that passed the "
-        "filter); default: the first window_aggregate's time_column, except for datagen "
-        "sources, whose timestamps are synthetic (none)",
-    )
-
-
-# -- stateful operators --------------------------------------------------------------------
-
-
-class AggregateSpec(_Model):
-    name: str
-    func: Literal["count", "sum", "avg", "min", "max"]
-    column: str | None = None
-
-    @model_validator(mode="after")
-    def _column_needed(self) -> AggregateSpec:
-        if self.column is None and self.func != "count":
-            raise ValueError(f"{self.func} needs a column")
-        return self
-
-
-class StreamSpec(_Model):
-    """One input of a join: rows of the transformed stream, filtered and projected."""
-
-    where: Expression | None = None
-    select: list[Expression] = Field(default_factory=lambda: ["*"], min_length=1)
-
-
-class GroupAggregateOp(_Model):
-    name: str = Field(pattern=OP_RE)
-    kind: Literal["aggregate"]
-    group_by: list[str] = Field(default_factory=list)
-    aggregates: list[AggregateSpec] = Field(min_length=1)
-
-
-class WindowAggregateOp(_Model):
-    name: str = Field(pattern=OP_RE)
-    kind: Literal["window_aggregate"]
-    time_column: str
-    size: PositiveSeconds
-    slide: PositiveSeconds | None = Field(None, description="hopping windows; default: tumbling")
-    lateness: Seconds = 0.0
-    group_by: list[str] = Field(default_factory=list)
-    aggregates: list[AggregateSpec] = Field(min_length=1)
-
-    @model_validator(mode="after")
-    def _slide_divides_size(self) -> WindowAggregateOp:
-        if self.slide is not None:
-            ratio = self.size / self.slide
-            if abs(ratio - round(ratio)) > 1e-9:
-                raise ValueError("size must be a whole multiple of slide")
-        return self
-
-
-class DistinctOp(_Model):
-    name: str = Field(pattern=OP_RE)
-    kind: Literal["distinct"]
-    columns: list[str] | None = None
-
-
-class JoinOp(_Model):
-    name: str = Field(pattern=OP_RE)
-    kind: Literal["join"]
-    left: StreamSpec
-    right: StreamSpec
-    left_on: list[str] = Field(min_length=1)
-    right_on: list[str] = Field(min_length=1)
-
-    @model_validator(mode="after")
-    def _pairs(self) -> JoinOp:
-        if len(self.left_on) != len(self.right_on):
-            raise ValueError("left_on and right_on must have the same length")
-        return self
-
-
-StateOp = Annotated[
-    GroupAggregateOp | WindowAggregateOp | DistinctOp | JoinOp, Field(discriminator="kind")
-]
-
+# Where a part of a spec is, as the spec was written: ("tables", 0), ("source",), ...
+Location = tuple[str | int, ...]
 
 # -- policies ------------------------------------------------------------------------------
 
@@ -363,8 +174,11 @@ class PipelineSpec(_Model):
     def input_fields(self) -> list[tuple[str, InputSource]]:
         """Every input table's source with its field path as the spec was written
         (`tables.0`, ...; `source`, `tables.0`, ... in a spec giving `source`)."""
+        return [(".".join(map(str, loc)), t) for loc, t in self._input_locations()]
+
+    def _input_locations(self) -> list[tuple[Location, InputSource]]:
         return [
-            (".".join(map(str, inputs.written_path(("tables", i), self._gave_source))), t)
+            (inputs.written_path(("tables", i), self._gave_source), t)
             for i, t in enumerate(self.tables)
         ]
 
@@ -375,10 +189,26 @@ class PipelineSpec(_Model):
         return self.model_copy(update={"tables": [src]})
 
     def offsets(self, metadata: dict[str, Any]) -> dict[str, Offset]:
-        """Each input table's offset in a checkpoint's metadata (`source_offsets`; a
-        checkpoint of a one-source release has only `source_offset`, the source's)."""
-        tables = [(s.table, isinstance(s, KafkaSource)) for s in self.tables]
+        """Each input table's offset in a checkpoint's metadata (`offsets.checkpoint_offsets`:
+        a checkpoint of a one-source release has only the first table's)."""
+        tables = [(s.table, s.offset_per_partition) for s in self.tables]
         return checkpoint_offsets(metadata, tables)
+
+    def input_logs(self) -> list[InputLogged]:
+        """The input tables that read the pipeline's own input log (records pushed through
+        the ingest API), in order."""
+        return [log for t in self.tables if (log := t.input_log()) is not None]
+
+    def readable_views(self) -> list[str]:
+        """The sinks whose rows the API serves (`GET /pipelines/{name}/views/{view}`)."""
+        return [s.name for s in self.sinks if s.readable]
+
+    def file_paths(self) -> list[tuple[Location, Part, str]]:
+        """Every input table's source and sink that reads or writes a path, where the spec
+        was written to give it (`("tables", 0)`, `("sinks", 2)`...), and the path."""
+        parts: list[tuple[Location, Part]] = [*self._input_locations()]
+        parts += [(("sinks", i), s) for i, s in enumerate(self.sinks)]
+        return [(loc, part, path) for loc, part in parts if (path := part.file_path()) is not None]
 
 
 class SpecError(ValueError):
@@ -395,17 +225,23 @@ def _path(loc: tuple[Any, ...]) -> str:
     return ".".join(parts) or "(spec)"
 
 
+def _kinds(union: Any) -> set[str]:
+    """The `kind` tags of a discriminated union's members."""
+    if typing.get_origin(union) is typing.Annotated:
+        union = typing.get_args(union)[0]
+    return {
+        tag
+        for member in typing.get_args(union)
+        for tag in typing.get_args(member.model_fields["kind"].annotation)
+    }
+
+
+# What pydantic puts in an error's location besides field names: the union members' tags,
+# every kind's (so a new kind needs no entry here), and the spec's own validator.
 _TAGS = {
-    "datagen",
-    "files",
-    "log",
-    "kafka",
-    "aggregate",
-    "window_aggregate",
-    "distinct",
-    "join",
-    "postgres",
-    "view",
+    *_kinds(Source),
+    *_kinds(StateOp),
+    *_kinds(Sink),
     "function-after[_references(), PipelineSpec]",
 }
 
@@ -438,39 +274,6 @@ def load_spec(text_or_path: str | Path) -> PipelineSpec:
     return parse_spec(doc)
 
 
-def resolve_path(path: str, roots: Sequence[Path]) -> Path | None:
-    """`path` (relative ones against the first root) with symlinks resolved, if it lies
-    inside one of `roots`; else None."""
-    full = Path(os.path.realpath(Path(roots[0]) / path))
-    for root in roots:
-        r = Path(os.path.realpath(root))
-        if full == r or r in full.parents:
-            return full
-    return None
-
-
-OBJECT_SCHEME = "s3://"
-
-
-def is_object_path(path: str) -> bool:
-    """Whether a spec's path names an object-store location (`s3://bucket/prefix`)."""
-    return path.startswith(OBJECT_SCHEME)
-
-
-def inside_object_roots(path: str, object_roots: Sequence[str]) -> bool:
-    """Whether object-store path `path` lies under one of `object_roots` (`s3://bucket/p`),
-    compared segment by segment; a `.` or `..` segment, an empty one or a backslash never
-    does."""
-    segments = path[len(OBJECT_SCHEME) :].split("/")
-    if any(s in ("", ".", "..") or "\\" in s for s in segments):
-        return False
-    for root in object_roots:
-        want = root[len(OBJECT_SCHEME) :].strip("/").split("/")
-        if is_object_path(root) and segments[: len(want)] == want:
-            return True
-    return False
-
-
 def outside_roots(
     spec: PipelineSpec, roots: Sequence[Path], object_roots: Sequence[str] = ()
 ) -> list[tuple[str, str]]:
@@ -482,15 +285,9 @@ def outside_roots(
     where = ", ".join(str(r) for r in roots)
     objects = ", ".join(object_roots) or "none are configured"
     errors = []
-    paths: list[tuple[str, FilesSource | FilesSink | DeltaSink]] = [
-        (f"{f}.path", s) for f, s in spec.input_fields() if isinstance(s, FilesSource)
-    ]
-    for i, sink in enumerate(spec.sinks):
-        if isinstance(sink, FilesSink | DeltaSink):
-            paths.append((f"sinks.{i}.path", sink))
-    for field, part in paths:
-        path = part.path
-        if is_object_path(path) and isinstance(part, FilesSink):
+    for loc, part, path in spec.file_paths():
+        field = ".".join(map(str, (*loc, "path")))
+        if is_object_path(path) and not part.object_paths:
             errors.append((field, "an s3:// path is taken by files sources and delta sinks"))
         elif is_object_path(path) and not inside_object_roots(path, object_roots):
             errors.append((field, f"must lie inside the configured object roots ({objects})"))
@@ -507,19 +304,39 @@ def json_schema() -> str:
 # one entry point (`from pipeline_spec import model as S`).
 __all__ = [
     "DROP_STATE_RE",
+    "OBJECT_SCHEME",
+    "AggregateSpec",
+    "CheckpointPolicy",
+    "DatagenSource",
     "DeltaSink",
     "DiscardSink",
+    "DistinctOp",
     "EventTime",
+    "Expression",
     "FilesSink",
+    "FilesSource",
+    "GroupAggregateOp",
+    "InputLogged",
     "InputSource",
+    "JoinOp",
     "KafkaSink",
     "KafkaSource",
+    "Location",
+    "LogSource",
     "Offset",
+    "Part",
     "PipelineSpec",
     "PostgresSink",
+    "RetentionPolicy",
     "Sink",
+    "Source",
     "SpecError",
+    "StateOp",
+    "StreamSpec",
+    "Transform",
+    "Trigger",
     "ViewSink",
+    "WindowAggregateOp",
     "inside_object_roots",
     "is_object_path",
     "json_schema",

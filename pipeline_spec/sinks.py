@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from .fields import NAME_RE, FilePath, check_sink_variables
-from .fields import SpecModel as _Model
 from .kafka import KafkaSink
+from .kinds import SinkModel
 
 _Column = Annotated[str, Field(min_length=1, max_length=128)]
 KeyColumns = Annotated[list[_Column], Field(max_length=64)]
@@ -27,7 +27,7 @@ def _check_key(table_mode: bool, key: list[str]) -> None:
         raise ValueError("key: a column appears twice")
 
 
-class FilesSink(_Model):
+class FilesSink(SinkModel):
     name: str = Field(pattern=NAME_RE)
     kind: Literal["files"]
     from_: str = Field(
@@ -36,8 +36,11 @@ class FilesSink(_Model):
     path: FilePath
     format: Literal["parquet", "jsonl"] = "parquet"
 
+    def file_path(self) -> str:
+        return self.path
 
-class PostgresSink(_Model):
+
+class PostgresSink(SinkModel):
     name: str = Field(pattern=NAME_RE)
     kind: Literal["postgres"]
     from_: str = Field(alias="from")
@@ -61,13 +64,18 @@ class PostgresSink(_Model):
         _check_key(self.mode == "table", self.key)
         return self
 
+    def key_columns(self) -> list[str]:
+        return self.key
+
     @field_validator("dsn")
     @classmethod
     def _sink_variables_only(cls, v: str) -> str:
         return check_sink_variables(v)
 
 
-class DeltaSink(_Model):
+class DeltaSink(SinkModel):
+    object_paths: ClassVar[bool] = True
+
     name: str = Field(pattern=NAME_RE)
     kind: Literal["delta"]
     from_: str = Field(alias="from")
@@ -87,14 +95,23 @@ class DeltaSink(_Model):
         _check_key(self.mode == "table", self.key)
         return self
 
+    def key_columns(self) -> list[str]:
+        return self.key
 
-class ViewSink(_Model):
+    def file_path(self) -> str:
+        return self.path
+
+
+class ViewSink(SinkModel):
+    # Its rows are a spine of the pipeline's state (`view.<name>`), which the API reads.
+    readable: ClassVar[bool] = True
+
     name: str = Field(pattern=NAME_RE)
     kind: Literal["view"]
     from_: str = Field(alias="from")
 
 
-class DiscardSink(_Model):
+class DiscardSink(SinkModel):
     """Flink's `blackhole`, Spark's `noop`: the view is computed and its changes counted
     (the sink's rows and last step), then dropped. For benchmarks and for trying a query."""
 

@@ -247,3 +247,58 @@ def test_the_json_schema_takes_both_ways_of_giving_input_tables() -> None:
     assert {"properties": {"tables": True}, "required": ["tables"]} in schema["anyOf"]
     assert {"properties": {"source": True}, "required": ["source"]} in schema["anyOf"]
     assert "source" not in schema["required"] and "tables" not in schema["required"]
+
+
+def test_every_kinds_union_tag_is_left_out_of_error_paths() -> None:
+    doc = {
+        "name": "p",
+        "tables": [{"kind": "datagen"}],
+        "sql": "CREATE VIEW v AS SELECT * FROM input",
+        "sinks": [
+            {"name": "d", "kind": "delta", "from": "v", "path": ""},
+            {"name": "e", "kind": "discard", "from": "v", "bogus": 1},
+        ],
+    }
+    with pytest.raises(SpecError) as e:
+        parse_spec(doc)
+    assert [f for f, _ in e.value.errors] == ["sinks.0.path", "sinks.1.bogus"]
+
+
+def test_what_each_kind_answers_without_being_asked_its_kind() -> None:
+    spec = parse_spec(
+        {
+            "name": "p",
+            "source": {"kind": "log", "stream": "bids", "schema": {"a": "bigint"}},
+            "tables": [
+                {"kind": "files", "table": "f", "path": "in", "format": "csv",
+                 "schema": {"b": "string"}},
+                {"kind": "datagen", "table": "g"},
+                {"kind": "log", "table": "l", "stream": "more", "schema": {"c": "int"}},
+                {"kind": "files", "table": "p", "path": "s3://lake/in", "format": "parquet"},
+            ],
+            "sql": "CREATE VIEW v AS SELECT * FROM f",
+            "sinks": [
+                {"name": "out", "kind": "files", "from": "v", "path": "out"},
+                {"name": "seen", "kind": "view", "from": "v"},
+                {"name": "lake", "kind": "delta", "from": "v", "path": "s3://lake/v",
+                 "mode": "table", "key": ["b"]},
+            ],
+        }
+    )  # fmt: skip
+    assert [(t.table, t.stream) for t in spec.input_logs()] == [("input", "bids"), ("l", "more")]
+    assert spec.input_logs()[0].log_dir("/s") == "/s/input-log/bids"
+    assert spec.readable_views() == ["seen"]
+    assert [(loc, path, part.object_paths) for loc, part, path in spec.file_paths()] == [
+        (("tables", 0), "in", True),
+        (("tables", 3), "s3://lake/in", True),
+        (("sinks", 0), "out", False),
+        (("sinks", 2), "s3://lake/v", True),
+    ]
+    assert [t.columns() for t in spec.tables] == [
+        {"a": "bigint"},
+        {"b": "string"},
+        {"ts": "timestamp", "user": "string", "page": "string", "amount": "double"},
+        {"c": "int"},
+        None,
+    ]
+    assert [s.key_columns() for s in spec.sinks] == [[], [], ["b"]]
