@@ -10,7 +10,6 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from pipeline_spec import model as S
-from pipeline_spec.datagen import DATAGEN_SCHEMAS
 from pipeline_spec.types import arrow_type
 
 from .dataflow import Dataflow
@@ -39,17 +38,11 @@ class SqlPlan:
 def table_schema(source: S.InputSource, where: str = "source") -> pa.Schema:
     """The Arrow schema of the source's rows; SpecError at `<where>.schema` for a type SQL
     tables do not take."""
-    if isinstance(source, S.DatagenSource):
-        columns = [c.strip().split(" ", 1) for c in DATAGEN_SCHEMAS[source.generator].split(",")]
-        pairs = [(name, kind) for name, kind in columns]
-    elif isinstance(source, S.KafkaSource):
-        pairs = list(source.columns().items())
-    elif source.schema_:
-        pairs = list(source.schema_.items())
-    else:
+    columns = source.columns()
+    if not columns:
         raise S.SpecError([(f"{where}.schema", "give the columns and types of the input")])
     fields = []
-    for name, kind in pairs:
+    for name, kind in columns.items():
         try:
             fields.append(pa.field(name, arrow_type(kind)))
         except ValueError as e:
@@ -73,9 +66,9 @@ def plan_spec(spec: S.PipelineSpec) -> SqlPlan:
     errors += [
         (f"sinks.{i}.key", f"{k!r} is not a column of view {s.from_} ({', '.join(names)})")
         for i, s in enumerate(spec.sinks)
-        if isinstance(s, S.PostgresSink | S.DeltaSink | S.KafkaSink) and s.from_ in views
+        if s.from_ in views
         for names in [views[s.from_].names]
-        for k in s.key
+        for k in s.key_columns()
         if k not in names
     ]
     if errors:

@@ -1,6 +1,7 @@
-"""Appending pushed records to a pipeline's input log (the `log` source): NDJSON or CSV,
-parsed with the stream's declared schema (`pipeline_spec.formats.bodies`, as Kafka's values
-and files are parsed), appended durably as one segment. A request is all-or-nothing: a bad
+"""Appending pushed records to a pipeline's input log (that of an input table reading one,
+`PipelineSpec.input_logs`: the `log` source): NDJSON or CSV, parsed with the stream's
+declared schema (`pipeline_spec.formats.bodies`, as Kafka's values and files are parsed),
+appended durably as one segment. A request is all-or-nothing: a bad
 record rejects the whole body, naming the problem.
 
 Decimal columns take what Spark's JSON and CSV readers take, as they convert it (a JSON
@@ -14,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from pipeline_spec.formats.bodies import BadBody, parse_body
-from pipeline_spec.model import LogSource, PipelineSpec
+from pipeline_spec.model import InputLogged, PipelineSpec
 from pipeline_spec.offsets import count
 from storage_engine.errors import StorageError
 from storage_engine.fileio import PosixFileLayer
@@ -25,9 +26,9 @@ from storage_engine.manifest import CHECKPOINT_META, MANIFEST, read_doc
 from ..errors import InvalidInput, NotFound
 
 
-def log_source(spec: PipelineSpec, stream: str) -> LogSource:
-    """The input table's log source that takes records pushed to `stream`."""
-    logs = [src for src in spec.input_sources() if isinstance(src, LogSource)]
+def log_source(spec: PipelineSpec, stream: str) -> InputLogged:
+    """The input table whose log takes records pushed to `stream`."""
+    logs = spec.input_logs()
     for src in logs:
         if src.stream == stream:
             return src
@@ -46,7 +47,7 @@ def parse(body: bytes, fmt: str, schema: pa.Schema) -> pa.Table:
         raise InvalidInput(e.message, details=e.details) from None
 
 
-def append(storage: Path, spec: PipelineSpec, src: LogSource, table: pa.Table) -> tuple[int, int]:
+def append(storage: Path, spec: PipelineSpec, src: InputLogged, table: pa.Table) -> tuple[int, int]:
     """Append `table` to the input log of `src`, one of `spec`'s input tables."""
     log = InputLog(src.log_dir(storage), src.arrow_schema())
     # An empty log beside checkpoints that consumed records: the log was lost or moved

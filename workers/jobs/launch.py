@@ -24,7 +24,7 @@ from backend.models import Run, RunState
 from backend.services import checkpoints as cps
 from backend.services import lifecycle
 from backend.settings import Settings
-from pipeline_spec.model import is_object_path, resolve_path
+from pipeline_spec.model import SpecError, is_object_path, parse_spec, resolve_path
 from workers.runtime.control_rest import API_URL_ENV, RUN_TOKEN_ENV
 
 DRIVER = [sys.executable, "-m", "workers.jobs.driver"]
@@ -92,19 +92,20 @@ def prepare(db: Database, settings: Settings, run_id: int) -> Launch | None:
 
 def _absolute_paths(spec: dict[str, Any], roots: list[Path]) -> dict[str, Any]:
     """The spec with its file paths resolved against the file roots (as validated), so the
-    driver and Spark's Python workers agree whatever their working directory."""
+    driver and Spark's Python workers agree whatever their working directory. A spec that
+    does not validate is left as it is: the driver names its errors."""
+    try:
+        paths = parse_spec(spec).file_paths()
+    except SpecError:
+        return spec
     out = copy.deepcopy(spec)
-    things = [out.get("source", {}), *out.get("sinks", [])]
-    for t in things:
-        if (
-            isinstance(t, dict)
-            and t.get("kind") in ("files", "delta")
-            and isinstance(t.get("path"), str)
-            and not is_object_path(t["path"])
-        ):
-            resolved = resolve_path(t["path"], roots)
-            if resolved is not None:
-                t["path"] = str(resolved)
+    for loc, _, path in paths:
+        resolved = None if is_object_path(path) else resolve_path(path, roots)
+        if resolved is not None:
+            part: Any = out
+            for key in loc:  # the part where the spec gives it
+                part = part[key]
+            part["path"] = str(resolved)
     return out
 
 

@@ -19,7 +19,7 @@ from backend.services import lifecycle
 from backend.services import operations as ops
 from backend.services.queue import TaskQueue
 from backend.settings import Settings
-from pipeline_spec.model import LogSource, parse_spec
+from pipeline_spec.model import parse_spec
 from pipeline_spec.offsets import count
 from storage_engine import StorageLocation, retention
 from storage_engine.errors import LockedError
@@ -98,14 +98,15 @@ def _do(
     try:
         res = loc.delete_checkpoints(victims)
         remaining = loc.list_checkpoints()
-        parsed = parse_spec(spec)
-        offsets = parsed.offsets(loc.checkpoint_metadata(remaining[0].uuid)) if remaining else {}
-        for source in parsed.input_sources():
-            if isinstance(source, LogSource) and remaining:
-                log_dir = source.log_dir(storage)
+        if remaining:
+            # The input logs are needed from the oldest checkpoint's offsets on.
+            parsed = parse_spec(spec)
+            offsets = parsed.offsets(loc.checkpoint_metadata(remaining[0].uuid))
+            for logged in parsed.input_logs():
+                log_dir = logged.log_dir(storage)
                 if os.path.exists(log_dir):
-                    InputLog(log_dir, source.arrow_schema()).truncate_below(
-                        count(offsets[source.table])
+                    InputLog(log_dir, logged.arrow_schema()).truncate_below(
+                        count(offsets[logged.table])
                     )
     finally:
         loc.close()

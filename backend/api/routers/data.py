@@ -8,7 +8,7 @@ import anyio
 import pyarrow as pa
 from fastapi import APIRouter, Query, Request
 
-from pipeline_spec.model import ViewSink, parse_spec
+from pipeline_spec.model import parse_spec
 from storage_engine.errors import CorruptionError, StorageError
 from storage_engine.location_view import read_spine, to_jsonable
 
@@ -77,7 +77,7 @@ def read_view(
     """A view's rows as of the newest checkpoint: by key (leading columns) or paged."""
     p = pipeline_by_name(s, name)
     spec = parse_spec(p.spec)
-    if not any(isinstance(k, ViewSink) and k.name == view for k in spec.sinks):
+    if view not in spec.readable_views():
         raise NotFound(f"pipeline {name!r} has no view {view!r}")
     try:
         got = read_spine(ctx.settings.storage_dir(p.name), f"view.{view}")
