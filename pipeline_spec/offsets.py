@@ -4,6 +4,7 @@ starts at its earliest record)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 Offset = int | dict[str, int]
@@ -41,16 +42,46 @@ def count(offset: Offset) -> int:
     return offset
 
 
+# A checkpoint's metadata holds every input table's offset, `{table: offset}`, under this.
+OFFSETS = "source_offsets"
+# Checkpoints of one-source releases hold only the first table's (a count), under this:
+# read (`written_offsets`), never written.
+ONE_SOURCE = "source_offset"
+
+
+def written_offsets(
+    metadata: Mapping[str, Any], first_table: Callable[[], str | None]
+) -> dict[str, Any] | None:
+    """Every input table's offset as a checkpoint's metadata holds it, unchecked: `OFFSETS`,
+    or, in a checkpoint of a one-source release, `ONE_SOURCE` as the first table's
+    (`first_table`: its name, asked only then; None: unknown); None if it holds neither.
+    The one place that reads a checkpoint's offsets in either form."""
+    per_table = metadata.get(OFFSETS)
+    if isinstance(per_table, dict):
+        return per_table
+    if ONE_SOURCE in metadata and (first := first_table()) is not None:
+        return {first: metadata[ONE_SOURCE]}
+    return None
+
+
 def checkpoint_offsets(
-    metadata: dict[str, Any], tables: list[tuple[str, bool]]
+    metadata: Mapping[str, Any], tables: list[tuple[str, bool]]
 ) -> dict[str, Offset]:
     """Each input table's offset in a checkpoint's metadata (`tables`: each one's name,
-    and whether its offset is per partition, a Kafka table's): `source_offsets`, or, in a
-    checkpoint of a one-source release, `source_offset`, the first table's."""
-    per_table = metadata.get("source_offsets")
-    if not isinstance(per_table, dict):
-        per_table = {tables[0][0]: metadata.get("source_offset", 0)}
+    and whether its offset is per partition, a Kafka table's; `written_offsets`); a table
+    it does not hold starts at the beginning."""
+    per_table = written_offsets(metadata, lambda: tables[0][0]) or {}
     return {t: _offset(per_table.get(t), per_partition) for t, per_partition in tables}
+
+
+def first_total(per_table: Mapping[str, Any] | None) -> int | None:
+    """The first input table's offset as one number (`total`), what one-source releases
+    showed as a checkpoint's offset: a checkpoint's `{table: offset}` lists the tables in
+    the spec's order. None without offsets, or with a malformed first one."""
+    first = next(iter(per_table.values()), None) if per_table else None
+    if isinstance(first, dict) and all(_is_int(v) for v in first.values()):
+        return total(first)
+    return first if isinstance(first, int) and not isinstance(first, bool) else None
 
 
 def _offset(value: Any, per_partition: bool) -> Offset:
@@ -65,4 +96,15 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-__all__ = ["Offset", "advanced", "checkpoint_offsets", "count", "parse", "total"]
+__all__ = [
+    "OFFSETS",
+    "ONE_SOURCE",
+    "Offset",
+    "advanced",
+    "checkpoint_offsets",
+    "count",
+    "first_total",
+    "parse",
+    "total",
+    "written_offsets",
+]

@@ -15,6 +15,7 @@ from pipeline_spec.model import (
     outside_roots,
     parse_spec,
 )
+from pipeline_spec.offsets import first_total, written_offsets
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "docs" / "examples").glob("*.yaml"))
@@ -133,6 +134,8 @@ def test_input_tables_offsets_and_roots(tmp_path: Path) -> None:
         "a": 7,
         "b": 3,
     }
+    assert spec.offsets({"source_offsets": {"b": 3}}) == {"a": 0, "b": 3}
+    assert spec.offsets({}) == {"a": 0, "b": 0}
     assert spec.table_spec("b").source == spec.tables[1]
     root = tmp_path / "root"
     root.mkdir()
@@ -247,6 +250,50 @@ def test_the_json_schema_takes_both_ways_of_giving_input_tables() -> None:
     assert {"properties": {"tables": True}, "required": ["tables"]} in schema["anyOf"]
     assert {"properties": {"source": True}, "required": ["source"]} in schema["anyOf"]
     assert "source" not in schema["required"] and "tables" not in schema["required"]
+
+
+def test_a_checkpoints_offsets_are_read_in_either_form() -> None:
+    """Checkpoints hold every table's offset (`source_offsets`); those of one-source releases
+    the first table's only (`source_offset`), which the first table's name places."""
+    asked: list[str] = []
+
+    def first() -> str:
+        asked.append("first")
+        return "orders"
+
+    assert written_offsets({"source_offsets": {"orders": 3, "x": 1}}, first) == {
+        "orders": 3,
+        "x": 1,
+    }
+    assert written_offsets({"source_offset": 3, "source_offsets": {"orders": 3}}, first) == {
+        "orders": 3
+    }
+    assert asked == []  # the name is needed only for a checkpoint of a one-source release
+    assert written_offsets({"source_offset": 7}, first) == {"orders": 7}
+    assert written_offsets({"source_offset": 7}, lambda: None) is None  # cannot be placed
+    assert written_offsets({"pipeline": "p"}, first) is None
+    kafka = {"orders": {"t:0": 3, "t:1": 4}, "x": 1}
+    spec = parse_spec(
+        {
+            "name": "k",
+            "tables": [
+                {"kind": "kafka", "table": "orders", "bootstrap_servers": "b:9092",
+                 "topics": ["t"], "schema": {"a": "int"}},
+                {"kind": "datagen", "table": "x"},
+            ],
+            "sql": "CREATE VIEW v AS SELECT * FROM x",
+        }
+    )  # fmt: skip
+    assert spec.offsets({"source_offsets": kafka}) == kafka
+    assert spec.offsets({"source_offset": 7}) == {"orders": {}, "x": 0}  # no partition's
+    # One number for the first table, as the API shows it: a Kafka table's partitions summed.
+    assert [first_total(o) for o in (kafka, {"x": 5}, {}, None, {"x": "5"})] == [
+        7,
+        5,
+        None,
+        None,
+        None,
+    ]
 
 
 def test_every_kinds_union_tag_is_left_out_of_error_paths() -> None:

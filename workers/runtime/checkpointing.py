@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from pipeline_spec import model as S
-from pipeline_spec.offsets import Offset, count, total
+from pipeline_spec.offsets import OFFSETS, Offset, count
 from storage_engine import StorageLocation
 from storage_engine.circuit import Stepper
 from storage_engine.commit import CommitHandle
@@ -88,12 +88,7 @@ class Checkpointing:
             keep = self._spec.retention.keep_last if self.own_retention else None
             h = self._circuit.commit_async(
                 step,
-                {
-                    "source_offset": total(offsets[self._spec.source.table]),
-                    "source_offsets": offsets,
-                    "pipeline": self._spec.name,
-                    **extra,
-                },
+                {OFFSETS: offsets, "pipeline": self._spec.name, **extra},
                 identifier=identifier,
                 keep_last=keep,
             )

@@ -24,13 +24,13 @@ import time
 from typing import Any
 
 from pipeline_spec.exits import EXIT_INTERRUPTED, EXIT_RELAUNCH, EXIT_STOPPED
+from pipeline_spec.offsets import written_offsets
 from storage_engine import retention
 
 from .control_plane import (
     COMMIT,
     DELETE_CHECKPOINT,
     GC,
-    OFFSET_KEYS,
     RESTORE,
     STOP,
     Checkpoints,
@@ -57,7 +57,8 @@ class JobControl:
         self._parent = os.getppid()
         self.runner: Runner | None = None
         # A checkpoint's metadata never changes: read once per checkpoint, not per mirror.
-        self._offsets: dict[str, dict[str, Any]] = {}
+        # Its input tables' offsets, by uuid (none: it holds none).
+        self._offsets: dict[str, dict[str, Any] | None] = {}
 
     # -- called by the runner's process --
 
@@ -186,16 +187,18 @@ class JobControl:
         loc = self.runner.loc
         remote = frozenset(loc.remote.checkpoints()) if loc.remote is not None else None
         listed = loc.list_checkpoints()
-        known = self._offsets
-        self._offsets = {
-            i.uuid: known[i.uuid] if i.uuid in known else _offsets(loc.checkpoint_metadata(i.uuid))
-            for i in listed
-        }
-        return Checkpoints(listed, self._offsets, remote)
+        known, spec = self._offsets, self.runner.spec
 
+        def offsets_of(uuid: str) -> dict[str, Any] | None:
+            if uuid in known:
+                return known[uuid]
+            # Mirrored per table even where a checkpoint of a one-source release holds only
+            # the first table's offset.
+            return written_offsets(loc.checkpoint_metadata(uuid), lambda: spec.source.table)
 
-def _offsets(meta: dict[str, Any]) -> dict[str, Any]:
-    return {k: meta[k] for k in OFFSET_KEYS if k in meta}
+        self._offsets = {i.uuid: offsets_of(i.uuid) for i in listed}
+        offsets = {u: o for u, o in self._offsets.items() if o is not None}
+        return Checkpoints(listed, offsets, remote)
 
 
 __all__ = ["JobControl"]

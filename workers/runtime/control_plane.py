@@ -17,20 +17,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from pipeline_spec.offsets import OFFSETS
 from storage_engine.manifest import CheckpointInfo
 from storage_engine.retention import DELETE_CHECKPOINT
 
 # Operation kinds, as the control plane names them.
 COMMIT, GC, RESTORE, STOP = ("commit", "gc", "restore", "stop")
-# The checkpoint metadata the control plane mirrors (where each input table resumes).
-OFFSET_KEYS = ("source_offset", "source_offsets")
 
 
 @dataclass(frozen=True)
 class Checkpoints:
     """The storage location's checkpoints, for the control plane's mirror: `listed`
-    oldest first, each one's offsets (`OFFSET_KEYS` of its metadata) by uuid, and the uuids
-    the object store holds (None without an object store)."""
+    oldest first, by uuid each one's input tables' offsets (where each resumes: `{table:
+    offset}`, `pipeline_spec.offsets.written_offsets`; none for a checkpoint without), and
+    the uuids the object store holds (None without an object store)."""
 
     listed: Sequence[CheckpointInfo]
     offsets: Mapping[str, Mapping[str, Any]]
@@ -127,7 +127,10 @@ class ControlPlane(Protocol):
 
 def checkpoints_doc(cp: Checkpoints) -> dict[str, Any]:
     return {
-        "listed": [{**i.to_json(), **cp.offsets.get(i.uuid, {})} for i in cp.listed],
+        "listed": [
+            {**i.to_json(), **({OFFSETS: cp.offsets[i.uuid]} if i.uuid in cp.offsets else {})}
+            for i in cp.listed
+        ],
         "remote": None if cp.remote is None else sorted(cp.remote),
     }
 
@@ -181,7 +184,6 @@ __all__ = [
     "COMMIT",
     "DELETE_CHECKPOINT",
     "GC",
-    "OFFSET_KEYS",
     "RESTORE",
     "STOP",
     "Checkpoints",

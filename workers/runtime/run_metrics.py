@@ -42,7 +42,6 @@ class RunMetrics:
     def step(
         self,
         step: int,
-        source_offset: int,
         rows: tuple[int, int, int, int],
         times: StepTimes,
         spines: list[Spine],
@@ -59,7 +58,6 @@ class RunMetrics:
         rec = {
             "ts": time.time(),
             "step": step,
-            "source_offset": source_offset,
             "rows_in": rows_in,
             "rows_out": rows_out,
             "dead_letters": bad,

@@ -78,9 +78,8 @@ log = logging.getLogger("spindle.runner")
 class RunResult:
     first_step: int
     last_step: int
-    source_offset: int  # `source`'s (a Kafka table's: `offsets.total`)
     checkpoints: int
-    source_offsets: dict[str, Offset]  # every input table's
+    source_offsets: dict[str, Offset]  # every input table's, as checkpoints hold them
 
 
 @dataclass
@@ -266,7 +265,6 @@ class Runner:
         step_ms = (time.perf_counter() - t0) * 1000
         self.metrics.step(
             step,
-            self.offset,
             (rows_in, sum(o.num_rows for o in out.values()), bad_rows, late_rows),
             StepTimes(spark_ms, engine_ms, commit_ms, step_ms, latency_ms),
             self.loc.spines(),
@@ -501,9 +499,7 @@ class Runner:
             failed = 0
             if not pausing:
                 break
-        return RunResult(
-            self.first_step, self.step, self.offset, self.checkpoints.count, dict(self.offsets)
-        )
+        return RunResult(self.first_step, self.step, self.checkpoints.count, dict(self.offsets))
 
     def close(self) -> None:
         for s in self.sinks.values():

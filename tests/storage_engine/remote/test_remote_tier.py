@@ -364,7 +364,7 @@ def test_the_input_log_travels_with_the_checkpoints(tmp_path: Path, store: Objec
     ingest(log, 0, 1)
     ingest(log, 2)
     ingest(log, 3, 4, 5)
-    loc.commit_async(step=1, metadata={"source_offset": 2}).wait_remote(timeout=60)
+    loc.commit_async(step=1, metadata={"source_offsets": {"bids": 2}}).wait_remote(timeout=60)
     ingest(log, 6)  # after the upload: on this disk only, until the next checkpoint
     assert keys(store, LOG_PREFIX) == {f"{LOG_PREFIX}bids/{s.name}" for s in log.segments()[:3]}
     # Machine B: the checkpoint and the records it has not consumed.
@@ -375,7 +375,7 @@ def test_the_input_log_travels_with_the_checkpoints(tmp_path: Path, store: Objec
     assert [r["k"] for x in moved.read(2, 6) for r in x.to_pylist()] == [2, 3, 4, 5]
     # The local log truncated below the oldest checkpoint's offset: so is the copy.
     assert log.truncate_below(3) == 2
-    loc.commit_async(step=2, metadata={"source_offset": 7}).wait_remote(timeout=60)
+    loc.commit_async(step=2, metadata={"source_offsets": {"bids": 7}}).wait_remote(timeout=60)
     assert keys(store, LOG_PREFIX) == {f"{LOG_PREFIX}bids/{s.name}" for s in log.segments()}
     loc.close()
 

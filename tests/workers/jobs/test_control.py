@@ -58,7 +58,7 @@ def control(db: Database, tmp_path: Path) -> JobControl:
 
 def test_the_metrics_sink_stores_latency_ms(db: Database, control: JobControl) -> None:
     """Null included: the API and the SSE stream return these rows."""
-    base = {"ts": 1.0, "rows_in": 3, "source_offset": 9, "spark_ms": 1.0}
+    base = {"ts": 1.0, "rows_in": 3, "spark_ms": 1.0}
     control.runner = SimpleNamespace(step=2)  # type: ignore[assignment]
     control.metrics_sink({**base, "step": 1, "latency_ms": 5123.25})
     control.metrics_sink({**base, "step": 2, "latency_ms": None})

@@ -356,5 +356,7 @@ def test_the_first_step_is_the_batch_read_ahead_and_the_query_starts_after_it(
     finally:
         r.close()
     assert jobs == (1 if arrives else 0)
-    assert (result.last_step, result.source_offset) == ((2, 2) if arrives else (1, 1))
+    assert (result.last_step, result.source_offsets) == (
+        (2, {"input": 2}) if arrives else (1, {"input": 1})
+    )
     assert _sink_rows(r) == _reference(spark, rows[0] + rows[1] if arrives else rows[0])

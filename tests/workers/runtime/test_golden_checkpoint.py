@@ -21,6 +21,8 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from pipeline_spec.model import parse_spec
+from storage_engine.fileio import PosixFileLayer
+from storage_engine.manifest import CHECKPOINT_META, read_doc
 from storage_engine.schema import WEIGHT
 from workers.runtime.run_builder import open_runner
 
@@ -59,14 +61,25 @@ def expected(root: Path) -> Counter[tuple[Any, ...]]:
 def test_a_checkpoint_of_the_earlier_release_resumes(tmp_path: Path, spark: SparkSession) -> None:
     root = tmp_path / "golden"
     shutil.copytree(GOLDEN, root)
+    # Its metadata holds the offset as one-source releases wrote it: `source_offset` only.
+    (path,) = (root / "state").glob(f"*/{CHECKPOINT_META}")
+    old = read_doc(PosixFileLayer(), str(path))["metadata"]
+    assert old["source_offset"] == 2 and "source_offsets" not in old
     r = open_runner(
         parse_spec(golden_spec(root)), str(root / "state"), base_dir=str(root), spark=spark
     )
     try:
         result = r.run(stop_when_idle=2.0)
+        # The checkpoints this run took hold every table's offset, and only that way.
+        taken = [c for c in r.loc.list_checkpoints() if c.step > 2]
+        metadata = [r.loc.checkpoint_metadata(c.uuid) for c in taken]
     finally:
         r.close()
     assert (result.first_step, result.last_step) == (2, 4)  # restored at 2, not started over
+    # Read on from the restored offset: the two files left, steps 3 and 4.
+    assert result.source_offsets == {"input": 4}
+    assert metadata and all("source_offset" not in m for m in metadata)
+    assert metadata[-1]["source_offsets"] == {"input": 4}
     got: Counter[tuple[Any, ...]] = Counter()
     for f in sorted((root / "out").iterdir()):
         for line in f.read_text().splitlines():

@@ -222,7 +222,7 @@ def test_a_run_equals_a_spark_batch_query(tmp_path: Path, spark: SparkSession) -
     assert sum(m["rows_in"] for m in recs) == len(kept)
     assert sum(m["dead_letters"] for m in recs) == len(bad) > 0
     assert _letters(tmp_path) == sorted(bad)
-    assert recs[-1]["source_offset"] == FILES
+    assert recs[-1]["inputs"]["input"]["offset"] == FILES
     # The window's time column is the event time: every step has a latency.
     assert all(m["latency_ms"] is not None for m in recs)
 

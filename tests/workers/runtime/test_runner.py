@@ -81,10 +81,11 @@ def test_datagen_examples_run(
         res = r.run(max_steps=3)
     finally:
         r.close()
-    assert res.last_step >= 3 and res.source_offset >= 3 * 3000 - 3000
+    (offset,) = res.source_offsets.values()  # the one input table's
+    assert res.last_step >= 3 and offset >= 3 * 3000 - 3000
     # Every step's rows were generated in the driver, one range after the other (for the
     # join of nexmark-q3 too, whose inputs are jobs over the one batch).
-    assert read and read[0][0] == 0 and read[-1][1] == res.source_offset
+    assert read and read[0][0] == 0 and read[-1][1] == offset
     assert all(a[1] == b[0] for a, b in itertools.pairwise(read))
     recs = [json.loads(x) for x in (tmp_path / "state" / "metrics.jsonl").read_text().splitlines()]
     assert len([r for r in recs if "step" in r]) >= 3
@@ -241,7 +242,7 @@ def test_log_example_runs_on_appended_records(tmp_path: Path, spark: SparkSessio
                 )
             )
         res = r.run(stop_when_idle=2)
-        assert res.source_offset == 12
+        assert res.source_offsets == {"input": 12}
         view = r.sinks["latest"]
         assert isinstance(view, ViewSink)
         assert view.get([1]) == [{"auction": 1, "max_price": 13.0, "bids": 8}]
@@ -306,7 +307,7 @@ def test_stop_when_idle_does_not_count_a_slow_start_up(
         records = {"auction": [1, 2], "bidder": [7, 8], "price": [1.0, 2.0], "ts": [t0, t0]}
         r.input.input_log().append(pa.table(records))
         res = r.run(stop_when_idle=0.5)
-        assert (res.last_step, res.source_offset) == (1, 2)
+        assert (res.last_step, res.source_offsets) == (1, {"input": 2})
     finally:
         r.close()
 
@@ -371,7 +372,7 @@ def test_a_log_sources_first_step_is_read_ahead_in_the_driver_and_a_restart_lose
         r = runner()  # its records are in the log before it starts: read ahead
         assert r._ahead is not None and r._ahead.end == 4
         res = r.run(max_steps=2)
-        assert (res.last_step, res.source_offset) == (2, 8)
+        assert (res.last_step, res.source_offsets) == (2, {"input": 8})
     finally:
         r.close()
     steps = [json.loads(x) for x in (tmp_path / "state" / "metrics.jsonl").read_text().splitlines()]
@@ -382,7 +383,7 @@ def test_a_log_sources_first_step_is_read_ahead_in_the_driver_and_a_restart_lose
     try:
         assert r.step == 2 and r._ahead is not None and r._ahead.end == 12
         res = r.run(stop_when_idle=2)
-        assert res.source_offset == 18
+        assert res.source_offsets == {"input": 18}
         assert read[2:] == [(8, 12), (12, 16), (16, 18)]
         assert _view_rows(r, range(3)) == expected
     finally:
@@ -403,13 +404,13 @@ def test_a_log_pipeline_moved_to_another_machine_reads_what_it_had_not_consumed(
     try:
         _append(r.input.input_log(), records)
         res = r.run(max_steps=2)
-        assert (res.last_step, res.source_offset) == (2, 8)
+        assert (res.last_step, res.source_offsets) == (2, {"input": 8})
     finally:
         r.close()
     r = open_runner(spec, str(tmp_path / "b"), base_dir=str(tmp_path), spark=spark, remote=store)
     try:
         assert (r.step, r.offset) == (2, 8)
-        assert r.run(stop_when_idle=2).source_offset == 18
+        assert r.run(stop_when_idle=2).source_offsets == {"input": 18}
         assert _view_rows(r, range(3)) == expected
     finally:
         r.close()
