@@ -25,6 +25,8 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
+from pipeline_spec.offsets import first_total
+
 from .db import Base
 
 
@@ -188,15 +190,20 @@ class Checkpoint(Base):
     size_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
     new_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
     duration_ms: Mapped[float] = mapped_column(Float, default=0.0)
-    source_offset: Mapped[int | None] = mapped_column(BigInteger, default=None)
-    # Every input table's (SQL pipelines may read several): {table: offset}, where a Kafka
-    # table's offset is {"<topic>:<partition>": next offset}.
+    # Every input table's (SQL pipelines may read several): {table: offset}, in the spec's
+    # order, where a Kafka table's offset is {"<topic>:<partition>": next offset}.
     source_offsets: Mapped[dict[str, int | dict[str, int]] | None] = mapped_column(
         JSON(none_as_null=True), default=None
     )
     local_durable: Mapped[bool] = mapped_column(Boolean, default=True)
     remote_durable: Mapped[bool] = mapped_column(Boolean, default=False)
     pinned: Mapped[bool] = mapped_column(Boolean, default=False)
+
+    @property
+    def source_offset(self) -> int | None:
+        """The first input table's offset as one number, as the API has always shown it:
+        derived here, never stored (`source_offsets` is the one record of the offsets)."""
+        return first_total(self.source_offsets)
 
 
 class Operation(Base):

@@ -46,6 +46,8 @@ class CheckpointIn(Body):
     new_bytes: Count = 0
     rows: Count = 0
     files: Count = 0
+    # Every input table's offset (`pipeline_spec.offsets.OFFSETS`); a driver of the previous
+    # release sends a checkpoint of a one-source release's (`ONE_SOURCE`) as it holds it.
     source_offset: Position | None = None
     source_offsets: dict[Annotated[str, Field(max_length=300)], Offset] | None = None
 

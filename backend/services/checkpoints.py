@@ -6,6 +6,7 @@ worker reconciles at run start and the reaper for stopped pipelines."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -14,12 +15,14 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
+from pipeline_spec.model import SpecError, parse_spec
+from pipeline_spec.offsets import written_offsets
 from storage_engine.errors import StorageError
 from storage_engine.fileio import PosixFileLayer
 from storage_engine.location_view import list_checkpoints
 from storage_engine.manifest import CHECKPOINT_META, CheckpointInfo, read_doc
 
-from ..models import Checkpoint
+from ..models import Checkpoint, Pipeline
 
 
 def reconcile(
@@ -43,17 +46,15 @@ def reconcile(
             )
         )
     out = []
+    first_table = _first_table(s, pipeline_id)
     for i in infos:
         row = rows.get(i.uuid)
         if row is None:
             row = Checkpoint(pipeline_id=pipeline_id, uuid=i.uuid, pinned=False)
             s.add(row)
             if metadata is not None:
-                meta = metadata(i.uuid)
-                offset = meta.get("source_offset")
-                row.source_offset = int(offset) if isinstance(offset, int) else None
-                offsets = meta.get("source_offsets")
-                if isinstance(offsets, dict) and all(
+                offsets = written_offsets(metadata(i.uuid), first_table)
+                if offsets is not None and all(
                     isinstance(k, str) and _is_offset(v) for k, v in offsets.items()
                 ):
                     row.source_offsets = offsets
@@ -70,6 +71,22 @@ def reconcile(
         out.append(row)
     s.flush()
     return out
+
+
+def _first_table(s: Session, pipeline_id: int) -> Callable[[], str | None]:
+    """The name of the pipeline's first input table, which a checkpoint of a one-source
+    release holds the only offset of; its spec is read when first asked (None: a spec
+    this release does not take, whose offsets cannot be placed)."""
+
+    @functools.cache
+    def name() -> str | None:
+        p = s.get(Pipeline, pipeline_id)
+        try:
+            return parse_spec(p.spec).source.table if p is not None else None
+        except SpecError:
+            return None
+
+    return name
 
 
 def manifest(storage: Path) -> list[CheckpointInfo]:

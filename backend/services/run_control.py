@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from pipeline_spec.offsets import OFFSETS, ONE_SOURCE
 from storage_engine.manifest import CheckpointInfo
 
 from ..errors import NotFound
@@ -40,7 +41,9 @@ from . import checkpoints as cps
 from . import lifecycle, metrics
 from . import operations as ops
 
-_OFFSETS = ("source_offset", "source_offsets")
+# A checkpoint's offsets as a driver reports them: every table's, or (a driver of the
+# previous release mirroring a checkpoint of a one-source release) the first table's only.
+_OFFSETS = (OFFSETS, ONE_SOURCE)
 
 
 def opened(s: Session, run_id: int, body: OpenedIn) -> DesiredOut:

@@ -336,7 +336,7 @@ def build_checkpoints(
         with StorageLocation.open(str(storage), checkpoint="none") as loc:
             sp = loc.spine("per_user", STATE)
             sp.insert(Batch.from_tuples(STATE, [((step * 1000 + j,), (j,), 1) for j in range(64)]))
-            meta = {"source_offset": offset, "source_offsets": {"input": offset}}
+            meta = {"source_offsets": {"input": offset}}
             uids.append(loc.commit(step=step, metadata=meta))
     return uids
 

@@ -4,6 +4,7 @@ revision fails here)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import re
 from collections.abc import Iterator
@@ -150,6 +151,76 @@ def test_enum_columns_are_checked(db_url: str, engine: sa.Engine) -> None:
                 " CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"
             )
         )
+
+
+PIPELINES = sa.table(
+    "pipelines",
+    *(sa.column(c) for c in ("id", "name", "description", "desired_state", "state")),
+    sa.column("spec", sa.JSON()),
+    sa.column("created_at", sa.DateTime(timezone=True)),
+    sa.column("updated_at", sa.DateTime(timezone=True)),
+)
+CHECKPOINTS = sa.table(
+    "checkpoints",
+    *(sa.column(c) for c in ("pipeline_id", "uuid", "step", "source_offset")),
+    *(sa.column(c) for c in ("size_bytes", "new_bytes", "duration_ms")),
+    *(sa.column(c) for c in ("local_durable", "remote_durable", "pinned")),
+    sa.column("source_offsets", sa.JSON(none_as_null=True)),
+    sa.column("created_at", sa.DateTime(timezone=True)),
+)
+# The first input table, as specs give it: `source` or the first of `tables`, named or not.
+FIRST_TABLES = {
+    1: {"source": {"kind": "datagen", "table": "clicks"}},
+    2: {"source": {"kind": "datagen"}},
+    3: {"tables": [{"kind": "kafka", "table": "orders"}, {"kind": "log", "table": "x"}]},
+    4: {"tables": [{"kind": "datagen"}]},
+}
+KAFKA = {"orders": {"t:0": 3, "t:1": 4}, "x": 2}
+# (uuid, pipeline, source_offset and source_offsets before 0010, source_offsets after it).
+OFFSET_ROWS = [
+    ("one-source", 1, 7, None, {"clicks": 7}),
+    ("unnamed", 2, 3, None, {"input": 3}),
+    ("both", 3, 7, KAFKA, KAFKA),
+    ("tables", 4, 5, None, {"input": 5}),
+    ("none", 4, None, None, None),
+]
+
+
+def test_checkpoint_offsets_are_kept_once_per_table(db_url: str, engine: sa.Engine) -> None:
+    """0010 drops `checkpoints.source_offset`: a row holding only it (mirrored from a
+    checkpoint of a one-source release) gets it as its pipeline's first table's offset, as
+    the runtime reads such a checkpoint. The downgrade puts back the first table's offset
+    as one number (a Kafka table's: its partitions' sum)."""
+    migrate.upgrade(db_url, "0009")
+    now = dt.datetime.now(dt.UTC)
+    with engine.begin() as conn:
+        for pid, first in FIRST_TABLES.items():
+            spec = {"name": f"p{pid}", **first}
+            conn.execute(
+                PIPELINES.insert().values(
+                    id=pid, name=f"p{pid}", description="", desired_state="stopped",
+                    state="stopped", spec=spec, created_at=now, updated_at=now,
+                )
+            )  # fmt: skip
+        for uuid, pid, offset, offsets, _ in OFFSET_ROWS:
+            conn.execute(
+                CHECKPOINTS.insert().values(
+                    pipeline_id=pid, uuid=uuid, step=1, source_offset=offset,
+                    source_offsets=offsets, size_bytes=0, new_bytes=0, duration_ms=0.0,
+                    local_durable=True, remote_durable=False, pinned=False, created_at=now,
+                )
+            )  # fmt: skip
+
+    def column(name: str) -> dict[str, Any]:
+        with engine.connect() as conn:
+            got = conn.execute(sa.select(CHECKPOINTS.c.uuid, CHECKPOINTS.c[name]))
+            return {uuid: value for uuid, value in got}
+
+    migrate.upgrade(db_url)
+    assert "source_offset" not in {c["name"] for c in sa.inspect(engine).get_columns("checkpoints")}
+    assert column("source_offsets") == {uuid: after for uuid, *_, after in OFFSET_ROWS}
+    migrate.downgrade(db_url, "0009")
+    assert column("source_offset") == {uuid: offset for uuid, _, offset, *_ in OFFSET_ROWS}
 
 
 @pytest.mark.parametrize("url", ["sqlite:///unused.db", "postgresql+psycopg://u@h/unused"])

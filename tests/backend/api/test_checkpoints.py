@@ -6,9 +6,11 @@ Celery (the TaskQueue is a recording double), storage locations built with the e
 from __future__ import annotations
 
 import pytest
+from sqlalchemy import select
 
 from backend.models import (
     OperationKind,
+    Pipeline,
 )
 from backend.services import checkpoints as cps
 from pipeline_spec import exits
@@ -53,6 +55,25 @@ def test_listing_checkpoints_mirrors_the_manifest(api: Api) -> None:
     api.reads_expire()
     listed = api.get(f"pipelines/{CLICKS}/checkpoints").json()
     assert [c["uuid"] for c in listed] == [uids[0], uids[2]]
+
+
+def test_a_checkpoint_of_a_one_source_release_lists_its_offset_as_the_first_tables(
+    api: Api,
+) -> None:
+    """Such a checkpoint holds `source_offset` alone: the offset of the table the spec gives
+    first, whatever it names it. The database keeps it per table, as every checkpoint's."""
+    spec = clicks_spec()
+    spec["source"]["table"] = "clicks"
+    api.create_pipeline(spec)
+    with StorageLocation.open(str(api.storage(CLICKS)), checkpoint="none") as loc:
+        loc.commit(step=1, metadata={"source_offset": 7})
+        loc.commit(step=2, metadata={"source_offsets": {"clicks": 9}})
+    (old, new) = api.get(f"pipelines/{CLICKS}/checkpoints").json()
+    assert (old["source_offset"], old["source_offsets"]) == (7, {"clicks": 7})
+    assert (new["source_offset"], new["source_offsets"]) == (9, {"clicks": 9})
+    with api.db.session() as s:
+        (p,) = s.scalars(select(Pipeline).where(Pipeline.name == CLICKS))
+        assert [r.source_offsets for r in cps.rows(s, p.id)] == [{"clicks": 7}, {"clicks": 9}]
 
 
 def test_commit_needs_a_live_run(api: Api) -> None:

@@ -371,9 +371,7 @@ def test_ingest_into_each_log_table_of_a_sql_pipeline(api: Api) -> None:
     api.create_pipeline(spec)
     # The storage lost its logs after a checkpoint that consumed 5 sellers and 2 bids.
     with StorageLocation.open(str(api.storage("two-logs")), checkpoint="none") as loc:
-        loc.commit(
-            step=1, metadata={"source_offset": 2, "source_offsets": {"input": 2, "sellers": 5}}
-        )
+        loc.commit(step=1, metadata={"source_offsets": {"input": 2, "sellers": 5}})
     r = api.post("pipelines/two-logs/ingest/sellers", content=b'{"id": 1}\n', headers=NDJSON)
     assert r.status_code == 200, r.text
     assert (r.json()["first_offset"], r.json()["end_offset"]) == (5, 6)

@@ -222,3 +222,28 @@ def test_a_drivers_reports_show_like_outside_changes_without_emptying_the_read_c
     assert api.get("pipelines/a").json()["state"] == "running"
     assert api.post("pipelines/a/pause").status_code == 202
     assert api.get("pipelines/a").json()["desired_state"] == "paused"
+
+
+def test_checkpoint_offsets_are_mirrored_per_table_whatever_the_driver_reports(api: Api) -> None:
+    """A driver reports every table's offsets; one of the previous release may send a
+    checkpoint of a one-source release's `source_offset` alone, which is the pipeline's
+    first table's. The database keeps the per-table offsets only; the listing's
+    `source_offset` is the first table's, derived."""
+    a, token = started_run(api, "a")
+    listed = [
+        {"uuid": "new", "step": 1, "fingerprint": "f", "created_at": 1.0},
+        {"uuid": "old", "step": 2, "fingerprint": "f", "created_at": 2.0},
+        {"uuid": "both", "step": 3, "fingerprint": "f", "created_at": 3.0},
+    ]
+    listed[0]["source_offsets"] = {"input": 4}
+    listed[1]["source_offset"] = 9
+    listed[2] |= {"source_offset": 11, "source_offsets": {"input": 11}}
+    opened = {**OPENED, "checkpoints": {"listed": listed, "remote": None}}
+    assert api.post(f"runs/{a}/opened", token=token, json=opened).status_code == 200
+    api.reads_expire()
+    got = api.get("pipelines/a/checkpoints").json()
+    assert [(c["uuid"], c["source_offset"], c["source_offsets"]) for c in got] == [
+        ("new", 4, {"input": 4}),
+        ("old", 9, {"input": 9}),
+        ("both", 11, {"input": 11}),
+    ]
