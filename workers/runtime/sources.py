@@ -12,9 +12,10 @@ restored run starts the source there: `option("start", n)`).
   offset = record position.
 - `files` and `kafka` tables' steps end where the driver says (`step_ends.py`): asking
   reaches their input, with credentials a Python worker must not hold.
-- `spindle_tables`: a pipeline's several input tables at once, each read by one of the
-  sources above; offset = `{table: offset}`. A micro-batch is, per table that advanced, its
-  offset range (`table`, `start`, `__end`): the runner reads each table's rows itself.
+- `spindle_tables`: a pipeline's several input tables at once, each read by the reader of
+  the source above its connector names for it (`table_options`); offset = `{table:
+  offset}`. A micro-batch is, per table that advanced, its offset range (`table`, `start`,
+  `__end`): the runner reads each table's rows itself.
 
 Readers run in Spark's Python worker processes: options are strings, state is per process.
 The runner itself reads what datagen and log batches hold (`datagen_batches`,
@@ -25,14 +26,16 @@ queries of these sources.
 from __future__ import annotations
 
 import base64
+import importlib
 import json
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.types import StructType
 
 from pipeline_spec.datagen import DATAGEN_SCHEMAS
 from pipeline_spec.offsets import Offset, advanced, total
@@ -224,23 +227,31 @@ class _TableRange(InputPartition):
         self.table, self.start, self.end = table, start, end
 
 
-def _readers() -> dict[str, Callable[[dict[str, str]], DataSourceStreamReader]]:
-    from .step_ends import StepEndsReader
+# A table's option in `spindle_tables`: the data source its connector gives a query of the
+# table alone, as "module:class", whose reader reads the table here too (so no kind of
+# source is named here).
+SOURCE_CLASS = "__source"
 
-    return {
-        "datagen": _DatagenReader,
-        "files": StepEndsReader,
-        "log": _LogReader,
-        "kafka": StepEndsReader,
-    }
+
+def table_options(source: type[DataSource], options: Mapping[str, str]) -> dict[str, str]:
+    """A table's entry in `spindle_tables`' options: its own data source and options."""
+    return {SOURCE_CLASS: f"{source.__module__}:{source.__qualname__}", **options}
+
+
+def _table_reader(options: dict[str, str]) -> DataSourceStreamReader:
+    """The stream reader of the data source a table's entry names (`table_options`)."""
+    module, _, name = options.pop(SOURCE_CLASS).partition(":")
+    source = getattr(importlib.import_module(module), name)
+    if not (isinstance(source, type) and issubclass(source, DataSource)):
+        raise TypeError(f"not a data source: {module}:{name}")
+    return source(options).streamReader(StructType())  # Spindle's readers take no schema
 
 
 class _TablesReader(DataSourceStreamReader):
     def __init__(self, options: dict[str, str]) -> None:
         tables: dict[str, dict[str, str]] = json.loads(options["tables"])
-        kinds = _readers()
         self.readers = {
-            t: kinds[o["kind"]]({k: str(v) for k, v in o.items()}) for t, o in tables.items()
+            t: _table_reader({k: str(v) for k, v in o.items()}) for t, o in tables.items()
         }
 
     def initialOffset(self) -> dict[str, Offset]:
@@ -273,7 +284,8 @@ class _TablesReader(DataSourceStreamReader):
 
 
 class TablesSource(DataSource):
-    """Several input tables (`tables`: JSON, table -> its source's options and `kind`)."""
+    """Several input tables (`tables`: JSON, table -> its source's options and data source:
+    `table_options`)."""
 
     @classmethod
     def name(cls) -> str:

@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from pipeline_spec.offsets import Offset, parse
 
-from .sources import TablesSource
+from .sources import TablesSource, table_options
 from .step_input import StepInput
 
 
@@ -38,9 +38,7 @@ def start_query(
     source, options = inputs[first].spark_query(offsets[first])
     if len(inputs) > 1:
         source = TablesSource
-        per_table = {
-            t: {"kind": i.source.kind, **i.spark_query(offsets[t])[1]} for t, i in inputs.items()
-        }
+        per_table = {t: table_options(*i.spark_query(offsets[t])) for t, i in inputs.items()}
         options = {"tables": json.dumps(per_table)}
     # Registered here, not with the session: a session's first registration is slow (Spark
     # starts a Python worker to look for installed data sources), which a files source's
