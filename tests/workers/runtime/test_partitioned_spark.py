@@ -1,23 +1,48 @@
-"""Partitioned levels on Spark (issue 50): `SparkLevels` steps a dataflow as the
-in-process coordinator does, each shard in its own Spark partition."""
+"""A SQL pipeline partitioned on Spark (issue 50): at parallelism 2 its levels run as Spark
+stages (`partitioned.SparkLevels`) and its sinks get, step by step, what the same pipeline
+at parallelism 1 writes, also across a stop and a resume from the latest checkpoint (the
+driver's checkpoint carries the shards' manifest). And `SparkLevels` steps a dataflow as
+the in-process coordinator does."""
 
 from __future__ import annotations
 
+import json
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
+import pytest
 from pyspark.sql import SparkSession
 
+from pipeline_spec.model import parse_spec
 from spindle_sql.dataflow import Dataflow
 from spindle_sql.parse import parse
 from spindle_sql.planner import plan
+from storage_engine import StorageLocation
+from storage_engine.schema import WEIGHT
 from workers.runtime.partitioned import PartitionedDataflow
 from workers.runtime.partitioned.spark_levels import SparkLevels, salts
+from workers.runtime.partitioned_run import MANIFEST_KEY
+from workers.runtime.plan import sql_dataflow
 
+from ... import customers
 from .partitioned_check import outputs
+from .test_sql_pipeline import oracle, run_and_resume, spec
 
 TABLES = {"t": pa.schema([("k", pa.int64()), ("v", pa.int64())])}
 VIEW = "CREATE VIEW s AS SELECT k, count(*) AS n, sum(v) AS total FROM t GROUP BY k"
+
+
+def by_step(d: Path) -> dict[int, Counter[tuple[Any, ...]]]:
+    """A files sink's rows per step, consolidated (weights of either sign, none zero)."""
+    out: dict[int, Counter[tuple[Any, ...]]] = {}
+    for f in sorted(d.iterdir()):
+        for line in f.read_text().splitlines():
+            r = json.loads(line)
+            w, step = r.pop(WEIGHT), r.pop("__step")
+            out.setdefault(step, Counter())[tuple(r.values())] += w
+    return {s: Counter({r: w for r, w in c.items() if w}) for s, c in out.items()}
 
 
 def test_salts_route_each_shard_to_its_partition(spark: SparkSession) -> None:
@@ -49,3 +74,50 @@ def test_spark_levels_step_as_the_in_process_coordinator(
         assert outputs(on_spark.step(d)) == outputs(local.step(d))
     assert on_spark.checkpoint()["operators"].keys() == local.checkpoint()["operators"].keys()
     assert all(all(u) for u in on_spark.checkpoint()["operators"].values())
+
+
+@pytest.mark.parametrize("shards", [2])
+def test_a_partitioned_sql_pipeline_equals_parallelism_one_across_a_resume(
+    tmp_path: Path, spark: SparkSession, shards: int
+) -> None:
+    customers.write_input(tmp_path / "in", 5, 60, customers=12, seed=7)
+    got = {}
+    for p in (1, shards):
+        run = tmp_path / f"p{p}"
+        run.mkdir()
+        (run / "in").symlink_to(tmp_path / "in")
+        s = parse_spec({**spec(run), "parallelism": p})
+        run_and_resume(s, run, spark)
+        got[p] = {sink: by_step(run / sink) for sink in ("a", "b")}
+    assert got[shards] == got[1]
+    assert len(got[1]["a"]) == 5
+    # Both views equal the batch query over the whole input.
+    for sink, view in (("a", "per_customer"), ("b", "big_orders")):
+        total: Counter[tuple[Any, ...]] = Counter()
+        for c in got[shards][sink].values():
+            total.update(c)
+        assert +total == oracle(tmp_path, view)
+    # The driver's checkpoint names every operator-shard's checkpoint.
+    fingerprint = sql_dataflow(s.model_dump_json(by_alias=True)).fingerprint
+    loc = StorageLocation.open(
+        str(tmp_path / f"p{shards}" / "state"), fingerprint=fingerprint, read_only=True
+    )
+    try:
+        manifest = loc.metadata[MANIFEST_KEY]
+    finally:
+        loc.close()
+    assert manifest["shards"] == shards
+    assert set(manifest["operators"]) == {"per_customer.agg0", "big_orders.join0"}
+    assert all(len(u) == shards and all(u) for u in manifest["operators"].values())
+    assert (tmp_path / f"p{shards}" / "state" / "shards" / "per_customer.agg0" / "1").is_dir()
+    # Each step's record sums the operators' rows over their shards, as at parallelism 1.
+    rows_in = {}
+    for p in (1, shards):
+        lines = (tmp_path / f"p{p}" / "state" / "metrics.jsonl").open()
+        records = [json.loads(x) for x in lines]
+        steps = {r["step"]: r for r in records if "event" not in r and "step" in r}
+        rows_in[p] = {
+            step: {op: m["rows_in"] for op, m in r["operators"].items()}
+            for step, r in steps.items()
+        }
+    assert rows_in[shards] == rows_in[1]
