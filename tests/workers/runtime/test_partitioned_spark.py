@@ -1,12 +1,14 @@
 """A SQL pipeline partitioned on Spark (issue 50): at parallelism 2 its levels run as Spark
 stages (`partitioned.SparkLevels`) and its sinks get, step by step, what the same pipeline
 at parallelism 1 writes, also across a stop and a resume from the latest checkpoint (the
-driver's checkpoint carries the shards' manifest). And `SparkLevels` steps a dataflow as
+driver's checkpoint carries the shards' manifest; the shards' local copies removed, so
+they are pulled from the object store). And `SparkLevels` steps a dataflow as
 the in-process coordinator does."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -20,11 +22,13 @@ from spindle_sql.dataflow import Dataflow
 from spindle_sql.parse import parse
 from spindle_sql.planner import plan
 from storage_engine import StorageLocation
+from storage_engine.objstore import DirectoryObjectStore
 from storage_engine.schema import WEIGHT
 from workers.runtime.partitioned import PartitionedDataflow
 from workers.runtime.partitioned.spark_levels import SparkLevels, salts
 from workers.runtime.partitioned_run import MANIFEST_KEY
 from workers.runtime.plan import sql_dataflow
+from workers.runtime.run_builder import open_runner
 
 from ... import customers
 from .partitioned_check import outputs
@@ -87,7 +91,21 @@ def test_a_partitioned_sql_pipeline_equals_parallelism_one_across_a_resume(
         run.mkdir()
         (run / "in").symlink_to(tmp_path / "in")
         s = parse_spec({**spec(run), "parallelism": p})
-        run_and_resume(s, run, spark)
+        if p == 1:
+            run_and_resume(s, run, spark)
+        else:
+            # With an object store, which the resumed run's shards pull from: their local
+            # copies are gone, as on executors that never held them.
+            store = DirectoryObjectStore(tmp_path / "store")
+            for steps in (3, None):
+                r = open_runner(s, str(run / "state"), base_dir=str(run), spark=spark, remote=store)
+                try:
+                    r.run(max_steps=steps, stop_when_idle=2.0)
+                finally:
+                    r.close()
+                if steps is not None:
+                    assert (run / "state" / "shards").is_dir()
+                    shutil.rmtree(run / "state" / "shards")
         got[p] = {sink: by_step(run / sink) for sink in ("a", "b")}
     assert got[shards] == got[1]
     assert len(got[1]["a"]) == 5
@@ -110,6 +128,7 @@ def test_a_partitioned_sql_pipeline_equals_parallelism_one_across_a_resume(
     assert set(manifest["operators"]) == {"per_customer.agg0", "big_orders.join0"}
     assert all(len(u) == shards and all(u) for u in manifest["operators"].values())
     assert (tmp_path / f"p{shards}" / "state" / "shards" / "per_customer.agg0" / "1").is_dir()
+    assert any((tmp_path / "store" / "shards" / "big_orders.join0" / "0").rglob("*.manifest"))
     # Each step's record sums the operators' rows over their shards, as at parallelism 1.
     rows_in = {}
     for p in (1, shards):

@@ -21,7 +21,8 @@ store), steps, commits and closes them (`ShardHost.evict`): two Python workers n
 one location (the engine's lock is per process), and no step depends on where the shard
 ran before. A Python worker keeps its host and the plan's dataflows between tasks (by
 root and plan identity), rebuilt from the factory the task carries (for a pipeline: its
-spec's JSON, `plan.sql_dataflow`).
+spec's JSON, `plan.sql_dataflow`), and opens the object store from its recipe
+(`store_recipe`: its settings, never a client or a lock).
 """
 
 from __future__ import annotations
@@ -40,10 +41,13 @@ from pyspark.sql import functions as F
 
 from spindle_sql.dataflow import Dataflow
 from spindle_sql.partitioning import DRIVER, Partitioning
-from storage_engine.objstore import ObjectStoreLike
+from storage_engine.objstore import DirectoryObjectStore, ObjectStore, ObjectStoreLike
 
 from .messages import FROM_DRIVER, SCHEMA
+from .prefixed_store import PrefixedStore
 from .shard_host import ShardHost
+
+StoreRecipe = Callable[[], ObjectStoreLike]
 
 REQUEST = "\x00request"
 RESULT = "\x00result"
@@ -79,6 +83,22 @@ def salts(spark: SparkSession, partitions: int) -> list[int]:
     return got
 
 
+def store_recipe(store: ObjectStoreLike) -> StoreRecipe:
+    """How an executor opens `store` again (a store holds locks and clients, which do
+    not travel): an S3 store from its settings, a directory store from its root."""
+    if isinstance(store, PrefixedStore):
+        return partial(_prefixed, store_recipe(store.inner), store.prefix)
+    if isinstance(store, DirectoryObjectStore):
+        return partial(DirectoryObjectStore, store.root, store.settings)
+    if isinstance(store, ObjectStore):
+        return partial(ObjectStore, store.settings)
+    raise TypeError(f"executors cannot open an object store of type {type(store).__name__}")
+
+
+def _prefixed(inner: StoreRecipe, prefix: str) -> ObjectStoreLike:
+    return PrefixedStore(inner(), prefix)
+
+
 class SparkLevels:
     """The levels of `factory`'s dataflow as Spark stages of `spark`, its operator-shards
     under `root` (and `store`) on every executor."""
@@ -93,7 +113,7 @@ class SparkLevels:
         self.spark = spark
         self.factory = factory
         self.root = root
-        self.store = store
+        self.store = store_recipe(store) if store is not None else None
         self.plan = Partitioning(factory()).identity
 
     def run(
@@ -140,11 +160,11 @@ def _salted(messages: pa.Table, salt: list[int]) -> pa.Table:
     return messages.cast(SCHEMA).append_column(pa.field(SALT, pa.int64(), False), pa.array(s))
 
 
-def _host(root: str, store: ObjectStoreLike | None) -> ShardHost:
+def _host(root: str, store: StoreRecipe | None) -> ShardHost:
     with _lock:
         host = _hosts.get(root)
         if host is None:
-            host = _hosts[root] = ShardHost(root, store)
+            host = _hosts[root] = ShardHost(root, store() if store is not None else None)
         return host
 
 
@@ -153,7 +173,7 @@ def _task(
     plan: str,
     factory: Callable[[], Dataflow],
     root: str,
-    store: ObjectStoreLike | None,
+    store: StoreRecipe | None,
     salt: list[int],
     batches: Iterator[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
@@ -200,4 +220,4 @@ def _task(
     )
 
 
-__all__ = ["REQUEST", "RESULT", "PartitioningError", "SparkLevels", "salts"]
+__all__ = ["REQUEST", "RESULT", "PartitioningError", "SparkLevels", "salts", "store_recipe"]
