@@ -23,10 +23,9 @@ from storage_engine.circuit import Operator, OperatorMetrics
 from storage_engine.commit import CommitHandle
 from storage_engine.location import StorageLocation
 
+from .dataflow_run import MANIFEST_KEY
 from .partitioned import PartitionedDataflow
 from .partitioned.spark_levels import SparkLevels
-
-MANIFEST_KEY = "partitioned"
 
 
 class PartitionedRunError(ValueError):

@@ -24,9 +24,10 @@ from spindle_sql.planner import plan
 from storage_engine import StorageLocation
 from storage_engine.objstore import DirectoryObjectStore
 from storage_engine.schema import WEIGHT
+from workers.runtime.dataflow_run import MANIFEST_KEY, ParallelismChangedError
 from workers.runtime.partitioned import PartitionedDataflow
 from workers.runtime.partitioned.spark_levels import SparkLevels, salts
-from workers.runtime.partitioned_run import MANIFEST_KEY
+from workers.runtime.partitioned_run import PartitionedRunError
 from workers.runtime.plan import sql_dataflow
 from workers.runtime.run_builder import open_runner
 
@@ -140,3 +141,10 @@ def test_a_partitioned_sql_pipeline_equals_parallelism_one_across_a_resume(
             for step, r in steps.items()
         }
     assert rows_in[shards] == rows_in[1]
+    # Its checkpoints are refused at parallelism 1 (their state is in the shards), and at
+    # parallelism 1's at 2 (rescaling is not built yet).
+    for p, other in ((1, shards), (shards, 1)):
+        s = parse_spec({**spec(tmp_path / f"p{other}"), "parallelism": p})
+        state = str(tmp_path / f"p{other}" / "state")
+        with pytest.raises((ParallelismChangedError, PartitionedRunError), match="parallelism"):
+            open_runner(s, state, base_dir=str(tmp_path / f"p{other}"), spark=spark).close()
