@@ -115,6 +115,14 @@ class PipelineSpec(_Model):
     checkpoint: CheckpointPolicy = Field(default_factory=CheckpointPolicy)
     retention: RetentionPolicy = Field(default_factory=RetentionPolicy)
     trigger: Trigger = Field(default_factory=Trigger)
+    parallelism: int = Field(
+        1,
+        ge=1,
+        le=256,
+        description="shards the SQL views' state is partitioned into, each stepped by a "
+        "Spark task (docs/architecture.md, The partitioned path); 1: the driver steps "
+        "them all, in one process",
+    )
 
     # Whether the spec was written with `source` (earlier releases): its fields' paths.
     _gave_source: bool = PrivateAttr(False)
@@ -145,6 +153,8 @@ class PipelineSpec(_Model):
                 raise ValueError(f"tables: table names must be unique, repeated: {dup}")
             # The views, and the sinks' `from`, are checked by the SQL planner (sql package).
             return self
+        if self.parallelism != 1:
+            raise ValueError("parallelism: partitioned state needs sql (views)")
         if len(self.tables) > 1:
             raise ValueError("tables: several input tables need sql (views over them)")
         if isinstance(self.source, KafkaSource):

@@ -69,6 +69,31 @@ checkpoint: {every: 30s, async: false}
     assert spec.checkpoint.every_steps == 10 and spec.trigger.interval == 1.0
 
 
+def test_parallelism_defaults_to_one_and_needs_sql() -> None:
+    sql = """
+name: p1
+source: {kind: datagen}
+sql: CREATE VIEW v AS SELECT user, count(*) AS n FROM input GROUP BY user
+sinks: [{name: out, kind: discard, from: v}]
+"""
+    assert load_spec(sql).parallelism == 1
+    assert load_spec(sql + "parallelism: 4\n").parallelism == 4
+    for bad in ("0", "257"):
+        with pytest.raises(SpecError) as e:
+            load_spec(sql + f"parallelism: {bad}\n")
+        assert "parallelism" in str(e.value)
+    with pytest.raises(SpecError) as e:
+        load_spec(
+            """
+name: p1
+source: {kind: datagen}
+state: [{name: a, kind: aggregate, group_by: [user], aggregates: [{name: n, func: count}]}]
+parallelism: 2
+"""
+        )
+    assert "parallelism" in str(e.value)
+
+
 def test_every_error_names_its_field() -> None:
     with pytest.raises(SpecError) as e:
         load_spec(

@@ -20,6 +20,15 @@ from storage_engine.circuit import Operator, OperatorMetrics
 from storage_engine.commit import CommitHandle
 from storage_engine.location import StorageLocation
 
+# The key of a partitioned run's manifest in its driver checkpoints' metadata
+# (`partitioned_run.PartitionedRun`): such a checkpoint holds no operator state of its own.
+MANIFEST_KEY = "partitioned"
+
+
+class ParallelismChangedError(ValueError):
+    """A checkpoint of a partitioned run (parallelism > 1) restored in one process: its
+    state is in its shards, which this run would not see."""
+
 
 class DataflowRun:
     """`flow` bound to a storage location: a `Stepper` for the runner."""
@@ -39,7 +48,13 @@ class DataflowRun:
     def open(self, location: StorageLocation, drop: Collection[str] = ()) -> None:
         """Bind the stateful operators to `location` (opened with `fingerprint`) and restore
         their state and the dataflow's from its opened checkpoint (operators in `drop`
-        start empty)."""
+        start empty). A partitioned run's checkpoint is refused: its operators' state is
+        in its shards, and they would silently start empty."""
+        if location.restored is not None and MANIFEST_KEY in location.metadata:
+            raise ParallelismChangedError(
+                f"checkpoint {location.restored.uuid} was taken at parallelism "
+                f"{location.metadata[MANIFEST_KEY].get('shards')}: changing it is not supported yet"
+            )
         self.flow.circuit.open(location, drop)
         self.flow.resume(location.metadata if location.restored is not None else None)
 
@@ -70,4 +85,4 @@ class DataflowRun:
         return self.flow.operator_metrics()
 
 
-__all__ = ["DataflowRun"]
+__all__ = ["MANIFEST_KEY", "DataflowRun", "ParallelismChangedError"]

@@ -5,6 +5,7 @@ error naming its spec field before anything starts."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 import pyarrow as pa
 from pyspark.errors import AnalysisException
@@ -24,6 +25,7 @@ from storage_engine.circuit import CircuitError
 
 from .connectors.registry import source_kind
 from .dataflow_run import DataflowRun
+from .partitioned_run import PartitionedRun
 from .sources import END, SOURCE, table_input
 
 
@@ -36,8 +38,9 @@ class Plan:
     stream_schema: pa.Schema  # after the transform: the dataflow's "source" input
     inputs: dict[str, tuple[str | None, list[str]]]  # dataflow input -> (where, select)
     input_schemas: dict[str, pa.Schema]
-    # The SQL views', or the operator spec's operators as views, bound to the run's storage.
-    dataflow: DataflowRun
+    # The SQL views', or the operator spec's operators as views, bound to the run's storage
+    # (in `parallelism` shards on Spark's executors: `PartitionedRun`).
+    dataflow: DataflowRun | PartitionedRun
     spark_options: dict[str, str] = field(default_factory=dict)
     # The stream column holding event times for the end-to-end latency metric, if any.
     event_time: str | None = None
@@ -125,9 +128,7 @@ def plan(spark: SparkSession, spec: S.PipelineSpec) -> Plan:
         if sql.schema.names != stream_arrow.names:
             raise S.SpecError([("source.schema", f"Spark reads {stream_arrow.names}")])
         more = {name: schema for name, schema in sql.tables.items() if name != sql.table}
-        # The table's rows are the stream's, typed as the views were planned for.
-        names = {SOURCE: sql.table, **{table_input(name): name for name in more}}
-        flow = Dataflow(sql.views, inputs=names, event_time=sql.event_time)
+        flow = _sql_flow(sql)
         inputs[SOURCE] = (None, ["*"])
         schemas[SOURCE] = sql.schema
         stream_arrow = sql.schema
@@ -136,7 +137,11 @@ def plan(spark: SparkSession, spec: S.PipelineSpec) -> Plan:
     event_time = _event_time(spec, stream_arrow)
     opts = _options(spec.source, src)
     live = _live(spec, sql)
-    run = DataflowRun(flow)
+    run: DataflowRun | PartitionedRun = DataflowRun(flow)
+    if sql is not None and spec.parallelism > 1:
+        # Each executor builds the views from the spec's JSON (`sql_dataflow`).
+        spec_json = spec.model_dump_json(by_alias=True)
+        run = PartitionedRun(partial(sql_dataflow, spec_json), spec.parallelism, spark)
     tables = {
         source.table: _table_plan(
             spark, spec.table_spec(source.table), where, more[source.table], run, live
@@ -149,6 +154,20 @@ def plan(spark: SparkSession, spec: S.PipelineSpec) -> Plan:
         src, stream_arrow, padded = _read_live(spec.source, src, sql.schema, live[sql.table])
         schemas[SOURCE] = stream_arrow
     return Plan(spec, src, stream_arrow, inputs, schemas, run, opts, event_time, tables, padded)
+
+
+def _sql_flow(sql: SqlPlan) -> Dataflow:
+    """A SQL spec's dataflow: the table's rows are the stream's, typed as the views were
+    planned for; each further table an input of its own."""
+    more = [name for name in sql.tables if name != sql.table]
+    names = {SOURCE: sql.table, **{table_input(name): name for name in more}}
+    return Dataflow(sql.views, inputs=names, event_time=sql.event_time)
+
+
+def sql_dataflow(spec_json: str) -> Dataflow:
+    """The dataflow of the SQL spec `spec_json` (its JSON), as a partitioned run's
+    executors build it."""
+    return _sql_flow(plan_spec(S.PipelineSpec.model_validate_json(spec_json)))
 
 
 def _operators(
@@ -214,7 +233,7 @@ def _table_plan(
     lane: S.PipelineSpec,
     where: str,
     schema: pa.Schema,
-    run: DataflowRun,
+    run: DataflowRun | PartitionedRun,
     live: dict[str, set[str]],
 ) -> Plan:
     """A further input table's plan (`lane`: the spec as that table sees it, `where`: its

@@ -1,6 +1,8 @@
-"""The driver's side of partitioned steps (issue 50), in one process for now: a step runs
-the levels in order, each level's shards one after the other (Spark tasks, next), routing
-their messages by destination as a shuffle would, and gathers the views' deltas.
+"""The driver's side of partitioned steps (issue 50): a step makes every level's shard
+requests and has its `Levels` run them, level by level, and gathers the views' deltas.
+`HostLevels` runs each level's shards one after the other in this process, routing their
+messages by destination as a shuffle would; `spark_levels.SparkLevels` runs the levels as
+Spark stages.
 
 The coordinator tracks the checkpoint every operator-shard's state is at and the
 watermarks; `checkpoint()` names them all in a manifest (a plain dict), from which `open`
@@ -12,7 +14,7 @@ them, so the manifest's are the shards'.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -31,14 +33,59 @@ from .shard_host import ShardHost
 MANIFEST_FORMAT = 1
 
 
+class Levels(Protocol):
+    """What runs a step's levels: every shard's step of level 0, then of level 1, ..."""
+
+    def run(
+        self, requests: list[list[dict[str, Any]]], first: Mapping[int, pa.Table]
+    ) -> tuple[list[pa.Table], list[dict[str, Any]]]:
+        """Run `requests[level][shard]` (`ShardHost.step`'s requests) level by level, level
+        0's shard s on the messages `first[s]` (none: no rows) and every later task on the
+        messages the levels before sent it. Returns the messages sent to the driver and
+        every task's result (`ShardHost.step`'s, with its "level" and "shard"), in any
+        order."""
+        ...
+
+
+class HostLevels:
+    """The levels in this process, on one host, each level's shards one after the other,
+    their messages routed by destination as a shuffle would."""
+
+    def __init__(self, host: ShardHost) -> None:
+        self.host = host
+
+    def run(
+        self, requests: list[list[dict[str, Any]]], first: Mapping[int, pa.Table]
+    ) -> tuple[list[pa.Table], list[dict[str, Any]]]:
+        pending = {(0, s): m for s, m in first.items()}
+        to_driver: list[pa.Table] = []
+        results = []
+        for level, tasks in enumerate(requests):
+            outputs = []
+            for s, request in enumerate(tasks):
+                messages = pending.pop((level, s), None)
+                if messages is None:
+                    messages = encode({}, FROM_DRIVER)
+                out, result = self.host.step(request, messages)
+                outputs.append(out)
+                results.append({"level": level, "shard": s, **result})
+            for (lv, s), messages in by_destination(outputs).items():
+                if lv == DRIVER:
+                    to_driver.append(messages)
+                else:
+                    pending[(lv, s)] = _joined(pending.get((lv, s)), messages)
+        return to_driver, results
+
+
 class ManifestError(ValueError):
     """A manifest that this coordinator cannot resume (another plan, K or P)."""
 
 
 class PartitionedDataflow:
     """`factory`'s dataflow stepped in `shards` shards over `key_groups` key groups, its
-    state under `root` (and `store`). `host`: where shard steps run (default: a host of its
-    own in this process)."""
+    state under `root` (and `store`). `host`: this process's host of shard steps (default:
+    one of its own); `levels`: what runs the levels' shard steps (default: `host`, one
+    after the other; `spark_levels.SparkLevels`: Spark tasks)."""
 
     def __init__(
         self,
@@ -51,6 +98,7 @@ class PartitionedDataflow:
         settings: EngineSettings | None = None,
         fs: FileLayer | None = None,
         host: ShardHost | None = None,
+        levels: Levels | None = None,
     ) -> None:
         group_starts(shards, key_groups)  # validates both
         self.flow = factory()  # the driver's copy: views, schemas and watermarks
@@ -59,6 +107,7 @@ class PartitionedDataflow:
         self.host = host or ShardHost(root, store, settings, fs)
         self.plan = self.part.identity
         self.host.register(self.plan, factory)
+        self.levels: Levels = levels or HostLevels(self.host)
         self.checkpoints: dict[str, list[str | None]] = {
             op: [None] * shards for op in self.part.operators()
         }
@@ -76,17 +125,15 @@ class PartitionedDataflow:
         watermarks = self.flow.watermarks.state()
         given = {name: weighted(t) for name, t in deltas.items()}
         pending = {
-            (0, s): encode({(0, s): dict(ports)}, FROM_DRIVER)
+            s: encode({(0, s): dict(ports)}, FROM_DRIVER)
             for s, ports in level_zero_inputs(given, self.shards).items()
         }
         checkpoints = {op: list(uids) for op, uids in self.checkpoints.items()}
-        to_driver: list[pa.Table] = []
-        metrics = []
-        for level in range(self.part.levels):
-            ops = self.part.operators_at(level)
-            outputs = []
-            for s in range(self.shards):
-                request = {
+        # Every level's requests are known before the first runs: a level's bases are its
+        # own operators' checkpoints, which no other level changes.
+        requests = [
+            [
+                {
                     "plan": self.plan,
                     "level": level,
                     "shard": s,
@@ -96,21 +143,18 @@ class PartitionedDataflow:
                     "first": self.first,
                     "sources": self.shards,  # level 0's tasks: one per shard here
                     "watermarks": watermarks,
-                    "bases": {op: checkpoints[op][s] for op in ops},
+                    "bases": {op: checkpoints[op][s] for op in self.part.operators_at(level)},
                 }
-                messages = pending.pop((level, s), None)
-                if messages is None:
-                    messages = encode({}, FROM_DRIVER)
-                out, result = self.host.step(request, messages)
-                outputs.append(out)
-                for op, uid in result["checkpoints"].items():
-                    checkpoints[op][s] = uid
-                metrics.append({"level": level, "shard": s, **result["metrics"]})
-            for (lv, s), messages in by_destination(outputs).items():
-                if lv == DRIVER:
-                    to_driver.append(messages)
-                else:
-                    pending[(lv, s)] = _joined(pending.get((lv, s)), messages)
+                for s in range(self.shards)
+            ]
+            for level in range(self.part.levels)
+        ]
+        to_driver, results = self.levels.run(requests, pending)
+        metrics = []
+        for r in sorted(results, key=lambda r: (int(r["level"]), int(r["shard"]))):
+            for op, uid in r["checkpoints"].items():
+                checkpoints[op][int(r["shard"])] = uid
+            metrics.append({"level": r["level"], "shard": r["shard"], **r["metrics"]})
         got = decode(pa.concat_tables(to_driver)) if to_driver else {}
         self._advance(watermarks, got.get(WATERMARKS, []))
         out = {}
@@ -195,4 +239,4 @@ def _joined(a: pa.Table | None, b: pa.Table) -> pa.Table:
     return b if a is None else pa.concat_tables([a, b])
 
 
-__all__ = ["MANIFEST_FORMAT", "ManifestError", "PartitionedDataflow"]
+__all__ = ["MANIFEST_FORMAT", "HostLevels", "Levels", "ManifestError", "PartitionedDataflow"]

@@ -1,0 +1,150 @@
+"""A SQL pipeline partitioned on Spark (issue 50): at parallelism 2 its levels run as Spark
+stages (`partitioned.SparkLevels`) and its sinks get, step by step, what the same pipeline
+at parallelism 1 writes, also across a stop and a resume from the latest checkpoint (the
+driver's checkpoint carries the shards' manifest; the shards' local copies removed, so
+they are pulled from the object store). And `SparkLevels` steps a dataflow as
+the in-process coordinator does."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import SparkSession
+
+from pipeline_spec.model import parse_spec
+from spindle_sql.dataflow import Dataflow
+from spindle_sql.parse import parse
+from spindle_sql.planner import plan
+from storage_engine import StorageLocation
+from storage_engine.objstore import DirectoryObjectStore
+from storage_engine.schema import WEIGHT
+from workers.runtime.dataflow_run import MANIFEST_KEY, ParallelismChangedError
+from workers.runtime.partitioned import PartitionedDataflow
+from workers.runtime.partitioned.spark_levels import SparkLevels, salts
+from workers.runtime.partitioned_run import PartitionedRunError
+from workers.runtime.plan import sql_dataflow
+from workers.runtime.run_builder import open_runner
+
+from ... import customers
+from .partitioned_check import outputs
+from .test_sql_pipeline import oracle, run_and_resume, spec
+
+TABLES = {"t": pa.schema([("k", pa.int64()), ("v", pa.int64())])}
+VIEW = "CREATE VIEW s AS SELECT k, count(*) AS n, sum(v) AS total FROM t GROUP BY k"
+
+
+def by_step(d: Path) -> dict[int, Counter[tuple[Any, ...]]]:
+    """A files sink's rows per step, consolidated (weights of either sign, none zero)."""
+    out: dict[int, Counter[tuple[Any, ...]]] = {}
+    for f in sorted(d.iterdir()):
+        for line in f.read_text().splitlines():
+            r = json.loads(line)
+            w, step = r.pop(WEIGHT), r.pop("__step")
+            out.setdefault(step, Counter())[tuple(r.values())] += w
+    return {s: Counter({r: w for r, w in c.items() if w}) for s, c in out.items()}
+
+
+def test_salts_route_each_shard_to_its_partition(spark: SparkSession) -> None:
+    for p in (2, 3, 7):
+        got = salts(spark, p)
+        df = spark.createDataFrame([(s, x) for s, x in enumerate(got)], "s int, x bigint")
+        parts = df.repartition(p, "x").rdd.mapPartitionsWithIndex(
+            lambda i, rows: [(i, r["s"]) for r in rows]
+        )
+        assert sorted(parts.collect()) == [(s, s) for s in range(p)]
+
+
+def test_spark_levels_step_as_the_in_process_coordinator(
+    tmp_path: Path, spark: SparkSession
+) -> None:
+    views = plan(parse(VIEW), TABLES)
+
+    def make() -> Dataflow:
+        return Dataflow(views)
+
+    steps = [
+        {"t": pa.table({"k": [i % 5 for i in range(n)], "v": list(range(n))}, schema=TABLES["t"])}
+        for n in (7, 11, 3)
+    ]
+    local = PartitionedDataflow(make, 2, str(tmp_path / "local"))
+    root = str(tmp_path / "spark")
+    on_spark = PartitionedDataflow(make, 2, root, levels=SparkLevels(spark, make, root))
+    for d in steps:
+        assert outputs(on_spark.step(d)) == outputs(local.step(d))
+    assert on_spark.checkpoint()["operators"].keys() == local.checkpoint()["operators"].keys()
+    assert all(all(u) for u in on_spark.checkpoint()["operators"].values())
+
+
+@pytest.mark.parametrize("shards", [2])
+def test_a_partitioned_sql_pipeline_equals_parallelism_one_across_a_resume(
+    tmp_path: Path, spark: SparkSession, shards: int
+) -> None:
+    customers.write_input(tmp_path / "in", 5, 60, customers=12, seed=7)
+    got = {}
+    for p in (1, shards):
+        run = tmp_path / f"p{p}"
+        run.mkdir()
+        (run / "in").symlink_to(tmp_path / "in")
+        s = parse_spec({**spec(run), "parallelism": p})
+        if p == 1:
+            run_and_resume(s, run, spark)
+        else:
+            # With an object store, which the resumed run's shards pull from: their local
+            # copies are gone, as on executors that never held them.
+            store = DirectoryObjectStore(tmp_path / "store")
+            for steps in (3, None):
+                r = open_runner(s, str(run / "state"), base_dir=str(run), spark=spark, remote=store)
+                try:
+                    r.run(max_steps=steps, stop_when_idle=2.0)
+                finally:
+                    r.close()
+                if steps is not None:
+                    assert (run / "state" / "shards").is_dir()
+                    shutil.rmtree(run / "state" / "shards")
+        got[p] = {sink: by_step(run / sink) for sink in ("a", "b")}
+    assert got[shards] == got[1]
+    assert len(got[1]["a"]) == 5
+    # Both views equal the batch query over the whole input.
+    for sink, view in (("a", "per_customer"), ("b", "big_orders")):
+        total: Counter[tuple[Any, ...]] = Counter()
+        for c in got[shards][sink].values():
+            total.update(c)
+        assert +total == oracle(tmp_path, view)
+    # The driver's checkpoint names every operator-shard's checkpoint.
+    fingerprint = sql_dataflow(s.model_dump_json(by_alias=True)).fingerprint
+    loc = StorageLocation.open(
+        str(tmp_path / f"p{shards}" / "state"), fingerprint=fingerprint, read_only=True
+    )
+    try:
+        manifest = loc.metadata[MANIFEST_KEY]
+    finally:
+        loc.close()
+    assert manifest["shards"] == shards
+    assert set(manifest["operators"]) == {"per_customer.agg0", "big_orders.join0"}
+    assert all(len(u) == shards and all(u) for u in manifest["operators"].values())
+    assert (tmp_path / f"p{shards}" / "state" / "shards" / "per_customer.agg0" / "1").is_dir()
+    assert any((tmp_path / "store" / "shards" / "big_orders.join0" / "0").rglob("*.manifest"))
+    # Each step's record sums the operators' rows over their shards, as at parallelism 1.
+    rows_in = {}
+    for p in (1, shards):
+        lines = (tmp_path / f"p{p}" / "state" / "metrics.jsonl").open()
+        records = [json.loads(x) for x in lines]
+        steps = {r["step"]: r for r in records if "event" not in r and "step" in r}
+        rows_in[p] = {
+            step: {op: m["rows_in"] for op, m in r["operators"].items()}
+            for step, r in steps.items()
+        }
+    assert rows_in[shards] == rows_in[1]
+    # Its checkpoints are refused at parallelism 1 (their state is in the shards), and at
+    # parallelism 1's at 2 (rescaling is not built yet).
+    for p, other in ((1, shards), (shards, 1)):
+        s = parse_spec({**spec(tmp_path / f"p{other}"), "parallelism": p})
+        state = str(tmp_path / f"p{other}" / "state")
+        with pytest.raises((ParallelismChangedError, PartitionedRunError), match="parallelism"):
+            open_runner(s, state, base_dir=str(tmp_path / f"p{other}"), spark=spark).close()

@@ -1,0 +1,139 @@
+"""A SQL pipeline's dataflow partitioned in `parallelism` shards (issue 50), as a run
+steps and checkpoints it: a `Stepper`, beside `DataflowRun`.
+
+The driver's storage location holds no operator state: each operator-shard is a location
+of its own under `<storage>/shards/` (and, with an object store, under the run's prefix
+there: `shards/<operator>/<shard>/`), stepped by Spark tasks (`partitioned.SparkLevels`).
+A checkpoint of the driver's location is the commit point: its metadata carries the
+coordinator's manifest (`MANIFEST_KEY`), naming every operator-shard's checkpoint, which
+the shards made durable before the step returned. Restoring a checkpoint opens the
+coordinator at its manifest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+
+from spindle_sql.dataflow import Dataflow
+from storage_engine.circuit import Operator, OperatorMetrics
+from storage_engine.commit import CommitHandle
+from storage_engine.location import StorageLocation
+
+from .dataflow_run import MANIFEST_KEY
+from .partitioned import PartitionedDataflow
+from .partitioned.spark_levels import SparkLevels
+
+
+class PartitionedRunError(ValueError):
+    """What a partitioned run cannot do (yet): drop an operator's state, or restore a
+    checkpoint without a manifest."""
+
+
+class PartitionedRun:
+    """`factory`'s dataflow in `shards` shards on `spark`'s executors: a `Stepper`."""
+
+    def __init__(self, factory: Callable[[], Dataflow], shards: int, spark: SparkSession) -> None:
+        self.factory = factory
+        self.shards = shards
+        self.spark = spark
+        self.flow = factory()  # the plan's: fingerprint, schemas, what changed
+        self.operators: list[Operator] = []  # the driver's location holds none
+        self.coordinator: PartitionedDataflow | None = None
+        self._loc: StorageLocation | None = None
+        # Per operator: rows in and out and ms, summed over its shards' steps.
+        self._counters: dict[str, list[float]] = {}
+
+    @property
+    def fingerprint(self) -> str:
+        return self.flow.fingerprint
+
+    @property
+    def output_schemas(self) -> dict[str, pa.Schema]:
+        return self.flow.output_schemas
+
+    def open(self, location: StorageLocation, drop: Collection[str] = ()) -> None:
+        """Shards under the location's directory (and its object store); resumed from the
+        restored checkpoint's manifest, if any."""
+        if drop:
+            raise PartitionedRunError(
+                "parallelism > 1: dropping an operator's state is not supported yet"
+            )
+        store = location.remote.store if location.remote is not None else None
+        levels = SparkLevels(self.spark, self.factory, location.path, store)
+        part = PartitionedDataflow(
+            self.factory, self.shards, location.path, store=store, levels=levels
+        )
+        if location.restored is not None:
+            manifest = location.metadata.get(MANIFEST_KEY)
+            if manifest is None:
+                raise PartitionedRunError(
+                    f"checkpoint {location.restored.uuid} has no partitioned state "
+                    "(written at parallelism 1: changing it is not supported yet)"
+                )
+            part.open(manifest)
+        self.coordinator, self._loc = part, location
+
+    def _part(self) -> PartitionedDataflow:
+        if self.coordinator is None:
+            raise PartitionedRunError("open() the run on a storage location first")
+        return self.coordinator
+
+    def changed_operators(self, fingerprint: str, metadata: Mapping[str, Any]) -> list[str]:
+        return self.flow.changed_operators(fingerprint, metadata)
+
+    def step(self, deltas: Mapping[str, pa.Table | pa.RecordBatch]) -> dict[str, pa.Table]:
+        part = self._part()
+        out = part.step(deltas)
+        for task in part.last_metrics:
+            for op, m in task.get("operators", {}).items():
+                c = self._counters.setdefault(op, [0, 0, 0.0])
+                c[0] += m["rows_in"]
+                c[1] += m["rows_out"]
+                c[2] += task["ms"] / max(1, len(task["operators"]))
+        return out
+
+    def commit_async(
+        self,
+        step: int,
+        metadata: Mapping[str, Any] | None = None,
+        identifier: str | None = None,
+        keep_last: int | None = None,
+    ) -> CommitHandle:
+        """The driver's checkpoint, naming the shards' in its manifest: the commit point."""
+        part = self._part()
+        assert self._loc is not None
+        meta = {
+            **(metadata or {}),
+            **part.flow.checkpoint_metadata(),
+            MANIFEST_KEY: part.checkpoint(),
+        }
+        return self._loc.commit_async(
+            identifier=identifier, step=step, metadata=meta, keep_last=keep_last
+        )
+
+    def metrics(self) -> dict[str, dict[str, Any]]:
+        return {}
+
+    def late_rows(self) -> int:
+        part = self.coordinator
+        return 0 if part is None else sum(part.flow.watermarks.late_rows.values())
+
+    def operator_metrics(self) -> dict[str, OperatorMetrics]:
+        """Each operator's rows in and out and ms, summed over its shards (a task's ms split
+        evenly among its operators); its state's size is not gathered from the shards yet
+        (0)."""
+        return {
+            op: OperatorMetrics(int(c[0]), int(c[1]), c[2], 0, 0)
+            for op, c in sorted(self._counters.items())
+        }
+
+    def close(self) -> None:
+        if self.coordinator is not None:
+            self.coordinator.close()
+
+
+__all__ = ["MANIFEST_KEY", "PartitionedRun", "PartitionedRunError"]
