@@ -115,7 +115,7 @@ def check_partitioned(
     `reopen_at`: after that step, continue in a new coordinator (and a new host, so
     nothing stays open) from its manifest; `evict`: close every shard's state between
     steps; with `store`, also remove the local copies, as on executors that never held
-    them."""
+    them. The caller closes the coordinator returned."""
     settings, fs = SETTINGS, FS
 
     def coordinator() -> PartitionedDataflow:
@@ -123,24 +123,28 @@ def check_partitioned(
         return PartitionedDataflow(make, shards, str(root), host=host)
 
     part = coordinator()
-    for i, (deltas, (want, wm)) in enumerate(zip(steps, expected, strict=True), start=1):
-        got = outputs(part.step(deltas))
-        for view in want:
-            assert got[view] == want[view], (
-                f"{what} P={shards}, step {i}, view {view!r}: "
-                f"partitioned less plain {got[view] - want[view]}, "
-                f"plain less partitioned {want[view] - got[view]}"
-            )
-        assert part.flow.watermarks.state() == wm, f"{what} P={shards}, step {i}: watermarks"
-        if evict:
-            part.host.evict()
-            if store is not None:
-                shutil.rmtree(root / "shards", ignore_errors=True)
-        if reopen_at == i:
-            manifest = part.checkpoint()
-            part.close()
-            part = coordinator()
-            part.open(manifest)
+    try:
+        for i, (deltas, (want, wm)) in enumerate(zip(steps, expected, strict=True), start=1):
+            got = outputs(part.step(deltas))
+            for view in want:
+                assert got[view] == want[view], (
+                    f"{what} P={shards}, step {i}, view {view!r}: "
+                    f"partitioned less plain {got[view] - want[view]}, "
+                    f"plain less partitioned {want[view] - got[view]}"
+                )
+            assert part.flow.watermarks.state() == wm, f"{what} P={shards}, step {i}: watermarks"
+            if evict:
+                part.host.evict()
+                if store is not None:
+                    shutil.rmtree(root / "shards", ignore_errors=True)
+            if reopen_at == i:
+                manifest = part.checkpoint()
+                part.close()
+                part = coordinator()
+                part.open(manifest)
+    except BaseException:
+        part.close()  # its open locations hold files: none may outlive the test
+        raise
     return part
 
 

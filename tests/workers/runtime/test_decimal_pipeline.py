@@ -26,7 +26,7 @@ from pipeline_spec.types import arrow_schema
 from workers.runtime import csv_lines, json_lines
 from workers.runtime.run_builder import open_runner
 
-from ...sql.test_decimal_oracle import with_spark_avg
+from ...spindle_sql.test_decimal_oracle import with_spark_avg
 from .test_sql_pipeline import integrated
 
 MONEY = "decimal(15,2)"

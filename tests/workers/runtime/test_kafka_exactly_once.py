@@ -23,7 +23,7 @@ from deltalake import DeltaTable
 
 from local_servers.kafka import KafkaBroker
 
-from ...sql.test_dataflow_oracle import _norm
+from ...spindle_sql.test_dataflow_oracle import _norm
 from .test_exactly_once import run
 from .test_kafka_source import produce
 from .test_sql_exactly_once import JOINED, _last_step, _normalised

@@ -74,7 +74,7 @@ def test_partitioned_nexmark_equals_the_single_process_run(
             shards,
             reopen_at=2 if shards == 2 else None,
             what=name,
-        )
+        ).close()
 
 
 def test_levels_and_exchanges_of_q4(stream: pa.Table) -> None:

@@ -71,7 +71,7 @@ def test_random_views_partitioned_equal_the_single_process_run(
                     shards,
                     reopen_at=2 if i % 10 == 0 else None,
                     what=f"view {i}",
-                )
+                ).close()
             except Exception as e:  # every view's report, not the first's alone
                 failures.append(f"seed {SEED}, view {i}:\n{case.spark}\n{type(e).__name__}: {e}")
                 break
@@ -119,7 +119,7 @@ def test_event_time_views_partitioned_share_the_watermarks(
             shards,
             reopen_at=8 if shards == 3 else None,
             what=name,
-        )
+        ).close()
 
 
 def test_an_operator_spec_partitioned(tmp_path: Path) -> None:
@@ -147,4 +147,6 @@ def test_an_operator_spec_partitioned(tmp_path: Path) -> None:
     expected = plain_run(_flow, steps, tmp_path / "plain")
     assert sum(sum(out["per_min"].values()) for out, _ in expected) > 0
     for shards in (2, 3):
-        check_partitioned(_flow, steps, expected, tmp_path / f"p{shards}", shards, what="ops")
+        check_partitioned(
+            _flow, steps, expected, tmp_path / f"p{shards}", shards, what="ops"
+        ).close()

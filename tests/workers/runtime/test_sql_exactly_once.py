@@ -27,7 +27,7 @@ from storage_engine.schema import WEIGHT
 from workers.runtime.connectors.delta_sink import STEP_COLUMN
 
 from ...conftest import trials
-from ...sql.test_dataflow_oracle import _norm
+from ...spindle_sql.test_dataflow_oracle import _norm
 from .test_exactly_once import FILES, assert_dead_letters, run, write_input
 from .test_sql_pipeline import integrated
 

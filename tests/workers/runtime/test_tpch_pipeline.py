@@ -19,7 +19,7 @@ from oracles.nexmark import Rows, norm
 from oracles.tpch import Format, oracle
 from storage_engine.location_view import read_spine
 
-from ...sql.test_tpch import COMPARED, QUERIES
+from ...spindle_sql.test_tpch import COMPARED, QUERIES
 from ...tpch import TpchData, schemas, spec_doc
 from .test_exactly_once import run
 
