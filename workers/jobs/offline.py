@@ -26,6 +26,8 @@ from storage_engine.errors import LockedError
 from storage_engine.input_log import InputLog
 from storage_engine.location_gc import GcResult
 from storage_engine.objstore import open_object_store
+from workers.runtime.dataflow_run import MANIFEST_KEY
+from workers.runtime.partitioned.collection import collect_stopped
 
 
 def execute(db: Database, settings: Settings, op_id: str) -> None:
@@ -96,8 +98,13 @@ def _do(
     store = open_object_store(remote) if remote else None
     loc = StorageLocation.open(str(storage), checkpoint="none", remote=store)
     try:
+        gone = [loc.checkpoint_metadata(u).get(MANIFEST_KEY) for u in victims]
         res = loc.delete_checkpoints(victims)
         remaining = loc.list_checkpoints()
+        left = [loc.checkpoint_metadata(c.uuid).get(MANIFEST_KEY) for c in remaining]
+        if any(gone) or any(left):
+            # A partitioned pipeline's: the shards' checkpoints only those named too.
+            collect_stopped(str(storage), store, [m for m in left if m], [m for m in gone if m])
         if remaining:
             # The input logs are needed from the oldest checkpoint's offsets on.
             parsed = parse_spec(spec)

@@ -44,6 +44,8 @@ class PartitionedRun:
         self.operators: list[Operator] = []  # the driver's location holds none
         self.coordinator: PartitionedDataflow | None = None
         self._loc: StorageLocation | None = None
+        self._manifests: dict[str, Mapping[str, Any] | None] = {}  # driver checkpoint's
+        self._pending: list[tuple[CommitHandle, Mapping[str, Any]]] = []  # commits asked
         # Per operator: rows in and out and ms, summed over its shards' steps.
         self._counters: dict[str, list[float]] = {}
 
@@ -65,7 +67,12 @@ class PartitionedRun:
         store = location.remote.store if location.remote is not None else None
         levels = SparkLevels(self.spark, self.factory, location.path, store)
         part = PartitionedDataflow(
-            self.factory, self.shards, location.path, store=store, levels=levels
+            self.factory,
+            self.shards,
+            location.path,
+            store=store,
+            levels=levels,
+            retain=self._retained,
         )
         if location.restored is not None:
             manifest = location.metadata.get(MANIFEST_KEY)
@@ -76,6 +83,7 @@ class PartitionedRun:
                 )
             part.open(manifest)
         self.coordinator, self._loc = part, location
+        part.sweep()  # what a crashed run or an offline gc left
 
     def _part(self) -> PartitionedDataflow:
         if self.coordinator is None:
@@ -111,9 +119,24 @@ class PartitionedRun:
             **part.flow.checkpoint_metadata(),
             MANIFEST_KEY: part.checkpoint(),
         }
-        return self._loc.commit_async(
+        handle = self._loc.commit_async(
             identifier=identifier, step=step, metadata=meta, keep_last=keep_last
         )
+        self._pending.append((handle, meta[MANIFEST_KEY]))
+        return handle
+
+    def _retained(self) -> list[Mapping[str, Any]]:
+        """The manifests of the driver's checkpoints and of those being committed: the
+        shards' checkpoints they name are kept, the others collected."""
+        # Pending first: a commit that lands meanwhile is then listed below.
+        self._pending = [(h, m) for h, m in self._pending if not h.done]
+        pending = [m for _, m in self._pending]
+        assert self._loc is not None
+        listed = {c.uuid for c in self._loc.list_checkpoints()}
+        for uid in listed - self._manifests.keys():
+            self._manifests[uid] = self._loc.checkpoint_metadata(uid).get(MANIFEST_KEY)
+        self._manifests = {u: m for u, m in self._manifests.items() if u in listed}
+        return [m for m in self._manifests.values() if m is not None] + pending
 
     def metrics(self) -> dict[str, dict[str, Any]]:
         return {}

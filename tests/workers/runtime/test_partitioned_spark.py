@@ -17,15 +17,20 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 
+from backend.models import OperationKind
 from pipeline_spec.model import parse_spec
 from spindle_sql.dataflow import Dataflow
 from spindle_sql.parse import parse
 from spindle_sql.planner import plan
 from storage_engine import StorageLocation
-from storage_engine.objstore import DirectoryObjectStore
+from storage_engine.objstore import DirectoryObjectStore, open_object_store
+from storage_engine.remote import read_remote_manifest
 from storage_engine.schema import WEIGHT
+from workers.jobs import offline
 from workers.runtime.dataflow_run import MANIFEST_KEY, ParallelismChangedError
 from workers.runtime.partitioned import PartitionedDataflow
+from workers.runtime.partitioned.collection import named
+from workers.runtime.partitioned.prefixed_store import PrefixedStore
 from workers.runtime.partitioned.spark_levels import SparkLevels, salts
 from workers.runtime.partitioned_run import PartitionedRunError
 from workers.runtime.plan import sql_dataflow
@@ -48,6 +53,36 @@ def by_step(d: Path) -> dict[int, Counter[tuple[Any, ...]]]:
             w, step = r.pop(WEIGHT), r.pop("__step")
             out.setdefault(step, Counter())[tuple(r.values())] += w
     return {s: Counter({r: w for r, w in c.items() if w}) for s, c in out.items()}
+
+
+def driver_manifests(state: Path) -> set[tuple[str, int, str]]:
+    """Every (operator, shard, checkpoint) the driver's checkpoints' manifests name."""
+    with StorageLocation.open(str(state), checkpoint="none", read_only=True) as loc:
+        manifests = [loc.checkpoint_metadata(c.uuid)[MANIFEST_KEY] for c in loc.list_checkpoints()]
+    return {(op, s, u) for (op, s), us in named(manifests).items() for u in us}
+
+
+def latest_bases(state: Path) -> set[tuple[str, int, str]]:
+    """The checkpoints each operator-shard's newest step started from (kept by its task)."""
+    out = set()
+    for d in (state / "shards").glob("*/*"):
+        with StorageLocation.open(str(d), checkpoint="none", read_only=True) as loc:
+            cps = loc.list_checkpoints()
+            out |= {(d.parent.name, int(d.name), c.uuid) for c in cps[-2:]}
+    return out
+
+
+def shard_checkpoints(state: Path, store_url: str) -> set[tuple[str, int, str]]:
+    """Every operator-shard checkpoint on disk and in the store."""
+    store = open_object_store(store_url)
+    out = set()
+    for d in (state / "shards").glob("*/*"):
+        op, s = d.parent.name, int(d.name)
+        with StorageLocation.open(str(d), checkpoint="none", read_only=True) as loc:
+            out |= {(op, s, c.uuid) for c in loc.list_checkpoints()}
+        _, remote = read_remote_manifest(PrefixedStore(store, f"shards/{op}/{s}"))
+        out |= {(op, s, c.uuid) for c in remote.checkpoints}
+    return out
 
 
 def test_salts_route_each_shard_to_its_partition(spark: SparkSession) -> None:
@@ -141,6 +176,25 @@ def test_a_partitioned_sql_pipeline_equals_parallelism_one_across_a_resume(
             for step, r in steps.items()
         }
     assert rows_in[shards] == rows_in[1]
+    # Shard checkpoints that no driver checkpoint names are collected, as steps go and by
+    # an offline gc (in the store too); the newest checkpoint still resumes.
+    run_state = tmp_path / f"p{shards}" / "state"
+    store_url = f"file://{tmp_path / 'store'}"
+    named_now = driver_manifests(run_state) | latest_bases(run_state)
+    assert shard_checkpoints(run_state, store_url) <= named_now
+    done = offline._do(
+        run_state, store_url, s.model_dump(by_alias=True), OperationKind.gc, {"keep": 1}, set()
+    )
+    assert done["deleted"]
+    assert shard_checkpoints(run_state, store_url) == driver_manifests(run_state)
+    shutil.rmtree(run_state / "shards")
+    r = open_runner(
+        s, str(run_state), base_dir=str(tmp_path / f"p{shards}"), spark=spark, remote=store
+    )
+    try:
+        r.run(max_steps=None, stop_when_idle=1.0)
+    finally:
+        r.close()
     # Its checkpoints are refused at parallelism 1 (their state is in the shards), and at
     # parallelism 1's at 2 (rescaling is not built yet).
     for p, other in ((1, shards), (shards, 1)):

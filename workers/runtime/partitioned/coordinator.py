@@ -27,6 +27,7 @@ from storage_engine.fileio import FileLayer
 from storage_engine.key_groups import DEFAULT_KEY_GROUPS, group_starts
 from storage_engine.objstore import ObjectStoreLike
 
+from .collection import Named, local_pairs, named, sweep
 from .messages import FROM_DRIVER, by_destination, decode, encode
 from .shard_host import ShardHost
 
@@ -99,6 +100,7 @@ class PartitionedDataflow:
         fs: FileLayer | None = None,
         host: ShardHost | None = None,
         levels: Levels | None = None,
+        retain: Callable[[], Iterable[Mapping[str, Any]]] | None = None,
     ) -> None:
         group_starts(shards, key_groups)  # validates both
         self.flow = factory()  # the driver's copy: views, schemas and watermarks
@@ -114,6 +116,8 @@ class PartitionedDataflow:
         self.step_id = 0
         self.first = True
         self.last_metrics: list[dict[str, Any]] = []
+        self.retain = retain
+        self._kept: Named | None = None  # what the last step or sweep kept
 
     @property
     def fingerprint(self) -> str:
@@ -129,6 +133,7 @@ class PartitionedDataflow:
             for s, ports in level_zero_inputs(given, self.shards).items()
         }
         checkpoints = {op: list(uids) for op, uids in self.checkpoints.items()}
+        kept = self._keep()
         # Every level's requests are known before the first runs: a level's bases are its
         # own operators' checkpoints, which no other level changes.
         requests = [
@@ -144,6 +149,16 @@ class PartitionedDataflow:
                     "sources": self.shards,  # level 0's tasks: one per shard here
                     "watermarks": watermarks,
                     "bases": {op: checkpoints[op][s] for op in self.part.operators_at(level)},
+                    **(
+                        {}
+                        if kept is None
+                        else {
+                            "keep": {
+                                op: sorted(kept.get((op, s), ()))
+                                for op in self.part.operators_at(level)
+                            }
+                        }
+                    ),
                 }
                 for s in range(self.shards)
             ]
@@ -151,8 +166,11 @@ class PartitionedDataflow:
         ]
         to_driver, results = self.levels.run(requests, pending)
         metrics = []
+        touched: set[tuple[str, int]] = set()
         for r in sorted(results, key=lambda r: (int(r["level"]), int(r["shard"]))):
             for op, uid in r["checkpoints"].items():
+                if uid != checkpoints[op][int(r["shard"])]:
+                    touched.add((op, int(r["shard"])))
                 checkpoints[op][int(r["shard"])] = uid
             metrics.append({"level": r["level"], "shard": r["shard"], **r["metrics"]})
         got = decode(pa.concat_tables(to_driver)) if to_driver else {}
@@ -165,7 +183,40 @@ class PartitionedDataflow:
             out[name] = self.flow.view_delta(name, rows)
         self.checkpoints, self.step_id, self.first = checkpoints, step, False
         self.last_metrics = metrics
+        if kept is not None:
+            self._collect_untouched(kept, touched, step)
         return out
+
+    def _keep(self) -> Named | None:
+        """What the shard steps keep: the checkpoints the current state and the retained
+        manifests name."""
+        if self.retain is None:
+            return None
+        return named([self.checkpoint(), *self.retain()])
+
+    def _collect_untouched(self, kept: Named, touched: set[tuple[str, int]], step: int) -> None:
+        """The checkpoints of operator-shards no task of the step touched that the kept
+        manifests named before and no longer do (their tasks collect the touched ones)."""
+        before, self._kept = self._kept, kept
+        if before is None:
+            return
+        dropped = [
+            pair
+            for pair, uids in before.items()
+            if pair not in touched and uids - kept.get(pair, set())
+        ]
+        if dropped:
+            sweep(self.host.states, kept, dropped, below_step=step)
+
+    def sweep(self) -> int:
+        """Collect every operator-shard's checkpoints that neither the current state nor
+        a retained manifest names, also those of shards no manifest names that have a
+        directory here (a crashed run's); returns how many. Only while no step runs."""
+        kept = named([self.checkpoint(), *(self.retain() if self.retain else ())])
+        pairs = {(op, s) for op in self.checkpoints for s in range(self.shards)}
+        n = sweep(self.host.states, kept, pairs | set(kept) | set(local_pairs(self.host.states)))
+        self._kept = kept
+        return n
 
     def _advance(self, before: Mapping[str, Any], records: Iterable[Mapping[str, Any]]) -> None:
         """The watermarks after the step, from level 0's records, as every shard has them."""
@@ -215,21 +266,6 @@ class PartitionedDataflow:
         self.step_id = int(manifest["step"])
         self.first = bool(manifest["first"])
         self.flow.watermarks.restore(manifest["watermarks"])
-
-    def collect(self, keep: Iterable[Mapping[str, Any]] = ()) -> int:
-        """Delete the operator-shards' checkpoints that neither the current state nor a
-        manifest of `keep` names (those this process has open); returns how many."""
-        named: dict[tuple[str, int], set[str]] = {}
-        for m in [self.checkpoint(), *keep]:
-            for op, uids in m["operators"].items():
-                for s, uid in enumerate(uids):
-                    if uid is not None:
-                        named.setdefault((op, s), set()).add(uid)
-        return sum(
-            len(self.host.states.collect(op, s, named.get((op, s), set())))
-            for op in self.checkpoints
-            for s in range(self.shards)
-        )
 
     def close(self) -> None:
         self.host.close()

@@ -28,6 +28,7 @@ from storage_engine import EngineSettings
 from storage_engine.fileio import FileLayer
 from storage_engine.objstore import ObjectStoreLike
 
+from .collection import sweep
 from .messages import decode, encode
 from .shard_state import ShardStates
 
@@ -108,11 +109,17 @@ class ShardHost:
             for i in task.touched:
                 self.states.discard(i, shard)
             raise
+        collected = 0
+        keep = request.get("keep")
+        if keep is not None:
+            kept = {(i, shard): {*keep.get(i, ()), checkpoints[i]} for i in task.touched}
+            collected = sweep(self.states, kept, list(kept), below_step=step)
         out = encode(routed, shard)
         rows_in = sum(t.num_rows for p, t in inputs.items() if p != WATERMARKS)
         metrics = {
             "ms": (time.perf_counter() - started) * 1000,
             "rows_in": rows_in,
+            "collected": collected,
             "operators": {
                 i: {
                     "rows_in": ops[i].counters.rows_in - before[i][0],

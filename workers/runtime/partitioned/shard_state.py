@@ -22,15 +22,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from dataclasses import dataclass
 
 from storage_engine import EngineSettings, StorageLocation
 from storage_engine.circuit.circuit import FINGERPRINTS_KEY, STATE_KEY
 from storage_engine.circuit.operator import Operator
-from storage_engine.errors import CheckpointNotFoundError, StorageError
+from storage_engine.errors import CheckpointNotFoundError, LockedError, StorageError
 from storage_engine.fileio import FileLayer, PosixFileLayer
-from storage_engine.manifest import MANIFEST
+from storage_engine.manifest import MANIFEST, Manifest, read_doc
 from storage_engine.objstore import ObjectStoreLike
 from storage_engine.remote import DivergedError, read_remote_manifest
 from storage_engine.remote_pull import pull
@@ -122,21 +122,44 @@ class ShardStates:
         for op_id, shard in list(self._open):
             self.discard(op_id, shard)
 
-    def collect(self, op_id: str, shard: int, keep: set[str]) -> list[str]:
-        """Delete the shard's checkpoints that are not in `keep` (nor its state's own), if
-        this process has it open; returns those deleted."""
+    def collect(
+        self, op_id: str, shard: int, keep: Set[str], below_step: int | None = None
+    ) -> list[str]:
+        """Delete the operator-shard's checkpoints that are not in `keep`, only those of
+        steps before `below_step` if given; returns those deleted. Opens the shard if this
+        process does not hold it at a kept checkpoint (nothing if another process holds
+        it: it is collected another time)."""
         held = self._open.get((op_id, shard))
-        if held is None or held.dirty:
+        if held is not None:
+            if held.dirty:
+                return []
+            if held.checkpoint in keep:
+                return _delete_unnamed(held.loc, keep, below_step)
+            self.discard(op_id, shard)  # state nobody names any more: to be collected
+        try:
+            loc = self._open_any(op_id, shard)
+        except LockedError:
             return []
-        loc = held.loc
-        victims = [
-            c.uuid
-            for c in loc.list_checkpoints()
-            if c.uuid not in keep and c.uuid != held.checkpoint
-        ]
-        if victims:
-            loc.delete_checkpoints(victims)
-        return victims
+        if loc is None:
+            return []
+        try:
+            return _delete_unnamed(loc, keep, below_step)
+        finally:
+            loc.close()
+
+    def _open_any(self, op_id: str, shard: int) -> StorageLocation | None:
+        """The operator-shard's location at no checkpoint, to delete some (None: it has
+        none anywhere)."""
+        path, store = self.path(op_id, shard), self._store(op_id, shard)
+        if store is None:
+            if not self._has_manifest(path):
+                return None
+            return self._open_local(path, "", None, None)
+        if not self._has_manifest(path):
+            _, remote = read_remote_manifest(store)
+            if not remote.checkpoints:
+                return None
+        return self._open_base(op_id, shard, "", None)
 
     def _open_base(
         self, op_id: str, shard: int, fingerprint: str, base: str | None
@@ -147,12 +170,29 @@ class ShardStates:
         try:
             if not self._has_manifest(path):
                 self._pull(store, path, base)
+            else:
+                self._forget_unstored(path, store)
             return self._open_local(path, fingerprint, base, store)
         except (CheckpointNotFoundError, DivergedError):
             # The local copy is stale (the shard ran elsewhere since): it is only a cache.
             self.fs.rmtree(path)
             self._pull(store, path, base)
             return self._open_local(path, fingerprint, base, store)
+
+    def _forget_unstored(self, path: str, store: ObjectStoreLike) -> None:
+        """Delete the local copy's checkpoints that the store does not hold: with a store,
+        a shard checkpoint counts once it is there, so these are a failed task's or were
+        collected meanwhile; opening with the store would upload them again."""
+        _, remote = read_remote_manifest(store)
+        stored = {c.uuid for c in remote.checkpoints}
+        local = Manifest.from_json(read_doc(self.fs, os.path.join(path, MANIFEST)), path)
+        extra = [c.uuid for c in local.checkpoints if c.uuid not in stored]
+        if extra:
+            loc = self._open_local(path, "", None, None)
+            try:
+                loc.delete_checkpoints(extra)
+            finally:
+                loc.close()
 
     def _open_local(
         self, path: str, fingerprint: str, base: str | None, store: ObjectStoreLike | None
@@ -176,7 +216,19 @@ class ShardStates:
             _, remote = read_remote_manifest(store)
             if not remote.checkpoints:
                 return
-        pull(store, path, self.fs, base if base is not None else "latest")
+            base = remote.checkpoints[-1].uuid  # any: the caller opens no checkpoint
+        pull(store, path, self.fs, base)
+
+
+def _delete_unnamed(loc: StorageLocation, keep: Set[str], below_step: int | None) -> list[str]:
+    victims = [
+        c.uuid
+        for c in loc.list_checkpoints()
+        if c.uuid not in keep and (below_step is None or c.step < below_step)
+    ]
+    if victims:
+        loc.delete_checkpoints(victims)
+    return victims
 
 
 __all__ = ["ShardStates"]
