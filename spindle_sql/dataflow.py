@@ -152,6 +152,17 @@ class Dataflow:
         if op is not None:
             self._stateful[id(node)] = op
 
+    def operator_columns(self, op_id: str) -> list[list[str]]:
+        """Per input of operator `op_id`, its columns as the operator names them, in the
+        order of the input's plan columns."""
+        for st in self._stateful.values():
+            if st.op.id == op_id:
+                return [list(c) for c in st.columns]
+        for final in self._final.values():
+            if final.op.id == op_id:
+                return [list(final.columns)]
+        raise KeyError(f"no operator {op_id!r} in this dataflow")
+
     def final_operator(self, view: str) -> str | None:
         """The id of the view's `emit_final` operator (None: the view has none)."""
         final = self._final.get(view)

@@ -138,6 +138,23 @@ class Partitioning:
     def operators(self) -> list[str]:
         return [op for level in range(self.levels) for op in self.operators_at(level)]
 
+    def state_keys(self, op_id: str) -> list[tuple[str, ...]]:
+        """Per input of operator `op_id`, the columns its rows are partitioned by, as the
+        operator names them (so as its state's rows of that input hold them)."""
+        names = self.flow.operator_columns(op_id)
+        for name in self.finals:
+            if self.flow.final_operator(name) == op_id:
+                return [tuple(names[0])]
+        i = next((i for i, op in self.operator.items() if op == op_id), None)
+        if i is None:
+            raise KeyError(f"no operator {op_id!r} in this plan")
+        node = self.nodes[i]
+        out = []
+        for k, child in enumerate(self.inputs(node)):
+            position = {c: j for j, c in enumerate(child.schema.names)}
+            out.append(tuple(names[k][position[c]] for c in _keys(node, k)))
+        return out
+
 
 def _keys(node: P.Node, k: int) -> tuple[str, ...]:
     """The columns of a stateful node's input `k` that its rows are partitioned by."""

@@ -128,6 +128,9 @@ class Join(Operator):
         w = pc.multiply(j.column("__wl"), j.column("__wr"))
         return j.select(self._out.names).append_column(WEIGHT, w).cast(self._out_w)
 
+    def spine_input(self, spine: str) -> int:
+        return 1 if spine == self.spine_name("right") else 0
+
     def metrics(self) -> dict[str, Any]:
         assert self._l is not None and self._r is not None
         return {"left_rows": self._l.stats().rows, "right_rows": self._r.stats().rows}

@@ -100,6 +100,11 @@ class Operator(ABC):
     def spine_name(self, role: str) -> str:
         return f"{self.id}.{role}"
 
+    def spine_input(self, spine: str) -> int:
+        """Which input's rows the spine `spine` (a full name) holds, by that input's
+        columns: how a rescale finds each state row's key (0 but for a join's right)."""
+        return 0
+
 
 def fingerprint(described: Sequence[dict[str, Any]]) -> str:
     blob = json.dumps(list(described), sort_keys=True, default=str).encode()

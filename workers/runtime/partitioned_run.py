@@ -79,7 +79,7 @@ class PartitionedRun:
             if manifest is None:
                 raise PartitionedRunError(
                     f"checkpoint {location.restored.uuid} has no partitioned state "
-                    "(written at parallelism 1: changing it is not supported yet)"
+                    "(written at parallelism 1: restoring it at a higher one is not supported yet)"
                 )
             part.open(manifest)
         self.coordinator, self._loc = part, location

@@ -107,13 +107,14 @@ def check_partitioned(
     shards: int,
     *,
     reopen_at: int | None = None,
+    rescale_to: int | None = None,
     evict: bool = False,
     store: ObjectStoreLike | None = None,
     what: str = "",
 ) -> PartitionedDataflow:
     """Step `make`'s dataflow in `shards` shards and compare each step with `expected`.
     `reopen_at`: after that step, continue in a new coordinator (and a new host, so
-    nothing stays open) from its manifest; `evict`: close every shard's state between
+    nothing stays open) from its manifest, in `rescale_to` shards if given; `evict`: close every shard's state between
     steps; with `store`, also remove the local copies, as on executors that never held
     them. The caller closes the coordinator returned."""
     settings, fs = SETTINGS, FS
@@ -122,13 +123,15 @@ def check_partitioned(
         host = ShardHost(str(root), store, settings, fs)
         return PartitionedDataflow(make, shards, str(root), host=host)
 
+    start = shards
+
     part = coordinator()
     try:
         for i, (deltas, (want, wm)) in enumerate(zip(steps, expected, strict=True), start=1):
             got = outputs(part.step(deltas))
             for view in want:
                 assert got[view] == want[view], (
-                    f"{what} P={shards}, step {i}, view {view!r}: "
+                    f"{what} P={start}->{shards}, step {i}, view {view!r}: "
                     f"partitioned less plain {got[view] - want[view]}, "
                     f"plain less partitioned {want[view] - got[view]}"
                 )
@@ -140,6 +143,7 @@ def check_partitioned(
             if reopen_at == i:
                 manifest = part.checkpoint()
                 part.close()
+                shards = rescale_to or shards
                 part = coordinator()
                 part.open(manifest)
     except BaseException:

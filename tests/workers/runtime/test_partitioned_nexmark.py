@@ -6,6 +6,7 @@ held them."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -72,7 +73,8 @@ def test_partitioned_nexmark_equals_the_single_process_run(
             expected,
             tmp_path / f"p{shards}",
             shards,
-            reopen_at=2 if shards == 2 else None,
+            reopen_at=2 if shards > 1 else None,
+            rescale_to=2 if shards == 3 else None,  # a rescale, P=3 to P=2
             what=name,
         ).close()
 
@@ -159,6 +161,29 @@ def test_shards_open_lazily_from_the_object_store(stream: pa.Table, tmp_path: Pa
         make, steps, expected, tmp_path / "p2", 2, evict=True, store=store, what="q5"
     )
     assert any(k.startswith("shards/") for k in (o.key for o in store.list("")))
+    part.close()
+
+
+def test_a_rescale_from_the_store_alone(stream: pa.Table, tmp_path: Path) -> None:
+    """P=2 to P=3 (and back to 2) with the store as the only copy of the state: each new
+    shard's state is the old shards' rows of its key groups."""
+    make, steps = _query("q4", stream.slice(0, 8_000), 1_000)
+    expected = plain_run(make, steps, tmp_path / "plain")
+    store = DirectoryObjectStore(tmp_path / "store")
+    root = tmp_path / "p"
+    part = PartitionedDataflow(make, 2, str(root), settings=SETTINGS, fs=FS, store=store)
+    for shards, (lo, hi) in ((2, (0, 3)), (3, (3, 6)), (2, (6, 8))):
+        if lo:
+            manifest = part.checkpoint()
+            part.close()
+            shutil.rmtree(root / "shards")
+            part = PartitionedDataflow(
+                make, shards, str(root), settings=SETTINGS, fs=FS, store=store
+            )
+            part.open(manifest)
+            assert part.checkpoint()["shards"] == shards
+        for i in range(lo, hi):
+            assert outputs(part.step(steps[i])) == expected[i][0], f"P={shards}, step {i + 1}"
     part.close()
 
 

@@ -1,8 +1,9 @@
 """A SQL pipeline partitioned on Spark (issue 50): at parallelism 2 its levels run as Spark
 stages (`partitioned.SparkLevels`) and its sinks get, step by step, what the same pipeline
-at parallelism 1 writes, also across a stop and a resume from the latest checkpoint (the
-driver's checkpoint carries the shards' manifest; the shards' local copies removed, so
-they are pulled from the object store). And `SparkLevels` steps a dataflow as
+at parallelism 1 writes, also across a stop and a resume from the latest checkpoint at
+parallelism 3 (a rescale: the driver's checkpoint carries the shards' manifest; the shards'
+local copies removed, so they are pulled from the object store). Shard checkpoints no
+driver checkpoint names are collected. And `SparkLevels` steps a dataflow as
 the in-process coordinator does."""
 
 from __future__ import annotations
@@ -133,7 +134,9 @@ def test_a_partitioned_sql_pipeline_equals_parallelism_one_across_a_resume(
             # With an object store, which the resumed run's shards pull from: their local
             # copies are gone, as on executors that never held them.
             store = DirectoryObjectStore(tmp_path / "store")
-            for steps in (3, None):
+            # The resume rescales the stopped pipeline: P=2 to P=3.
+            for steps, p_run in ((3, shards), (None, shards + 1)):
+                s = parse_spec({**spec(run), "parallelism": p_run})
                 r = open_runner(s, str(run / "state"), base_dir=str(run), spark=spark, remote=store)
                 try:
                     r.run(max_steps=steps, stop_when_idle=2.0)
@@ -160,9 +163,9 @@ def test_a_partitioned_sql_pipeline_equals_parallelism_one_across_a_resume(
         manifest = loc.metadata[MANIFEST_KEY]
     finally:
         loc.close()
-    assert manifest["shards"] == shards
+    assert manifest["shards"] == shards + 1
     assert set(manifest["operators"]) == {"per_customer.agg0", "big_orders.join0"}
-    assert all(len(u) == shards and all(u) for u in manifest["operators"].values())
+    assert all(len(u) == shards + 1 and all(u) for u in manifest["operators"].values())
     assert (tmp_path / f"p{shards}" / "state" / "shards" / "per_customer.agg0" / "1").is_dir()
     assert any((tmp_path / "store" / "shards" / "big_orders.join0" / "0").rglob("*.manifest"))
     # Each step's record sums the operators' rows over their shards, as at parallelism 1.

@@ -69,7 +69,8 @@ def test_random_views_partitioned_equal_the_single_process_run(
                     expected,
                     tmp_path / f"{i}-p{shards}",
                     shards,
-                    reopen_at=2 if i % 10 == 0 else None,
+                    reopen_at=2 if i % 5 == 0 else None,
+                    rescale_to=1 + (shards % 3) if i % 10 == 5 else None,
                     what=f"view {i}",
                 ).close()
             except Exception as e:  # every view's report, not the first's alone
@@ -118,6 +119,7 @@ def test_event_time_views_partitioned_share_the_watermarks(
             tmp_path / f"p{shards}",
             shards,
             reopen_at=8 if shards == 3 else None,
+            rescale_to=2 if shards == 3 else None,
             what=name,
         ).close()
 
@@ -148,5 +150,12 @@ def test_an_operator_spec_partitioned(tmp_path: Path) -> None:
     assert sum(sum(out["per_min"].values()) for out, _ in expected) > 0
     for shards in (2, 3):
         check_partitioned(
-            _flow, steps, expected, tmp_path / f"p{shards}", shards, what="ops"
+            _flow,
+            steps,
+            expected,
+            tmp_path / f"p{shards}",
+            shards,
+            reopen_at=len(steps) // 2,
+            rescale_to=5 - shards,  # 2 to 3 and 3 to 2
+            what="ops",
         ).close()

@@ -29,6 +29,7 @@ from storage_engine.objstore import ObjectStoreLike
 
 from .collection import Named, local_pairs, named, sweep
 from .messages import FROM_DRIVER, by_destination, decode, encode
+from .rescale import rescale
 from .shard_host import ShardHost
 
 MANIFEST_FORMAT = 1
@@ -103,6 +104,7 @@ class PartitionedDataflow:
         retain: Callable[[], Iterable[Mapping[str, Any]]] | None = None,
     ) -> None:
         group_starts(shards, key_groups)  # validates both
+        self.factory = factory
         self.flow = factory()  # the driver's copy: views, schemas and watermarks
         self.part = Partitioning(self.flow)
         self.shards, self.key_groups = shards, key_groups
@@ -244,7 +246,8 @@ class PartitionedDataflow:
 
     def open(self, manifest: Mapping[str, Any]) -> None:
         """Continue from the state a manifest names (its operator-shards are opened at its
-        checkpoints by the next step)."""
+        checkpoints by the next step); one of another P is rescaled first (`rescale.py`),
+        which only a stopped pipeline may do: no step of it may run meanwhile."""
         if manifest.get("format") != MANIFEST_FORMAT:
             raise ManifestError(
                 f"manifest format {manifest.get('format')!r} is not {MANIFEST_FORMAT}"
@@ -252,17 +255,17 @@ class PartitionedDataflow:
         for field, mine in (
             ("fingerprint", self.fingerprint),
             ("key_groups", self.key_groups),
-            ("shards", self.shards),
         ):
             if manifest.get(field) != mine:
                 raise ManifestError(
                     f"the manifest's {field} is {manifest.get(field)!r}, this dataflow's {mine!r}"
-                    " (rescaling is not built yet)"
                 )
         ops = manifest["operators"]
         if sorted(ops) != sorted(self.checkpoints):
             raise ManifestError(f"the manifest names the operators {sorted(ops)}")
-        self.checkpoints = {op: list(uids) for op, uids in ops.items()}
+        if manifest.get("shards") != self.shards:
+            manifest = rescale(manifest, self.factory, self.shards, self.host.states)
+        self.checkpoints = {op: list(uids) for op, uids in manifest["operators"].items()}
         self.step_id = int(manifest["step"])
         self.first = bool(manifest["first"])
         self.flow.watermarks.restore(manifest["watermarks"])

@@ -80,7 +80,7 @@ class ShardStates:
             held.dirty = True
             return
         self.discard(op.id, shard)
-        loc = self._open_base(op.id, shard, fingerprint, base)
+        loc = self.open_location(op.id, shard, fingerprint, base)
         try:
             saved = loc.metadata.get(STATE_KEY, {}) if loc.restored is not None else {}
             op.open(loc, saved.get(op.id, {}))
@@ -159,11 +159,13 @@ class ShardStates:
             _, remote = read_remote_manifest(store)
             if not remote.checkpoints:
                 return None
-        return self._open_base(op_id, shard, "", None)
+        return self.open_location(op_id, shard, "", None)
 
-    def _open_base(
+    def open_location(
         self, op_id: str, shard: int, fingerprint: str, base: str | None
     ) -> StorageLocation:
+        """The operator-shard's location at checkpoint `base` (None: empty state), its
+        local copy made current first; the caller closes it."""
         path, store = self.path(op_id, shard), self._store(op_id, shard)
         if store is None:
             return self._open_local(path, fingerprint, base, None)
