@@ -53,8 +53,8 @@ class DataflowRun:
         if location.restored is not None and MANIFEST_KEY in location.metadata:
             raise ParallelismChangedError(
                 f"checkpoint {location.restored.uuid} was taken at parallelism "
-                f"{location.metadata[MANIFEST_KEY].get('shards')}: it restores at any parallelism above 1 "
-                "(a rescale), not at 1 yet"
+                f"{location.metadata[MANIFEST_KEY].get('shards')}: it restores at any "
+                "parallelism above 1 (a rescale), not at 1 yet"
             )
         self.flow.circuit.open(location, drop)
         self.flow.resume(location.metadata if location.restored is not None else None)

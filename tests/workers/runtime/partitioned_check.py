@@ -114,9 +114,9 @@ def check_partitioned(
 ) -> PartitionedDataflow:
     """Step `make`'s dataflow in `shards` shards and compare each step with `expected`.
     `reopen_at`: after that step, continue in a new coordinator (and a new host, so
-    nothing stays open) from its manifest, in `rescale_to` shards if given; `evict`: close every shard's state between
-    steps; with `store`, also remove the local copies, as on executors that never held
-    them. The caller closes the coordinator returned."""
+    nothing stays open) from its manifest, in `rescale_to` shards if given; `evict`:
+    close every shard's state between steps; with `store`, also remove the local copies,
+    as on executors that never held them. The caller closes the coordinator returned."""
     settings, fs = SETTINGS, FS
 
     def coordinator() -> PartitionedDataflow:
