@@ -20,7 +20,9 @@ class ShardStepOut(Out):
         description="its state's rows as of the newest step that stepped it (a shard that a "
         "step has no rows for is not stepped)"
     )
-    state_bytes: int = Field(description="its state's bytes (memory and files), likewise")
+    state_bytes: int = Field(
+        description="its state's bytes (memory and files) as of the newest step that stepped it"
+    )
 
 
 class OperatorStepOut(Out):
