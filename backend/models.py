@@ -282,6 +282,23 @@ class PipelineTotals(Base):
     fencings: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
+class OperatorShardTotals(Base):
+    """Counters of each shard of a partitioned pipeline's stateful operator that only grow
+    (Prometheus `spindle_operator_shard_*_total`), kept apart from the metrics history as
+    `PipelineTotals` are."""
+
+    __tablename__ = "operator_shard_totals"
+
+    pipeline_id: Mapped[int] = mapped_column(
+        ForeignKey("pipelines.id", ondelete="CASCADE"), primary_key=True
+    )
+    operator: Mapped[str] = mapped_column(String(128), primary_key=True)  # its persistent id
+    shard: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    rows_in: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    rows_out: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    step_ms: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+
+
 class MetricSample(Base):
     """One step's metrics (resolution 0), or a downsampled bucket of them (resolution in
     seconds: sums of counts and the maximum of latencies over the bucket)."""
@@ -315,7 +332,8 @@ class MetricSample(Base):
     state_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
     spine_batches: Mapped[int] = mapped_column(Integer, default=0)
     merge_backlog: Mapped[int] = mapped_column(Integer, default=0)
-    # Per stateful operator (by id): rows_in, rows_out, step_ms, state_rows, state_bytes.
+    # Per stateful operator (by id): rows_in, rows_out, step_ms, state_rows, state_bytes;
+    # an operator of a partitioned pipeline, the same per shard in `shards` (with `shard`).
     operators: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True), default=None)
     # Per input table after the step: offset (one number), lag (records, files or Kafka
     # records not read yet; None: unknown) and a Kafka table's lag per partition.
@@ -333,6 +351,7 @@ __all__ = [
     "Operation",
     "OperationKind",
     "OperationStatus",
+    "OperatorShardTotals",
     "Pipeline",
     "PipelineState",
     "RetentionPolicy",

@@ -5,6 +5,26 @@ from pydantic import Field
 from .common import Out
 
 
+class ShardStepOut(Out):
+    """One shard of a stateful operator of a partitioned pipeline in a step (a bucket: rows
+    summed, the largest step_ms, the last state)."""
+
+    shard: int = Field(description="the shard's number, 0 to parallelism - 1")
+    rows_in: int = Field(description="rows (changes) into the operator's shard")
+    rows_out: int = Field(description="rows (changes) out of it")
+    step_ms: float = Field(
+        description="the time of the shard tasks that stepped it, split among the operators "
+        "each task stepped by their own time"
+    )
+    state_rows: int = Field(
+        description="its state's rows as of the newest step that stepped it (a shard that a "
+        "step has no rows for is not stepped)"
+    )
+    state_bytes: int = Field(
+        description="its state's bytes (memory and files) as of the newest step that stepped it"
+    )
+
+
 class OperatorStepOut(Out):
     """One stateful operator in a step (a bucket: rows summed, the largest step_ms, the
     last state)."""
@@ -14,6 +34,11 @@ class OperatorStepOut(Out):
     step_ms: float
     state_rows: int
     state_bytes: int
+    shards: list[ShardStepOut] | None = Field(
+        None,
+        description="a partitioned pipeline's (parallelism > 1): each shard's figures, whose "
+        "sums are the operator's; null at parallelism 1",
+    )
 
 
 class InputOut(Out):

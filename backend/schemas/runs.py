@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
 from .common import INT32_MAX, INT64_MAX, Body
 
@@ -23,6 +23,7 @@ Offset = Position | dict[Annotated[str, Field(max_length=300)], Position]
 
 MAX_CHECKPOINTS = 10_000
 MAX_RECORDS = 10_000
+MAX_OPERATOR_ID = 128  # storage_engine.manifest.OP_ID_RE
 
 
 class Record(BaseModel):
@@ -70,6 +71,21 @@ class OpenedIn(Body):
     checkpoints: CheckpointsIn
 
 
+class ShardIn(Record):
+    """One shard of a partitioned pipeline's stateful operator in a step (its operator's
+    `shards`): checked, as the control plane counts them (`OperatorShardTotals`)."""
+
+    shard: Count32
+    rows_in: Count = 0
+    rows_out: Count = 0
+    step_ms: Ms = 0.0
+    state_rows: Count = 0
+    state_bytes: Count = 0
+
+
+_SHARDS = TypeAdapter(list[ShardIn])
+
+
 class SampleIn(Record):
     """One step's metrics (`backend.models.MetricSample`)."""
 
@@ -92,6 +108,17 @@ class SampleIn(Record):
     operators: dict[str, Any] | None = None
     inputs: dict[str, Any] | None = None
     sinks: dict[str, Any] | None = None
+
+    @field_validator("operators")
+    @classmethod
+    def _check_shards(cls, operators: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Each operator's `shards`, if any, checked (the rest of its figures as they come)."""
+        for op_id, m in (operators or {}).items():
+            if isinstance(m, dict) and m.get("shards") is not None:
+                if len(op_id) > MAX_OPERATOR_ID:
+                    raise ValueError(f"an operator id is at most {MAX_OPERATOR_ID} characters")
+                m["shards"] = [x.model_dump() for x in _SHARDS.validate_python(m["shards"])]
+        return operators
 
 
 class EventIn(Record):
@@ -144,5 +171,6 @@ __all__ = [
     "OpenedIn",
     "ReportIn",
     "SampleIn",
+    "ShardIn",
     "SkippedIn",
 ]

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
-from ..models import MetricSample, PipelineTotals
+from ..models import MetricSample, OperatorShardTotals, PipelineTotals
 from ..settings import Settings
 
 BUCKET_S = 60
@@ -44,6 +45,39 @@ def add_totals(s: Session, pipeline_id: int, **increments: int) -> None:
     if getattr(done, "rowcount", 0) == 0:
         s.add(PipelineTotals(pipeline_id=pipeline_id, **increments))
         s.flush()
+
+
+def add_shard_totals(
+    s: Session, pipeline_id: int, operators: Iterable[Mapping[str, Any] | None]
+) -> None:
+    """Grow the operator-shards' monotonic counters (`OperatorShardTotals`) by steps'
+    per-operator figures (samples' `operators`; an operator of a partitioned pipeline has
+    its shards' in `shards`, checked by `schemas.runs.SampleIn`)."""
+    grown: dict[tuple[str, int], list[float]] = {}
+    for ops in operators:
+        for op_id, m in (ops or {}).items():
+            for x in (m.get("shards") if isinstance(m, dict) else None) or []:
+                g = grown.setdefault((op_id, x["shard"]), [0, 0, 0.0])
+                g[0] += x["rows_in"]
+                g[1] += x["rows_out"]
+                g[2] += x["step_ms"]
+    cols = OperatorShardTotals.__table__.c
+    for (op_id, shard), (rows_in, rows_out, step_ms) in grown.items():
+        values = {"rows_in": int(rows_in), "rows_out": int(rows_out), "step_ms": step_ms}
+        done = s.execute(
+            update(OperatorShardTotals)
+            .where(
+                OperatorShardTotals.pipeline_id == pipeline_id,
+                OperatorShardTotals.operator == op_id,
+                OperatorShardTotals.shard == shard,
+            )
+            .values({k: cols[k] + v for k, v in values.items()})
+        )
+        if getattr(done, "rowcount", 0) == 0:
+            s.add(
+                OperatorShardTotals(pipeline_id=pipeline_id, operator=op_id, shard=shard, **values)
+            )
+            s.flush()
 
 
 def history(
@@ -109,13 +143,24 @@ def _fold_operators(steps: list[dict[str, Any]]) -> dict[str, Any] | None:
     out: dict[str, dict[str, Any]] = {}
     for ops in steps:
         for op_id, m in ops.items():
-            o = out.setdefault(op_id, {"rows_in": 0, "rows_out": 0, "step_ms": 0.0})
-            o["rows_in"] += m.get("rows_in", 0)
-            o["rows_out"] += m.get("rows_out", 0)
-            o["step_ms"] = max(o["step_ms"], m.get("step_ms", 0.0))
-            o["state_rows"] = m.get("state_rows", 0)
-            o["state_bytes"] = m.get("state_bytes", 0)
+            o = out.setdefault(op_id, {})
+            _fold(o, m)
+            if m.get("shards"):
+                shards = {x["shard"]: x for x in o.get("shards", [])}
+                for x in m["shards"]:
+                    _fold(shards.setdefault(x["shard"], {"shard": x["shard"]}), x)
+                o["shards"] = [shards[k] for k in sorted(shards)]
     return out
+
+
+def _fold(into: dict[str, Any], m: Mapping[str, Any]) -> None:
+    """One step's figures of an operator (or operator-shard) into a bucket's: rows summed,
+    the largest step_ms, the last state."""
+    into["rows_in"] = into.get("rows_in", 0) + m.get("rows_in", 0)
+    into["rows_out"] = into.get("rows_out", 0) + m.get("rows_out", 0)
+    into["step_ms"] = max(into.get("step_ms", 0.0), m.get("step_ms", 0.0))
+    into["state_rows"] = m.get("state_rows", 0)
+    into["state_bytes"] = m.get("state_bytes", 0)
 
 
 def start_after(s: Session, pipeline_id: int, backlog: int) -> int:
@@ -134,4 +179,4 @@ def start_after(s: Session, pipeline_id: int, backlog: int) -> int:
     return ids[0] if backlog == 0 else ids[-1] - 1
 
 
-__all__ = ["downsample", "history", "live", "start_after"]
+__all__ = ["add_shard_totals", "add_totals", "downsample", "history", "live", "start_after"]

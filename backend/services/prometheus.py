@@ -12,7 +12,15 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 
 from ..db import Database
-from ..models import Checkpoint, MetricSample, Pipeline, PipelineState, PipelineTotals, Run
+from ..models import (
+    Checkpoint,
+    MetricSample,
+    OperatorShardTotals,
+    Pipeline,
+    PipelineState,
+    PipelineTotals,
+    Run,
+)
 
 WINDOW_S = 60.0  # throughput and latency quantiles over the last minute
 QUANTILES = (0.5, 0.99)
@@ -25,7 +33,9 @@ def _quantile(sorted_vals: list[float], q: float) -> float:
 
 class _OperatorFamilies:
     """Each stateful operator's series (labels pipeline, operator): its state now, and its
-    rows and step times over the last minute's steps."""
+    rows and step times over the last minute's steps; and a partitioned pipeline's, each
+    operator-shard's (labels pipeline, operator, shard): its state now, and its rows and
+    time as counters."""
 
     def __init__(self) -> None:
         labels = ["pipeline", "operator"]
@@ -52,6 +62,33 @@ class _OperatorFamilies:
             f"the operator's time per step, quantiles over the last {WINDOW_S:g}s",
             labels=[*labels, "quantile"],
         )
+        shard = [*labels, "shard"]
+        self.shard_rows = GaugeMetricFamily(
+            "spindle_operator_shard_state_rows",
+            "the operator-shard's state rows, as of the newest step that stepped it",
+            labels=shard,
+        )
+        self.shard_bytes = GaugeMetricFamily(
+            "spindle_operator_shard_state_bytes",
+            "the operator-shard's state size (memory and files), as of the newest step that "
+            "stepped it",
+            labels=shard,
+        )
+        self.shard_rows_in = CounterMetricFamily(
+            "spindle_operator_shard_rows_in",
+            "rows (changes) into the operator-shard",
+            labels=shard,
+        )
+        self.shard_rows_out = CounterMetricFamily(
+            "spindle_operator_shard_rows_out",
+            "rows (changes) out of the operator-shard",
+            labels=shard,
+        )
+        self.shard_seconds = CounterMetricFamily(
+            "spindle_operator_shard_step_seconds",
+            "time of the shard tasks that stepped the operator-shard, its part",
+            labels=shard,
+        )
 
     def add(self, pipeline: str, recent: list[dict[str, Any]], last: dict[str, Any]) -> None:
         """`recent`: the window's samples' `operators`; `last`: the newest sample's."""
@@ -65,9 +102,32 @@ class _OperatorFamilies:
             times = sorted(x.get("step_ms", 0.0) / 1000 for x in steps)
             for q in QUANTILES if times else ():
                 self.step.add_metric([*lab, str(q)], _quantile(times, q))
+            for x in m.get("shards") or []:
+                shard = [*lab, str(x.get("shard"))]
+                self.shard_rows.add_metric(shard, float(x.get("state_rows", 0)))
+                self.shard_bytes.add_metric(shard, float(x.get("state_bytes", 0)))
+
+    def add_totals(self, pipeline: str, totals: list[OperatorShardTotals]) -> None:
+        """The operator-shards' counters (`OperatorShardTotals`)."""
+        for t in totals:
+            lab = [pipeline, t.operator, str(t.shard)]
+            self.shard_rows_in.add_metric(lab, float(t.rows_in))
+            self.shard_rows_out.add_metric(lab, float(t.rows_out))
+            self.shard_seconds.add_metric(lab, t.step_ms / 1000)
 
     def families(self) -> list[Metric]:
-        return [self.rows, self.bytes, self.rows_in, self.rows_out, self.step]
+        return [
+            self.rows,
+            self.bytes,
+            self.rows_in,
+            self.rows_out,
+            self.step,
+            self.shard_rows,
+            self.shard_bytes,
+            self.shard_rows_in,
+            self.shard_rows_out,
+            self.shard_seconds,
+        ]
 
 
 class PipelineCollector(Collector):
@@ -186,6 +246,16 @@ class PipelineCollector(Collector):
                 upload_failures.add_metric(lab, float(t.upload_failures))
                 fencings.add_metric(lab, float(t.fencings))
                 durable.add_metric(lab, 0.0 if p.durability_error else 1.0)
+                ops.add_totals(
+                    p.name,
+                    list(
+                        s.scalars(
+                            select(OperatorShardTotals)
+                            .where(OperatorShardTotals.pipeline_id == p.id)
+                            .order_by(OperatorShardTotals.operator, OperatorShardTotals.shard)
+                        )
+                    ),
+                )
                 last_step = s.scalar(
                     select(func.max(MetricSample.step)).where(MetricSample.pipeline_id == p.id)
                 )

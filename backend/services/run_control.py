@@ -164,6 +164,7 @@ def _record(s: Session, run: Run, samples: Sequence[SampleIn], events: Sequence[
             dead_letters=sum(r.dead_letters or 0 for r in rows),
             late_rows=sum(r.late_rows or 0 for r in rows),
         )
+        metrics.add_shard_totals(s, run.pipeline_id, [r.operators for r in rows])
     if not events:
         return
     kinds = [e.event for e in events]

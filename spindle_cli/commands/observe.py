@@ -208,6 +208,28 @@ def metrics(
             raise typer.Exit(EXIT_OK) from None
 
 
+_FIGURES = ("rows_in", "rows_out", "step_ms", "state_rows", "state_bytes")
+
+
+def _figures(m: Json) -> list[str]:
+    """An operator's (or operator-shard's) figures as the dataflow table's last columns."""
+    return [
+        output.count(m.get("rows_in")),
+        output.count(m.get("rows_out")),
+        output.millis(m.get("step_ms")),
+        output.count(m.get("state_rows")),
+        output.size(m.get("state_bytes")),
+    ]
+
+
+def skew(values: Sequence[object]) -> str:
+    """How much the largest of the shards' figures exceeds their mean ("1.00x": even; "-"
+    with nothing to compare)."""
+    xs = [float(v) for v in values if isinstance(v, int | float)]
+    mean = sum(xs) / len(xs) if xs else 0.0
+    return f"{max(xs) / mean:.2f}x" if mean > 0 else "-"
+
+
 def _dataflow_table(flow: Json, title: str) -> Table:
     inputs: dict[str, list[str]] = {}
     for e in flow.get("edges") or []:
@@ -221,11 +243,15 @@ def _dataflow_table(flow: Json, title: str) -> Table:
             str(n["kind"]),
             str(n["label"]),
             ", ".join(inputs.get(str(n["id"]), [])) or "-",
-            *(output.count(m.get(k)) if m else "-" for k in ("rows_in", "rows_out")),
-            output.millis(m.get("step_ms")) if m else "-",
-            output.count(m.get("state_rows")) if m else "-",
-            output.size(m.get("state_bytes")) if m else "-",
+            *(_figures(m) if m else ["-"] * len(_FIGURES)),
         )
+        # A partitioned pipeline's operator: each shard's figures, then their skew.
+        shards = m.get("shards") or []
+        for x in shards:
+            t.add_row(f"  shard {x.get('shard')}", "shard", "-", "-", *_figures(x))
+        if shards:
+            ratios = [skew([x.get(k) for x in shards]) for k in _FIGURES]
+            t.add_row("  skew", "max/mean", "-", "-", *ratios)
     return t
 
 
@@ -239,7 +265,8 @@ def dataflow(
     json_output: JsonOpt = False,
 ) -> None:
     """The dataflow: input, operators, views and sinks, each stateful operator with its
-    rows in and out, time and state in the newest step."""
+    rows in and out, time and state in the newest step; at parallelism > 1, each of its
+    shards' too, and their skew (the largest over the mean)."""
     if watch and json_output:
         raise usage("--json cannot be combined with --watch")
     with connect() as api:

@@ -1,7 +1,7 @@
 """Stateful operators over Z-sets on the storage engine's spines (see README.md)."""
 
 from .aggregate import AggFunc, Aggregate, GroupAggregate
-from .circuit import Circuit, OperatorMetrics, Stepper
+from .circuit import Circuit, OperatorMetrics, Stepper, operator_state
 from .distinct import Distinct
 from .final import EmitFinal
 from .join import Join
@@ -27,4 +27,5 @@ __all__ = [
     "Stepper",
     "TopN",
     "WindowAggregate",
+    "operator_state",
 ]

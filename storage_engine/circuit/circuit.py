@@ -35,13 +35,16 @@ FINGERPRINTS_KEY = "operator_fingerprints"
 @dataclass(frozen=True)
 class OperatorMetrics:
     """An operator's rows in and out and the ms its steps took (counters since its circuit
-    was built), and its state's rows and bytes (memory and files) now."""
+    was built), and its state's rows and bytes (memory and files) now. An operator whose
+    state is split in shards (a partitioned run) has the sums of its shards' figures, and
+    each shard's in `shards`, in shard order; a single-process one has none."""
 
     rows_in: int
     rows_out: int
     step_ms: float
     state_rows: int
     state_bytes: int
+    shards: tuple[OperatorMetrics, ...] = ()
 
 
 class Circuit:
@@ -146,13 +149,7 @@ class Circuit:
         """Each operator's counters (since the circuit was built) and its state now."""
         if self._loc is None:
             raise CircuitError("open() the circuit on a storage location first")
-        state = {op.id: [0, 0] for op in self.operators}
-        for spine in self._loc.spines():
-            owner = _owner(spine.op_id, list(state))
-            if owner is not None:
-                s = spine.stats()
-                state[owner][0] += s.rows
-                state[owner][1] += s.mem_bytes + s.file_bytes
+        state = operator_state(self._loc, [op.id for op in self.operators])
         return {
             op.id: OperatorMetrics(
                 op.counters.rows_in,
@@ -167,6 +164,21 @@ class Circuit:
     def output_schemas(self) -> dict[str, pa.Schema]:
         """Each output's columns, by name (an operator's id)."""
         return {op.id: op.output_schema for op in self.operators}
+
+
+def operator_state(
+    location: StorageLocation, operator_ids: Sequence[str]
+) -> dict[str, tuple[int, int]]:
+    """Each operator's state in `location` now: (rows, bytes in memory and files), summed
+    over its spines."""
+    state = {i: (0, 0) for i in operator_ids}
+    for spine in location.spines():
+        owner = _owner(spine.op_id, operator_ids)
+        if owner is not None:
+            s = spine.stats()
+            rows, size = state[owner]
+            state[owner] = (rows + s.rows, size + s.mem_bytes + s.file_bytes)
+    return state
 
 
 def _owner(spine_id: str, operator_ids: Sequence[str]) -> str | None:

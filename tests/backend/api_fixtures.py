@@ -388,6 +388,7 @@ def add_samples(db: Database, pipeline_id: int, samples: Sequence[dict[str, Any]
             dead_letters=sum(r.dead_letters or 0 for r in rows),
             late_rows=sum(r.late_rows or 0 for r in rows),
         )
+        metrics.add_shard_totals(s, pipeline_id, [r.operators for r in rows])
         return [r.id for r in rows]
 
 

@@ -807,6 +807,80 @@ def test_counters_only_grow_and_durability_problems_show(
     assert _prometheus(sqlite_db)[("spindle_pipeline_durability_ok", "p")] == 1
 
 
+def shard(i: int, rows_in: int, step_ms: float, state_rows: int) -> dict[str, Any]:
+    return {"shard": i, "rows_in": rows_in, "rows_out": rows_in // 2, "step_ms": step_ms,
+            "state_rows": state_rows, "state_bytes": 10 * state_rows}  # fmt: skip
+
+
+def test_operator_shard_counters_only_grow_and_shards_fold(
+    sqlite_db: Database, tmp_path: Path
+) -> None:
+    """A partitioned pipeline's steps carry each operator-shard's figures: Prometheus has
+    them per shard (counters that outlive the history, and the newest state), and
+    downsampling folds them per shard as it folds the operator's own."""
+    from workers.jobs.control_db import DatabaseControlPlane
+    from workers.runtime.control_plane import Report
+
+    cfg = Settings(data_dir=tmp_path, metrics_raw_s=3600, metrics_keep_s=86400)
+    pid = add_pipeline(sqlite_db)
+    plane = DatabaseControlPlane(sqlite_db, add_run(sqlite_db, pid, started_at=utcnow()))
+
+    def step(i: int, *shards: dict[str, Any]) -> dict[str, Any]:
+        total = {k: sum(x[k] for x in shards) for k in shards[0] if k != "shard"}
+        return {"ts": MINUTE + i, "step": i,
+                "operators": {"v.agg0": {**total, "shards": list(shards)}}}  # fmt: skip
+
+    plane.report(Report(1, [step(1, shard(0, 90, 30.0, 9), shard(1, 10, 5.0, 1))], []))
+    plane.report(
+        Report(
+            3,
+            [
+                step(2, shard(0, 60, 20.0, 12), shard(1, 0, 0.0, 1)),
+                step(3, shard(0, 0, 0.0, 12), shard(1, 0, 0.0, 1)),
+            ],
+            [],
+        )
+    )
+
+    def series(name: str) -> dict[tuple[str, ...], float]:
+        # Labels in sorted order: operator, pipeline, shard.
+        return prometheus_samples(sqlite_db, name)
+
+    assert series("spindle_operator_shard_rows_in") == {
+        ("v.agg0", "p", "0"): 150,
+        ("v.agg0", "p", "1"): 10,
+    }
+    assert series("spindle_operator_shard_rows_out") == {
+        ("v.agg0", "p", "0"): 75,
+        ("v.agg0", "p", "1"): 5,
+    }
+    seconds = series("spindle_operator_shard_step_seconds")
+    assert seconds[("v.agg0", "p", "0")] == pytest.approx(0.05)
+    assert seconds[("v.agg0", "p", "1")] == pytest.approx(0.005)
+    assert series("spindle_operator_shard_state_rows") == {
+        ("v.agg0", "p", "0"): 12,
+        ("v.agg0", "p", "1"): 1,
+    }
+    assert series("spindle_operator_shard_state_bytes")[("v.agg0", "p", "0")] == 120
+    # The operator's own series are its shards' sums.
+    assert series("spindle_operator_state_rows") == {("v.agg0", "p"): 13}
+    with sqlite_db.session() as s:
+        assert metrics.downsample(s, cfg, NOW) == 3
+        (folded,) = [r.operators for r in s.scalars(select(MetricSample))]
+    # Per shard as per operator: rows summed, the longest step, the last state.
+    assert folded is not None
+    assert folded["v.agg0"]["shards"] == [
+        {**shard(0, 150, 30.0, 12), "rows_out": 75},
+        {**shard(1, 10, 5.0, 1), "rows_out": 5},
+    ]
+    assert folded["v.agg0"]["rows_in"] == 160
+    with sqlite_db.session() as s:
+        metrics.downsample(s, cfg, NOW + 86_400)  # every sample aged out
+        assert s.scalars(select(MetricSample)).all() == []
+    assert series("spindle_operator_shard_rows_in")[("v.agg0", "p", "0")] == 150
+    assert series("spindle_operator_shard_state_rows") == {}
+
+
 def test_history_stays_oldest_first_after_downsampling(sqlite_db: Database, tmp_path: Path) -> None:
     cfg = Settings(data_dir=tmp_path, metrics_raw_s=3600, metrics_keep_s=86400)
     pid = add_pipeline(sqlite_db)

@@ -1,19 +1,22 @@
 """The CLI's pure parts: SSE parsing, following a log tail, ingest chunking, durations,
-profile resolution, the config file's permissions, SQL errors placed in the spec file."""
+profile resolution, the config file's permissions, SQL errors placed in the spec file, the
+dataflow table's shards."""
 
 from __future__ import annotations
 
 import io
+import re
 import stat
 from pathlib import Path
 
 import pytest
 import typer
+from rich.console import Console
 
 from spindle_cli import config, specfile, sse
 from spindle_cli.commands.checkpoints import parse_duration
 from spindle_cli.commands.data import Chunks, records
-from spindle_cli.commands.observe import appended
+from spindle_cli.commands.observe import _dataflow_table, appended, skew
 
 
 def test_sse_events_comments_multiline_and_ids() -> None:
@@ -141,3 +144,52 @@ def test_an_sql_error_is_placed_in_the_spec_file(tmp_path: Path) -> None:
     flow = tmp_path / "p.json"
     flow.write_text('{"name": "p", "sql": "CREATE VIEW v AS\\nSELECT x FROM t"}')
     assert specfile.read(str(flow)).position("sql", "line 2, column 8: x") is None
+
+
+def _rendered(flow: dict[str, object]) -> list[list[str]]:
+    con = Console(width=200, record=True, file=io.StringIO())
+    con.print(_dataflow_table(flow, "t"))
+    rows = []
+    for line in con.export_text().splitlines():
+        cells = [c.strip() for c in re.split("[│┃]", line)[1:-1]]
+        if cells:
+            rows.append(cells)
+    return rows
+
+
+def test_the_dataflow_shows_each_operator_shard_and_their_skew() -> None:
+    def figures(rows: int, ms: float, state: int) -> dict[str, object]:
+        return {"rows_in": rows, "rows_out": rows // 2, "step_ms": ms, "state_rows": state,
+                "state_bytes": 1024 * state}  # fmt: skip
+
+    shards = [{"shard": 0, **figures(90, 9.0, 30)}, {"shard": 1, **figures(10, 3.0, 30)}]
+    flow = {
+        "step": 7,
+        "nodes": [
+            {"id": "table:t", "kind": "table", "label": "t", "operator": None, "metrics": None},
+            {"id": "v.agg0", "kind": "aggregate", "label": "group by k", "operator": "v.agg0",
+             "metrics": {**figures(100, 12.0, 60), "shards": shards}},
+            {"id": "w.agg0", "kind": "aggregate", "label": "group by m", "operator": "w.agg0",
+             "metrics": {**figures(5, 1.0, 2), "shards": None}},
+        ],
+        "edges": [{"source": "table:t", "target": "v.agg0"},
+                  {"source": "table:t", "target": "w.agg0"}],
+    }  # fmt: skip
+    rows = _rendered(flow)
+    assert rows[0][:5] == ["node", "kind", "label", "reads", "rows in"]
+    assert [r[0] for r in rows[1:]] == ["table:t", "v.agg0", "shard 0", "shard 1", "skew",
+                                        "w.agg0"]  # fmt: skip
+    assert rows[3] == ["shard 0", "shard", "-", "-", "90", "45", "9.0", "30", "30.0 KiB"]
+    assert rows[4] == ["shard 1", "shard", "-", "-", "10", "5", "3.0", "30", "30.0 KiB"]
+    # The largest shard over the shards' mean: 90 of 100 rows in two shards, even state.
+    assert rows[5] == ["skew", "max/mean", "-", "-", "1.80x", "1.80x", "1.50x", "1.00x",
+                       "1.00x"]  # fmt: skip
+    assert rows[6][4:] == ["5", "2", "1.0", "2", "2.0 KiB"]
+
+
+def test_skew() -> None:
+    assert skew([1, 1, 1]) == "1.00x"
+    assert skew([3, 0, 0]) == "3.00x"
+    assert skew([0, 0]) == "-"
+    assert skew([]) == "-"
+    assert skew([None, 2]) == "1.00x"

@@ -25,6 +25,7 @@ from storage_engine.location import StorageLocation
 
 from .dataflow_run import MANIFEST_KEY
 from .partitioned import PartitionedDataflow
+from .partitioned.figures import SHARD_STATE_KEY, ShardFigures
 from .partitioned.spark_levels import SparkLevels
 
 
@@ -46,8 +47,8 @@ class PartitionedRun:
         self._loc: StorageLocation | None = None
         self._manifests: dict[str, Mapping[str, Any] | None] = {}  # driver checkpoint's
         self._pending: list[tuple[CommitHandle, Mapping[str, Any]]] = []  # commits asked
-        # Per operator: rows in and out and ms, summed over its shards' steps.
-        self._counters: dict[str, list[float]] = {}
+        # Per operator-shard: rows in and out and ms summed over its steps, its state now.
+        self._figures = ShardFigures((), shards)
 
     @property
     def fingerprint(self) -> str:
@@ -82,6 +83,9 @@ class PartitionedRun:
                     "(written at parallelism 1: restoring it at a higher one is not supported yet)"
                 )
             part.open(manifest)
+        self._figures = ShardFigures(part.part.operators(), self.shards)
+        if location.restored is not None:
+            self._figures.restore(location.metadata.get(SHARD_STATE_KEY))
         self.coordinator, self._loc = part, location
         part.sweep()  # what a crashed run or an offline gc left
 
@@ -96,12 +100,7 @@ class PartitionedRun:
     def step(self, deltas: Mapping[str, pa.Table | pa.RecordBatch]) -> dict[str, pa.Table]:
         part = self._part()
         out = part.step(deltas)
-        for task in part.last_metrics:
-            for op, m in task.get("operators", {}).items():
-                c = self._counters.setdefault(op, [0, 0, 0.0])
-                c[0] += m["rows_in"]
-                c[1] += m["rows_out"]
-                c[2] += task["ms"] / max(1, len(task["operators"]))
+        self._figures.add(part.last_metrics)
         return out
 
     def commit_async(
@@ -118,6 +117,7 @@ class PartitionedRun:
             **(metadata or {}),
             **part.flow.checkpoint_metadata(),
             MANIFEST_KEY: part.checkpoint(),
+            SHARD_STATE_KEY: self._figures.state(),
         }
         handle = self._loc.commit_async(
             identifier=identifier, step=step, metadata=meta, keep_last=keep_last
@@ -146,13 +146,9 @@ class PartitionedRun:
         return 0 if part is None else sum(part.flow.watermarks.late_rows.values())
 
     def operator_metrics(self) -> dict[str, OperatorMetrics]:
-        """Each operator's rows in and out and ms, summed over its shards (a task's ms split
-        evenly among its operators); its state's size is not gathered from the shards yet
-        (0)."""
-        return {
-            op: OperatorMetrics(int(c[0]), int(c[1]), c[2], 0, 0)
-            for op, c in sorted(self._counters.items())
-        }
+        """Each operator's figures summed over its shards, and each shard's
+        (`partitioned.figures`)."""
+        return self._figures.operator_metrics()
 
     def close(self) -> None:
         if self.coordinator is not None:

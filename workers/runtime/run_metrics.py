@@ -81,18 +81,17 @@ class RunMetrics:
 
     def _operators(self, now: Mapping[str, OperatorMetrics]) -> dict[str, dict[str, Any]]:
         """Per operator: the step's rows in and out and ms (the counters' growth since the
-        last step), and its state after it."""
-        zero = OperatorMetrics(0, 0, 0.0, 0, 0)
+        last step), and its state after it; an operator in shards (a partitioned run), the
+        same of each shard in `shards`, in shard order."""
         out = {}
         for op_id, m in now.items():
-            before = self._counted.get(op_id, zero)
-            out[op_id] = {
-                "rows_in": m.rows_in - before.rows_in,
-                "rows_out": m.rows_out - before.rows_out,
-                "step_ms": round(m.step_ms - before.step_ms, 3),
-                "state_rows": m.state_rows,
-                "state_bytes": m.state_bytes,
-            }
+            before = self._counted.get(op_id, _ZERO)
+            out[op_id] = _step_figures(m, before)
+            if m.shards:
+                out[op_id]["shards"] = [
+                    {"shard": i, **_step_figures(s, _nth(before.shards, i))}
+                    for i, s in enumerate(m.shards)
+                ]
         self._counted = dict(now)
         return out
 
@@ -123,6 +122,25 @@ class RunMetrics:
             self.to_file({**rec, "duration_ms": durations})
 
         return on_progress
+
+
+_ZERO = OperatorMetrics(0, 0, 0.0, 0, 0)
+
+
+def _nth(shards: tuple[OperatorMetrics, ...], i: int) -> OperatorMetrics:
+    return shards[i] if i < len(shards) else _ZERO
+
+
+def _step_figures(now: OperatorMetrics, before: OperatorMetrics) -> dict[str, Any]:
+    """An operator's (or operator-shard's) figures in a step: its counters' growth since
+    `before`, its state `now`."""
+    return {
+        "rows_in": now.rows_in - before.rows_in,
+        "rows_out": now.rows_out - before.rows_out,
+        "step_ms": round(now.step_ms - before.step_ms, 3),
+        "state_rows": now.state_rows,
+        "state_bytes": now.state_bytes,
+    }
 
 
 __all__ = ["MetricsSink", "RunMetrics", "StepTimes"]

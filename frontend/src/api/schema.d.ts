@@ -1033,6 +1033,11 @@ export interface components {
             rows_in: number;
             /** Rows Out */
             rows_out: number;
+            /**
+             * Shards
+             * @description a partitioned pipeline's (parallelism > 1): each shard's figures, whose sums are the operator's; null at parallelism 1
+             */
+            shards?: components["schemas"]["ShardStepOut"][] | null;
             /** State Bytes */
             state_bytes: number;
             /** State Rows */
@@ -1313,6 +1318,43 @@ export interface components {
             steps: number;
             /** Ts */
             ts: number;
+        };
+        /**
+         * ShardStepOut
+         * @description One shard of a stateful operator of a partitioned pipeline in a step (a bucket: rows
+         *     summed, the largest step_ms, the last state).
+         */
+        ShardStepOut: {
+            /**
+             * Rows In
+             * @description rows (changes) into the operator's shard
+             */
+            rows_in: number;
+            /**
+             * Rows Out
+             * @description rows (changes) out of it
+             */
+            rows_out: number;
+            /**
+             * Shard
+             * @description the shard's number, 0 to parallelism - 1
+             */
+            shard: number;
+            /**
+             * State Bytes
+             * @description its state's bytes (memory and files) as of the newest step that stepped it
+             */
+            state_bytes: number;
+            /**
+             * State Rows
+             * @description its state's rows as of the newest step that stepped it (a shard that a step has no rows for is not stepped)
+             */
+            state_rows: number;
+            /**
+             * Step Ms
+             * @description the time of the shard tasks that stepped it, split among the operators each task stepped by their own time
+             */
+            step_ms: number;
         };
         /**
          * SinkStepOut

@@ -19,6 +19,7 @@ export type LogOut = S["LogOut"];
 export type SpecValidation = S["SpecValidation"];
 export type Dataflow = S["DataflowOut"];
 export type DataflowNode = S["DataflowNode"];
+export type ShardStep = S["ShardStepOut"];
 
 /** Every error body of the API (backend/schemas/common.py ErrorOut). The OpenAPI document
  * only declares FastAPI's default 422 shape, so this one is written by hand. */

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import type { DataflowNode } from "../api/types";
-import { layoutDataflow, NODE_H, OPERATOR_H } from "./dataflowLayout";
+import { layoutDataflow, NODE_H, OPERATOR_H, SHARDED_H } from "./dataflowLayout";
 
 function node(id: string, operator: string | null = null): DataflowNode {
   return { id, kind: operator ? "aggregate" : "project", label: id, view: null, operator, metrics: null };
@@ -32,5 +32,13 @@ describe("layoutDataflow", () => {
       expect(b.x + b.w).toBeLessThanOrEqual(width);
       expect(b.y + b.h).toBeLessThanOrEqual(height);
     }
+  });
+
+  it("gives a partitioned pipeline's operator a line more for its shards", () => {
+    const figures = { rows_in: 4, rows_out: 2, step_ms: 1, state_rows: 2, state_bytes: 64 };
+    const sharded = { ...node("v.agg0", "v.agg0"), metrics: { ...figures, shards: [{ shard: 0, ...figures }] } };
+    const single = { ...node("w.agg0", "w.agg0"), metrics: { ...figures, shards: null } };
+    const { boxes } = layoutDataflow({ nodes: [sharded, single], edges: [] });
+    expect(boxes.map((b) => b.h)).toEqual([SHARDED_H, OPERATOR_H]);
   });
 });

@@ -4,10 +4,12 @@ import dagre from "@dagrejs/dagre";
 import type { Dataflow, DataflowNode } from "../api/types";
 
 export const NODE_W = 230;
-/** Taller boxes for stateful operators (two more lines of figures) and for input tables
+/** Taller boxes for stateful operators (two more lines of figures; a partitioned
+ * pipeline's, once a step reported its shards, one more: their skew) and for input tables
  * and sinks once a step reported their offset and lag or last written step (one more). */
 export const NODE_H = 46;
 export const OPERATOR_H = 78;
+export const SHARDED_H = 94;
 export const TABLE_H = 62;
 
 export interface Box {
@@ -36,7 +38,7 @@ export function layoutDataflow(flow: Pick<Dataflow, "nodes" | "edges">): Layout 
   g.setGraph({ rankdir: "TB", nodesep: 24, ranksep: 30, marginx: 8, marginy: 8 });
   g.setDefaultEdgeLabel(() => ({}));
   for (const n of flow.nodes) {
-    const height = n.operator ? OPERATOR_H : n.input || n.sink ? TABLE_H : NODE_H;
+    const height = n.operator ? (n.metrics?.shards?.length ? SHARDED_H : OPERATOR_H) : n.input || n.sink ? TABLE_H : NODE_H;
     g.setNode(n.id, { width: NODE_W, height });
   }
   const known = new Set(flow.nodes.map((n) => n.id));

@@ -189,7 +189,7 @@ def test_dataflow_graph_and_per_operator_figures(api: Api) -> None:
     graph = api.get(url).json()
     assert graph["step"] == 2
     join, agg = [n for n in graph["nodes"] if n["operator"]]
-    assert join["metrics"] == figures(2) and agg["metrics"] is None
+    assert join["metrics"] == {**figures(2), "shards": None} and agg["metrics"] is None
     # The input table's offset and lag after the newest step.
     assert {n["id"]: n["input"] for n in graph["nodes"]}["table:events"] == lag["events"]
     # Each sink's last written step.
@@ -218,3 +218,51 @@ def test_dataflow_of_an_operator_spec(api: Api) -> None:
     assert {(e["source"], e["target"]) for e in graph["edges"]} == {
         ("table:source", "per_user"), ("per_user", "sink:out"), ("per_user", "sink:v")
     }  # fmt: skip
+
+
+def test_dataflow_shows_each_operator_shard_of_a_partitioned_pipeline(api: Api) -> None:
+    """At parallelism > 1 each stateful operator's figures come with its shards': in the
+    dataflow, the metrics history and Prometheus (labels pipeline, operator, shard)."""
+    spec = {**example("nexmark-q3-sql"), "parallelism": 2}
+    api.create_pipeline(spec)
+    name = spec["name"]
+    join, agg = [n["operator"] for n in api.get(f"pipelines/{name}/dataflow").json()["nodes"]
+                 if n["operator"]]  # fmt: skip
+
+    def shard(i: int, rows: int, ms: float, state: int) -> dict[str, Any]:
+        return {"shard": i, "rows_in": rows, "rows_out": rows // 2, "step_ms": ms,
+                "state_rows": state, "state_bytes": 100 * state}  # fmt: skip
+
+    def operator(*shards: dict[str, Any]) -> dict[str, Any]:
+        total = {k: sum(x[k] for x in shards) for k in shards[0] if k != "shard"}
+        return {**total, "shards": list(shards)}
+
+    steps = [
+        {"ts": time.time() - 2, "step": 1,
+         "operators": {join: operator(shard(0, 30, 6.0, 30), shard(1, 10, 2.0, 10))}},
+        {"ts": time.time() - 1, "step": 2,
+         "operators": {join: operator(shard(0, 24, 4.0, 54), shard(1, 0, 0.0, 10))}},
+    ]  # fmt: skip
+    add_samples(api.db, api.pipeline_id(name), steps)
+    nodes = {n["id"]: n for n in api.get(f"pipelines/{name}/dataflow").json()["nodes"]}
+    assert nodes[join]["metrics"] == steps[1]["operators"][join]
+    assert [s["state_rows"] for s in nodes[join]["metrics"]["shards"]] == [54, 10]
+    assert nodes[agg]["metrics"] is None
+    history = api.get(f"pipelines/{name}/metrics").json()
+    assert [h["operators"][join]["shards"][0]["rows_in"] for h in history] == [30, 24]
+    text = api.get("/metrics").text
+    for i, (rows_in, seconds, state) in enumerate([(54, 0.010, 54), (10, 0.002, 10)]):
+        labels = {"pipeline": name, "operator": join, "shard": str(i)}
+        assert metric(text, "spindle_operator_shard_rows_in_total", **labels) == rows_in
+        assert metric(text, "spindle_operator_shard_step_seconds_total", **labels) == (
+            pytest.approx(seconds)
+        )
+        assert metric(text, "spindle_operator_shard_state_rows", **labels) == state
+        assert metric(text, "spindle_operator_shard_state_bytes", **labels) == 100 * state
+    shard_operators = {
+        smp.labels["operator"]
+        for family in text_string_to_metric_families(text)
+        if family.name.startswith("spindle_operator_shard_")
+        for smp in family.samples
+    }
+    assert shard_operators == {join}

@@ -141,6 +141,10 @@ def test_bad_requests_from_a_run_are_client_errors(api: Api) -> None:
     for run_id in ("abc", "0", "-1", str(2**40), "1.5"):
         error(api.post(f"runs/{run_id}/report", token=token, json=REPORT), 422, "invalid_request")
     sample = {"ts": 1.0, "step": 1}
+
+    def shards(op: str, value: Any) -> dict[str, Any]:
+        return {**REPORT, "samples": [{**sample, "operators": {op: {"shards": value}}}]}
+
     bodies: list[Any] = [
         {},
         [],
@@ -153,6 +157,13 @@ def test_bad_requests_from_a_run_are_client_errors(api: Api) -> None:
         {**REPORT, "samples": [{**sample, "spine_batches": 2**31}]},
         {**REPORT, "samples": [{**sample, "rows_in": -1}]},
         {**REPORT, "samples": [{"step": 1}]},
+        # A partitioned pipeline's operator-shards: counted, so checked.
+        shards("a", "all"),
+        shards("a", [{"rows_in": 1}]),
+        shards("a", [{"shard": -1}]),
+        shards("a", [{"shard": 0, "rows_in": -1}]),
+        shards("a", [{"shard": 0, "step_ms": "slow"}]),
+        shards("a" * 129, []),
         {**REPORT, "events": [{"message": "no kind"}]},
         {**REPORT, "events": [{"event": "x" * 65}]},
         {**REPORT, "checkpoints": {"listed": [{"uuid": "u"}]}},

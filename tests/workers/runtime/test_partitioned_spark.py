@@ -31,6 +31,7 @@ from workers.jobs import offline
 from workers.runtime.dataflow_run import MANIFEST_KEY, ParallelismChangedError
 from workers.runtime.partitioned import PartitionedDataflow
 from workers.runtime.partitioned.collection import named
+from workers.runtime.partitioned.figures import SHARD_STATE_KEY
 from workers.runtime.partitioned.prefixed_store import PrefixedStore
 from workers.runtime.partitioned.spark_levels import SparkLevels, salts
 from workers.runtime.partitioned_run import PartitionedRunError
@@ -161,6 +162,7 @@ def test_a_partitioned_sql_pipeline_equals_parallelism_one_across_a_resume(
     )
     try:
         manifest = loc.metadata[MANIFEST_KEY]
+        shard_state = loc.metadata[SHARD_STATE_KEY]
     finally:
         loc.close()
     assert manifest["shards"] == shards + 1
@@ -169,16 +171,28 @@ def test_a_partitioned_sql_pipeline_equals_parallelism_one_across_a_resume(
     assert (tmp_path / f"p{shards}" / "state" / "shards" / "per_customer.agg0" / "1").is_dir()
     assert any((tmp_path / "store" / "shards" / "big_orders.join0" / "0").rglob("*.manifest"))
     # Each step's record sums the operators' rows over their shards, as at parallelism 1.
-    rows_in = {}
+    records = {}
     for p in (1, shards):
-        lines = (tmp_path / f"p{p}" / "state" / "metrics.jsonl").open()
-        records = [json.loads(x) for x in lines]
-        steps = {r["step"]: r for r in records if "event" not in r and "step" in r}
-        rows_in[p] = {
-            step: {op: m["rows_in"] for op, m in r["operators"].items()}
-            for step, r in steps.items()
-        }
+        lines = (tmp_path / f"p{p}" / "state" / "metrics.jsonl").read_text().splitlines()
+        steps = {r["step"]: r for r in map(json.loads, lines) if "event" not in r and "step" in r}
+        records[p] = [steps[i] for i in sorted(steps)]
+    rows_in = {
+        p: [{op: m["rows_in"] for op, m in r["operators"].items()} for r in records[p]]
+        for p in (1, shards)
+    }
     assert rows_in[shards] == rows_in[1]
+    # ... and has each shard's part: rows, time and state (a shard's state as of the newest
+    # step that stepped it; in the driver's checkpoints too, from where a resumed run starts).
+    assert all("shards" not in m for r in records[1] for m in r["operators"].values())
+    for r in records[shards]:
+        for op, m in r["operators"].items():
+            assert [x["shard"] for x in m["shards"]] == list(range(shards)), (r["step"], op)
+            for k in ("rows_in", "rows_out", "state_rows", "state_bytes"):
+                assert m[k] == sum(x[k] for x in m["shards"]), (r["step"], op, k)
+    last = records[shards][-1]["operators"]
+    assert all(x["state_bytes"] > 0 for m in last.values() for x in m["shards"])
+    assert sorted(shard_state) == sorted(manifest["operators"])
+    assert all(len(v) == shards and all(x > 0 for x, _ in v) for v in shard_state.values())
     # Shard checkpoints that no driver checkpoint names are collected, as steps go and by
     # an offline gc (in the store too); the newest checkpoint still resumes.
     run_state = tmp_path / f"p{shards}" / "state"

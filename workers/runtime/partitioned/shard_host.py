@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -25,6 +26,8 @@ from spindle_sql.dataflow import Dataflow
 from spindle_sql.partitioning import WATERMARKS, Partitioning
 from spindle_sql.shard_level import LevelStep
 from storage_engine import EngineSettings
+from storage_engine.circuit import Operator, operator_state
+from storage_engine.circuit.operator import OperatorCounters
 from storage_engine.fileio import FileLayer
 from storage_engine.objstore import ObjectStoreLike
 
@@ -72,7 +75,9 @@ class ShardHost:
         self, request: Mapping[str, Any], messages: pa.Table
     ) -> tuple[pa.Table, dict[str, Any]]:
         """One level of one step on one shard: (messages out, {"checkpoints": {operator id:
-        uuid or None}, "metrics": {...}})."""
+        uuid or None}, "metrics": {"ms", "rows_in", "collected", "operators": {operator id:
+        {"rows_in", "rows_out", "ms", "state_rows", "state_bytes"}}}}), per operator it stepped
+        (`_operator_figures`)."""
         started = time.perf_counter()
         plan, shard = str(request["plan"]), int(request["shard"])
         level, step = int(request["level"]), int(request["step"])
@@ -97,7 +102,7 @@ class ShardHost:
         )
         ops = {op.id: op for op in flow.operators}
         fps = flow.circuit.operator_fingerprints
-        before = {i: (ops[i].counters.rows_in, ops[i].counters.rows_out) for i in task.touched}
+        before = {i: replace(ops[i].counters) for i in task.touched}
         checkpoints = dict(bases)
         try:
             for i in task.touched:
@@ -109,6 +114,7 @@ class ShardHost:
             for i in task.touched:
                 self.states.discard(i, shard)
             raise
+        state = {i: operator_state(self.states.location(i, shard), [i])[i] for i in task.touched}
         collected = 0
         keep = request.get("keep")
         if keep is not None:
@@ -116,17 +122,12 @@ class ShardHost:
             collected = sweep(self.states, kept, list(kept), below_step=step)
         out = encode(routed, shard)
         rows_in = sum(t.num_rows for p, t in inputs.items() if p != WATERMARKS)
+        ms = (time.perf_counter() - started) * 1000
         metrics = {
-            "ms": (time.perf_counter() - started) * 1000,
+            "ms": ms,
             "rows_in": rows_in,
             "collected": collected,
-            "operators": {
-                i: {
-                    "rows_in": ops[i].counters.rows_in - before[i][0],
-                    "rows_out": ops[i].counters.rows_out - before[i][1],
-                }
-                for i in task.touched
-            },
+            "operators": _operator_figures(ops, before, state, ms),
         }
         return out, {"checkpoints": checkpoints, "metrics": metrics}
 
@@ -137,6 +138,29 @@ class ShardHost:
     def close(self) -> None:
         self.evict()
         self._flows.clear()
+
+
+def _operator_figures(
+    ops: Mapping[str, Operator],
+    before: Mapping[str, OperatorCounters],
+    state: Mapping[str, tuple[int, int]],
+    ms: float,
+) -> dict[str, dict[str, Any]]:
+    """Each stepped operator's part of a shard step: its rows in and out, the task's time
+    split among the operators by their own step times (evenly if none took any), and its
+    state after the commit (rows, bytes in memory and files)."""
+    own = {i: ops[i].counters.step_ms - c.step_ms for i, c in before.items()}
+    total = sum(own.values())
+    return {
+        i: {
+            "rows_in": ops[i].counters.rows_in - c.rows_in,
+            "rows_out": ops[i].counters.rows_out - c.rows_out,
+            "ms": ms * own[i] / total if total > 0 else ms / len(before),
+            "state_rows": state[i][0],
+            "state_bytes": state[i][1],
+        }
+        for i, c in before.items()
+    }
 
 
 __all__ = ["ShardHost", "ShardStepError"]

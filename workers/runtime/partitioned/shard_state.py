@@ -111,6 +111,10 @@ class ShardStates:
             uids.append(uid)
         return uids
 
+    def location(self, op_id: str, shard: int) -> StorageLocation:
+        """The open location of an operator-shard (acquired, or committed and still open)."""
+        return self._open[(op_id, shard)].loc
+
     def discard(self, op_id: str, shard: int) -> None:
         """Close the shard's location (its uncommitted state is dropped)."""
         held = self._open.pop((op_id, shard), None)
