@@ -2,6 +2,7 @@
 events, each query checked against a DuckDB batch query.
 
     python -m bench.nexmark [--quick] [--json] [--queries q1,q5] [--systems spindle,spark]
+        [--parallelism 1,2] [--events N] [--per-file N] [--spark-master spark://host:7077]
 
 N events from Spindle's Nexmark generator (deterministic; 1,000 events per second of event
 time, so timestamps are whole milliseconds and every system reads them exactly) are written
@@ -30,13 +31,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -121,11 +123,27 @@ def _run(
     system: str, q: Query, events: Path, work: Path, collect: bool
 ) -> tuple[dict[str, Any], Rows | None]:
     work.mkdir(parents=True)
-    if system == "spindle":
-        return runs.spindle(q, events, work, collect)
+    if system.startswith("spindle"):
+        return runs.spindle(q, events, work, collect, parallelism_of(system))
     if system == "spark":
         return runs.spark(q, events, work, collect)
     return runs.flink(q, events, work, collect)
+
+
+def parallelism_of(system: str) -> int:
+    """Spindle's parallelism in a system's name: `spindle` (1), `spindle-p2` (2)."""
+    return int(system.rpartition("-p")[2]) if system.startswith("spindle-p") else 1
+
+
+def with_parallelism(systems: Sequence[str], parallelism: Sequence[int]) -> list[str]:
+    """`systems` with Spindle once per parallelism (`spindle` at 1, `spindle-pN` at N)."""
+    out: list[str] = []
+    for s in systems:
+        if s == "spindle":
+            out += ["spindle" if p == 1 else f"spindle-p{p}" for p in parallelism]
+        else:
+            out.append(s)
+    return out
 
 
 def run_query(
@@ -175,8 +193,13 @@ def run_benchmark(
     log: Log = quiet,
     queries: Sequence[str] | None = None,
     systems: Sequence[str] = SYSTEMS,
+    events: int | None = None,
+    per_file: int | None = None,
 ) -> dict[str, Any]:
+    """`events`, `per_file`: instead of the profile's (timed runs' events, and per file,
+    which is per step)."""
     prof = PROFILES[mode]
+    prof = replace(prof, events=events or prof.events, per_file=per_file or prof.per_file)
     chosen = list(queries or prof.queries or names())
     started = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="spindle-bench-nexmark-", dir=base_dir))
@@ -187,6 +210,7 @@ def run_benchmark(
         "events_per_file": prof.per_file,
         "check_events": prof.check_events,
         "systems": list(systems),
+        "spark_master": os.environ.get("SPINDLE_SPARK_MASTER", "local[2]"),
         "machine": machine_info(),
         "versions": versions(**_peer_versions(systems)),
         "revision": engine_revision(),
@@ -202,7 +226,7 @@ def run_benchmark(
             report["queries"][name] = run_query(
                 load(name), systems, data, check_input, prof.events + 1, work / "runs", log
             )
-        if "spindle" in systems:
+        if "spindle" in systems and per_file is None and events is None:
             again = [n for n in chosen if n in RECOVERY_QUERIES]
             report["recovery"] = _recoveries(again, data["bench"], report, work / "recovery", log)
     finally:
@@ -284,15 +308,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset")
     p.add_argument("--dir", default=None, help="where to put temporary files (default: tmp)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument(
+        "--parallelism",
+        default="1",
+        help="Spindle's parallelism, comma-separated: 1,2 runs it at both (spindle, spindle-p2)",
+    )
+    p.add_argument("--events", type=int, default=None, help="events of the timed runs")
+    p.add_argument("--per-file", type=int, default=None, help="events per file (per step)")
+    p.add_argument(
+        "--spark-master",
+        default=None,
+        help="Spindle's Spark master (SPINDLE_SPARK_MASTER; default local[2])",
+    )
     args = p.parse_args(argv)
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
     systems = [s for s in args.systems.split(",") if s]
     if unknown := set(systems) - set(SYSTEMS):
         p.error(f"--systems: unknown {sorted(unknown)}; choose from {', '.join(SYSTEMS)}")
+    try:
+        parallelism = [int(x) for x in args.parallelism.split(",") if x]
+    except ValueError:
+        p.error(f"--parallelism: {args.parallelism!r} is not a list of integers")
+    if not parallelism or any(not 1 <= x <= 256 for x in parallelism):
+        p.error("--parallelism: each between 1 and 256")
+    systems = with_parallelism(systems, parallelism)
+    if args.spark_master:
+        os.environ["SPINDLE_SPARK_MASTER"] = args.spark_master
     queries = args.queries.split(",") if args.queries else None
     if queries and (unknown := set(queries) - set(names())):
         p.error(f"--queries: no example for {sorted(unknown)} in docs/examples/nexmark/")
-    report = run_benchmark(mode, args.dir, quiet if args.quiet else log_to_stderr, queries, systems)
+    log = quiet if args.quiet else log_to_stderr
+    report = run_benchmark(mode, args.dir, log, queries, systems, args.events, args.per_file)
     if args.json:
         print(json.dumps(report, indent=2))
     else:

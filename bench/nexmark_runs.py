@@ -143,12 +143,19 @@ def _json_changes(path: Path) -> Rows:
 
 
 def spindle_spec(
-    q: Query, events: Path, work: Path, sink: dict[str, Any], checkpoint: dict[str, Any]
+    q: Query,
+    events: Path,
+    work: Path,
+    sink: dict[str, Any],
+    checkpoint: dict[str, Any],
+    parallelism: int = 1,
 ) -> tuple[Path, Path]:
     """The query's example spec over the events' files, its view to `sink` (named `out`),
-    with `checkpoint` (the spec's policy), 10 ms trigger: written to `work`; its path and
-    the run's storage location."""
+    with `checkpoint` (the spec's policy), 10 ms trigger, `parallelism`: written to
+    `work`; its path and the run's storage location."""
     doc = json.loads(q.spec.model_dump_json(by_alias=True, exclude_none=True))
+    if parallelism != 1:
+        doc["parallelism"] = parallelism
     first, *rest = doc["tables"]
     events_table = {
         "kind": "files",
@@ -203,13 +210,13 @@ def files_output(out: Path) -> Rows:
 
 
 def spindle(
-    q: Query, events: Path, work: Path, collect: bool
+    q: Query, events: Path, work: Path, collect: bool, parallelism: int = 1
 ) -> tuple[dict[str, Any], Rows | None]:
     out = work / "out"
     # The timed run's sink reads the view and drops it, as Flink's blackhole and Spark's noop.
     sink = {"kind": "files", "path": str(out)} if collect else {"kind": "discard"}
     checkpoint = {"every_steps": None, "every": CHECKPOINT_S}
-    spec, storage = spindle_spec(q, events, work, sink, checkpoint)
+    spec, storage = spindle_spec(q, events, work, sink, checkpoint, parallelism)
     peak = measured([*driver_command(spec, storage), "--stop-when-idle", "3"], work / "driver.log")
     recs = metrics(storage)
     steps = [r for r in recs if "step" in r]

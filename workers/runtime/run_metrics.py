@@ -54,6 +54,7 @@ class RunMetrics:
         table, its offset (one number) and input lag after the step (`StepInput.lag`);
         `sinks`: per sink, rows written and the last step that wrote any (`WrittenSteps`)."""
         stats = [sp.stats() for sp in spines]
+        sharded = [m for m in operators.values() if m.shards]
         rows_in, rows_out, bad, late = rows
         rec = {
             "ts": time.time(),
@@ -69,8 +70,10 @@ class RunMetrics:
             # max over the step's input rows that passed the filter of (sink writes done -
             # event time); None without an event-time column or an event time in the step
             "latency_ms": None if times.latency_ms is None else round(times.latency_ms, 3),
-            "state_rows": sum(s.rows for s in stats),
-            "state_bytes": sum(s.mem_bytes + s.file_bytes for s in stats),
+            # The driver's spines, and a partitioned run's operators' state in its shards.
+            "state_rows": sum(s.rows for s in stats) + sum(m.state_rows for m in sharded),
+            "state_bytes": sum(s.mem_bytes + s.file_bytes for s in stats)
+            + sum(m.state_bytes for m in sharded),
             "spine_batches": sum(s.batches for s in stats),
             "merge_backlog": sum(s.merge_backlog for s in stats),
             "operators": self._operators(operators),
