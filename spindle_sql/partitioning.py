@@ -57,11 +57,13 @@ def output_port(view: str) -> str:
 class Consumer:
     """Where a node's rows go: `port` at `level`; `keys` the columns (of the node's rows)
     that choose the shard, or None for the same shard as the rows' (a linear reader) or
-    the driver."""
+    the driver; `reads` the columns the reader uses, when not all (an aggregate's keys and
+    arguments: the rows travel as those columns alone, consolidated)."""
 
     port: str
     level: int
     keys: tuple[str, ...] | None
+    reads: tuple[str, ...] | None = None
 
 
 class Partitioning:
@@ -92,7 +94,8 @@ class Partitioning:
                 c = self.index[id(child)]
                 if i in self.operator:
                     port = f"s{i}.{k}"
-                    self.consumers[c].append(Consumer(port, self.level[i], _keys(node, k)))
+                    reads = _reads(node)
+                    self.consumers[c].append(Consumer(port, self.level[i], _keys(node, k), reads))
                 elif self.level[i] > self.level[c]:
                     forward = Consumer(f"v{c}", self.level[i], None)
                     if forward not in self.consumers[c]:
@@ -154,6 +157,15 @@ class Partitioning:
             position = {c: j for j, c in enumerate(child.schema.names)}
             out.append(tuple(names[k][position[c]] for c in _keys(node, k)))
         return out
+
+
+def _reads(node: P.Node) -> tuple[str, ...] | None:
+    """The input columns an aggregate reads (None: a reader of whole rows)."""
+    if isinstance(node, P.Aggregate | P.WindowAggregate):
+        more = (node.time,) if isinstance(node, P.WindowAggregate) else ()
+        used = (*node.keys, *more, *(a.column for a in node.aggs if a.column is not None))
+        return tuple(dict.fromkeys(used))
+    return None
 
 
 def _keys(node: P.Node, k: int) -> tuple[str, ...]:

@@ -19,16 +19,18 @@ input at the pipeline's first step on the shard that owns them (the empty key's)
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from storage_engine.circuit.operator import empty_delta
 from storage_engine.key_groups import key_groups, shard_of_groups, split_by_shard
+from storage_engine.schema import WEIGHT
 
 from . import plan as P
-from .partitioning import DRIVER, WATERMARKS, Partitioning, final_port, table_port
+from .partitioning import DRIVER, WATERMARKS, Partitioning, final_port, output_port, table_port
 
 Routed = dict[tuple[int, int], dict[str, pa.Table | list[dict[str, Any]]]]
 
@@ -49,7 +51,8 @@ class LevelStep:
 
     `inputs`: the rows that reached this shard, by port (records under `w`);
     `watermarks`: `Watermarks.state()` after the step before; `first`: whether this is the
-    pipeline's first step; `sources`: how many tasks level 0 had (each sent a record)."""
+    pipeline's first step; `sources`: how many tasks level 0 had (each sent a record);
+    `outputs`: the views whose rows the driver wants (default: all)."""
 
     def __init__(
         self,
@@ -62,8 +65,10 @@ class LevelStep:
         watermarks: Mapping[str, Any],
         first: bool,
         sources: int | None = None,
+        outputs: Collection[str] | None = None,
     ) -> None:
         self.part, self.flow = part, part.flow
+        self.outputs = None if outputs is None else frozenset(outputs)
         self.level, self.shard, self.shards, self.groups = level, shard, shards, groups
         self.inputs = {p: t for p, t in inputs.items() if p == WATERMARKS or t.num_rows}
         self.flow.watermarks.restore(watermarks)
@@ -129,17 +134,25 @@ class LevelStep:
                 held = self.inputs.get(final_port(name))
                 if held is not None:
                     flow.hold_final(name, held)
-                self._send(out, DRIVER, self.shard, f"o:{name}", flow.release_final(name))
+                released = flow.release_final(name)
+                if self._wanted(name):
+                    self._send(out, DRIVER, self.shard, output_port(name), released)
         for i, rows in values.items():
             if rows.num_rows == 0:
                 continue
             for c in part.consumers[i]:
+                if c.level == DRIVER and not self._wanted(c.port[2:]):
+                    continue
                 if c.keys is None:
                     self._send(out, c.level, self.shard % self.shards, c.port, rows)
                     continue
-                for s, piece in split_by_shard(rows, c.keys, self.shards, self.groups).items():
+                sent = rows if c.reads is None else narrowed(rows, c.reads)
+                for s, piece in split_by_shard(sent, c.keys, self.shards, self.groups).items():
                     self._send(out, c.level, s, c.port, piece)
         return out
+
+    def _wanted(self, view: str) -> bool:
+        return self.outputs is None or view in self.outputs
 
     def _node_inputs(self, i: int, node: P.Node, values: Mapping[int, pa.Table]) -> list[pa.Table]:
         part = self.part
@@ -148,6 +161,8 @@ class LevelStep:
             c = part.index[id(child)]
             if i in part.operator:
                 got = self.inputs.get(f"s{i}.{k}")
+                if got is not None and got.column_names != [*child.schema.names, WEIGHT]:
+                    got = widened(got, child.schema)
             elif part.level[c] == self.level:
                 got = values[c]
             else:
@@ -159,6 +174,31 @@ class LevelStep:
     def _send(out: Routed, level: int, shard: int, port: str, rows: pa.Table) -> None:
         if rows.num_rows:
             out.setdefault((level, shard), {})[port] = rows
+
+
+def narrowed(rows: pa.Table, columns: Sequence[str]) -> pa.Table:
+    """Only `columns` of the rows (and their weights), equal rows' weights summed: what an
+    aggregate's shard receives (it reads nothing else, and a Z-set is its consolidation)."""
+    t = rows.select([*columns, WEIGHT])
+    if not all(_groupable(f.type) for f in t.schema):
+        return t
+    summed = t.group_by(list(columns), use_threads=False).aggregate([(WEIGHT, "sum")])
+    summed = summed.select([*columns, f"{WEIGHT}_sum"]).rename_columns([*columns, WEIGHT])
+    return summed.filter(pc.not_equal(summed.column(WEIGHT), 0)).cast(t.schema)
+
+
+def _groupable(t: pa.DataType) -> bool:
+    return not (pa.types.is_nested(t) or pa.types.is_null(t) or pa.types.is_dictionary(t))
+
+
+def widened(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Narrowed rows (`narrowed`) with `schema`'s other columns back, as NULLs (the reader
+    does not read them)."""
+    n = rows.num_rows
+    cols = [
+        rows.column(f.name) if f.name in rows.column_names else pa.nulls(n, f.type) for f in schema
+    ]
+    return pa.table([*cols, rows.column(WEIGHT)], names=[*schema.names, WEIGHT])
 
 
 def level_zero_inputs(

@@ -37,8 +37,15 @@ class PartitionedRunError(ValueError):
 class PartitionedRun:
     """`factory`'s dataflow in `shards` shards on `spark`'s executors: a `Stepper`."""
 
-    def __init__(self, factory: Callable[[], Dataflow], shards: int, spark: SparkSession) -> None:
+    def __init__(
+        self,
+        factory: Callable[[], Dataflow],
+        shards: int,
+        spark: SparkSession,
+        outputs: Collection[str] | None = None,
+    ) -> None:
         self.factory = factory
+        self.outputs = outputs  # the views the run's sinks read (the others never travel)
         self.shards = shards
         self.spark = spark
         self.flow = factory()  # the plan's: fingerprint, schemas, what changed
@@ -74,6 +81,7 @@ class PartitionedRun:
             store=store,
             levels=levels,
             retain=self._retained,
+            outputs=self.outputs,
         )
         if location.restored is not None:
             manifest = location.metadata.get(MANIFEST_KEY)

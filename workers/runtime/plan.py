@@ -141,7 +141,10 @@ def plan(spark: SparkSession, spec: S.PipelineSpec) -> Plan:
     if sql is not None and spec.parallelism > 1:
         # Each executor builds the views from the spec's JSON (`sql_dataflow`).
         spec_json = spec.model_dump_json(by_alias=True)
-        run = PartitionedRun(partial(sql_dataflow, spec_json), spec.parallelism, spark)
+        sinks_read = {s.from_ for s in spec.sinks}
+        run = PartitionedRun(
+            partial(sql_dataflow, spec_json), spec.parallelism, spark, outputs=sinks_read
+        )
     tables = {
         source.table: _table_plan(
             spark, spec.table_spec(source.table), where, more[source.table], run, live

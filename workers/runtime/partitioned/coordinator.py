@@ -13,7 +13,7 @@ them, so the manifest's are the shards'.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -102,6 +102,7 @@ class PartitionedDataflow:
         host: ShardHost | None = None,
         levels: Levels | None = None,
         retain: Callable[[], Iterable[Mapping[str, Any]]] | None = None,
+        outputs: Collection[str] | None = None,
     ) -> None:
         group_starts(shards, key_groups)  # validates both
         self.factory = factory
@@ -119,6 +120,7 @@ class PartitionedDataflow:
         self.first = True
         self.last_metrics: list[dict[str, Any]] = []
         self.retain = retain
+        self.outputs = None if outputs is None else sorted(outputs)
         self._kept: Named | None = None  # what the last step or sweep kept
 
     @property
@@ -150,6 +152,7 @@ class PartitionedDataflow:
                     "first": self.first,
                     "sources": self.shards,  # level 0's tasks: one per shard here
                     "watermarks": watermarks,
+                    **({} if self.outputs is None else {"outputs": self.outputs}),
                     "bases": {op: checkpoints[op][s] for op in self.part.operators_at(level)},
                     **(
                         {}

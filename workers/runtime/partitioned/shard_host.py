@@ -99,6 +99,7 @@ class ShardHost:
             request["watermarks"],
             bool(request["first"]),
             request.get("sources"),
+            request.get("outputs"),
         )
         ops = {op.id: op for op in flow.operators}
         fps = flow.circuit.operator_fingerprints
