@@ -34,7 +34,10 @@ def test_values_become_the_strings_spark_takes() -> None:
         ('{"spark.x": NaN}', "spark.x: the value must be a string, a number or a boolean"),
         ('["spark.x"]', "a JSON object of spark.* keys and their values, not an array"),
         ("spark.x=1", "not JSON"),
-        ('{"spark.master": "local[4]"}', "spark.master cannot be set here: set SPINDLE_SPARK_MASTER"),
+        (
+            '{"spark.master": "local[4]"}',
+            "spark.master cannot be set here: set SPINDLE_SPARK_MASTER",
+        ),
         ('{"spark.driver.memory": "4g"}', "read when the driver's JVM starts"),
         ('{"spark.sql.session.timeZone": "CET"}', "computed in UTC"),
     ],

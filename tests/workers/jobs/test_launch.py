@@ -61,7 +61,7 @@ def test_the_spark_conf_setting_is_validated_and_reaches_the_drivers(
     assert parse_spark_conf(env[ENV]) == settings.spark_conf
 
     monkeypatch.setenv(ENV, '{"spark.executor.memory": "1g", "spark.app.name": "x"}')
-    with pytest.raises(ValidationError, match="spark.app.name cannot be set here"):
+    with pytest.raises(ValidationError, match=r"spark\.app\.name cannot be set here"):
         Settings(data_dir=tmp_path)
     monkeypatch.setenv(ENV, "{spark.executor.memory: 1g}")
     with pytest.raises(SettingsError, match="spark_conf"):
