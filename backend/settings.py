@@ -13,8 +13,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from pipeline_spec.spark_conf import parse_spark_conf
 
 ObjectRoot = Annotated[str, Field(pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,62}(/[^\s]*)?$")]
 
@@ -92,6 +94,13 @@ class Settings(BaseSettings):
         "(endpoint and keys from SPINDLE_S3_*); default file://<data_dir>/objects; none: off",
     )
     spark_master: str = Field("local[2]", description="passed to the Spark driver")
+    spark_conf: dict[str, str] = Field(
+        default_factory=dict,
+        description="Spark configuration passed to every pipeline driver: a JSON object of "
+        "spark.* keys and their values (strings, numbers, booleans), applied over Spindle's "
+        "defaults; the master, the application's name, the time zone and the driver's JVM "
+        "options are refused (pipeline_spec/spark_conf.py)",
+    )
     spark_cds: bool = Field(
         True,
         description="drivers' JVMs map the class-data archive of Spark's classes when one is "
@@ -128,6 +137,11 @@ class Settings(BaseSettings):
         3600.0, gt=0, description="per-step samples kept this long, then one per minute"
     )
     metrics_keep_s: float = Field(7 * 86400.0, gt=0, description="history kept this long")
+
+    @field_validator("spark_conf", mode="before")
+    @classmethod
+    def _spark_conf(cls, value: object) -> dict[str, str]:
+        return parse_spark_conf(value)
 
     @cached_property
     def data_path(self) -> Path:

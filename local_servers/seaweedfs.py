@@ -16,20 +16,15 @@ weed always creates as `/tmp/seaweedfs-*-<port>.sock`; `stop()` removes those.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import io
 import json
 import os
-import random
 import secrets
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -37,6 +32,8 @@ from typing import Any
 import urllib3
 from minio import Minio
 from minio.deleteobjects import DeleteObject
+
+from .processes import DIE_WITH_PARENT, free_ports
 
 REGION = "us-east-1"
 PROBE_BUCKET = "seaweed-s3-ready-probe"
@@ -78,57 +75,6 @@ def fail_fast_http(timeout: float = 2.0) -> urllib3.PoolManager:
     )
 
 
-def _free_ports(n: int) -> list[int]:
-    """`n` distinct ports free on 127.0.0.1, taken below the kernel's ephemeral range when it
-    leaves room, so that outgoing connections (weed's own, between its components) cannot take
-    them while the server is stopped or still starting up."""
-    try:
-        text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
-        ephemeral_low = int(text.split()[0])
-    except (OSError, ValueError, IndexError):
-        ephemeral_low = 32768
-    low = 10000
-    candidates = list(range(low, ephemeral_low)) if ephemeral_low - low >= 1000 else []
-    random.shuffle(candidates)
-    held: list[socket.socket] = []
-    try:
-        for port in [*candidates, *[0] * n]:
-            if len(held) == n:
-                break
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                s.close()
-                continue
-            held.append(s)
-        return [s.getsockname()[1] for s in held]
-    finally:
-        for s in held:
-            s.close()
-
-
-def _pdeathsig_setter() -> Callable[[], None] | None:
-    """Linux: a preexec_fn that has the kernel SIGKILL the server when the thread that started
-    it exits (so a killed pytest leaves no orphan server; used for starts from the main thread
-    only). Everything is looked up here, before the fork: the child makes one libc call."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    pr_set_pdeathsig, sigkill = 1, int(signal.SIGKILL)
-
-    def preexec() -> None:  # pragma: no cover - runs in the child between fork and exec
-        prctl(pr_set_pdeathsig, sigkill)
-
-    return preexec
-
-
-_PREEXEC = _pdeathsig_setter()
-
-
 class SeaweedS3:
     """A SeaweedFS master + volume + filer + S3 gateway in one `weed server` process."""
 
@@ -156,7 +102,7 @@ class SeaweedS3:
         self.volume_size_limit_mb = volume_size_limit_mb
         self.max_volumes = max_volumes
         self.startup_timeout = startup_timeout
-        self.ports = dict(zip(PORT_NAMES, _free_ports(len(PORT_NAMES)), strict=True))
+        self.ports = dict(zip(PORT_NAMES, free_ports(len(PORT_NAMES)), strict=True))
         self._proc: subprocess.Popen[bytes] | None = None
         self._started_once = False
 
@@ -290,7 +236,7 @@ class SeaweedS3:
                 if attempt == attempts - 1:
                     raise
                 # Another process took a port between choosing and binding: choose again.
-                self.ports = dict(zip(PORT_NAMES, _free_ports(len(PORT_NAMES)), strict=True))
+                self.ports = dict(zip(PORT_NAMES, free_ports(len(PORT_NAMES)), strict=True))
             else:
                 self._started_once = True
                 return
@@ -298,7 +244,7 @@ class SeaweedS3:
     def _spawn_and_wait(self) -> None:
         # The kernel's parent-death signal is tied to the starting thread: main thread only.
         main = threading.current_thread() is threading.main_thread()
-        preexec = _PREEXEC if main else None
+        preexec = DIE_WITH_PARENT if main else None
         with self.log_path.open("ab") as log:
             log.write(f"\n==== {time.strftime('%F %T')} {' '.join(self.command())}\n".encode())
             log.flush()

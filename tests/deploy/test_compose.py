@@ -210,6 +210,8 @@ def test_spark_profile(compose: dict[str, Any]) -> None:
     svcs = checks.services(compose)
     assert svcs["spark-master"]["profiles"] == ["spark"]
     assert svcs["spark-worker"]["profiles"] == ["spark"]
+    # Two workers: a partitioned pipeline's shards run on both (docs/deploy.md).
+    assert svcs["spark-worker"]["deploy"]["replicas"] == 2
     master = command_of(compose, "spark-master")
     host = master[master.index("--host") + 1]
     port = master[master.index("--port") + 1]

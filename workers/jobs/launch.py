@@ -25,6 +25,7 @@ from backend.services import checkpoints as cps
 from backend.services import lifecycle
 from backend.settings import Settings
 from pipeline_spec.model import SpecError, is_object_path, parse_spec, resolve_path
+from pipeline_spec.spark_conf import ENV as SPARK_CONF_ENV
 from workers.runtime.control_rest import API_URL_ENV, RUN_TOKEN_ENV
 
 DRIVER = [sys.executable, "-m", "workers.jobs.driver"]
@@ -116,6 +117,7 @@ def _env(settings: Settings, run_env: dict[str, str]) -> dict[str, str]:
     env["SPINDLE_DATABASE_URL"] = settings.db_url
     env["SPINDLE_DATA_DIR"] = str(settings.data_path)
     env["SPINDLE_SPARK_MASTER"] = settings.spark_master
+    env[SPARK_CONF_ENV] = json.dumps(settings.spark_conf)
     env["PYTHONUNBUFFERED"] = "1"
     if settings.api_url:
         env[API_URL_ENV] = settings.api_url

@@ -52,6 +52,7 @@ from pipeline_spec.exits import (
     FENCED_HEADING,
     STATE_ERROR_HEADING,
 )
+from pipeline_spec.spark_conf import SparkConfError
 from storage_engine.errors import CorruptionError, LockedError
 from storage_engine.objstore import open_object_store
 from storage_engine.remote import FencedError
@@ -222,7 +223,9 @@ def run_cmd(
             remote=open_object_store(remote) if remote else None,
             timeline=timeline,
         )
-    except S.SpecError as e:
+    except (S.SpecError, SparkConfError) as e:
+        # A bad SPINDLE_SPARK_CONF (set by hand: the control plane validates its own) fails
+        # every restart alike.
         typer.echo(str(e), err=True)
         raise typer.Exit(EXIT_SPEC) from None
     except StateError as e:

@@ -9,6 +9,9 @@ import time
 
 from pyspark.sql import SparkSession
 
+from pipeline_spec.spark_conf import ENV as SPARK_CONF_ENV
+from pipeline_spec.spark_conf import parse_spark_conf
+
 from . import driver_jvm
 
 log = logging.getLogger("spindle.runner")
@@ -61,10 +64,12 @@ def spark_session(
     app: str = "spindle", java_options: str | None = None, class_path: str | None = None
 ) -> SparkSession:
     """A Spark session for pipelines: master from SPINDLE_SPARK_MASTER (default local[2]),
-    Python workers on this interpreter, UTC, no UI; its JVM maps the class-data archive when
-    one is built (`spark_cds`). `java_options`: more options for the driver's JVM (instead
-    of the archive's); `class_path`: jars first on its class path (instead of the archive's
-    unsigned copies)."""
+    Python workers on this interpreter, UTC, no UI, then SPINDLE_SPARK_CONF's keys over
+    those defaults (`pipeline_spec.spark_conf`; SparkConfError if it is not valid); its JVM
+    maps the class-data archive when one is built (`spark_cds`). `java_options`: more
+    options for the driver's JVM (instead of the archive's); `class_path`: jars first on its
+    class path (instead of the archive's unsigned copies)."""
+    conf = parse_spark_conf(os.environ.get(SPARK_CONF_ENV))  # before anything starts
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     java, first = driver_jvm.driver_options(java_options, class_path)
     driver_jvm.attach(java, first)  # the JVM `python -m workers.runtime.driver run` started early
@@ -72,15 +77,17 @@ def spark_session(
     if first:
         builder = builder.config("spark.driver.extraClassPath", first)
     try:
-        spark = _build(builder, app, java)
+        spark = _build(builder, app, java, conf)
     finally:
         driver_jvm.detach()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 
-def _build(builder: SparkSession.Builder, app: str, java_options: str) -> SparkSession:
-    return (
+def _build(
+    builder: SparkSession.Builder, app: str, java_options: str, conf: dict[str, str]
+) -> SparkSession:
+    builder = (
         builder.appName(app)
         .master(os.environ.get("SPINDLE_SPARK_MASTER", "local[2]"))
         .config("spark.ui.enabled", "false")
@@ -100,5 +107,7 @@ def _build(builder: SparkSession.Builder, app: str, java_options: str) -> SparkS
         # trips per call, a good part of a step's planning. Spindle's errors name spec
         # fields.
         .config("spark.python.sql.dataFrameDebugging.enabled", "false")
-        .getOrCreate()
     )
+    for key, value in conf.items():  # the deployment's, over the defaults above
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
