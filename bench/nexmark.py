@@ -2,7 +2,8 @@
 events, each query checked against a DuckDB batch query.
 
     python -m bench.nexmark [--quick] [--json] [--queries q1,q5] [--systems spindle,spark]
-        [--parallelism 1,2] [--events N] [--per-file N] [--spark-master spark://host:7077]
+        [--parallelism 1,2] [--events N] [--per-file N]
+        [--spark-master spark://host:7077 | --cluster 2]
 
 N events from Spindle's Nexmark generator (deterministic; 1,000 events per second of event
 time, so timestamps are whole milliseconds and every system reads them exactly) are written
@@ -30,6 +31,7 @@ engine refuses is reported with Spark's reason.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -37,7 +39,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -299,6 +301,26 @@ def _table(report: dict[str, Any], write: Callable[[str], None]) -> None:
         write(f"{name:<7}" + "".join(f"{c:>24}" for c in cells))
 
 
+@contextlib.contextmanager
+def _cluster(workers: int, base_dir: str | None, log: Log) -> Iterator[None]:
+    """A standalone cluster of `workers` one-core workers for Spindle's drivers, from the
+    installed PySpark (`local_servers.spark_cluster`), stopped at the end."""
+    from local_servers.spark_cluster import SparkCluster
+    from pipeline_spec.spark_conf import ENV as SPARK_CONF_ENV
+
+    where = Path(tempfile.mkdtemp(prefix="spindle-bench-cluster-", dir=base_dir))
+    log(f"starting a standalone cluster: {workers} workers")
+    env = {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    try:
+        with SparkCluster(where, workers=workers, cores=1, memory="3g", env=env) as cluster:
+            os.environ["SPINDLE_SPARK_MASTER"] = cluster.master_url
+            os.environ[SPARK_CONF_ENV] = json.dumps({"spark.executor.memory": "2g"})
+            os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+            yield
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.nexmark", description=__doc__.split("\n")[0])
     p.add_argument("--json", action="store_true", help="print only the JSON report to stdout")
@@ -320,6 +342,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="Spindle's Spark master (SPINDLE_SPARK_MASTER; default local[2])",
     )
+    p.add_argument(
+        "--cluster",
+        type=int,
+        default=0,
+        help="run Spindle on a standalone cluster of this many one-core workers, started here",
+    )
     args = p.parse_args(argv)
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
     systems = [s for s in args.systems.split(",") if s]
@@ -338,7 +366,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if queries and (unknown := set(queries) - set(names())):
         p.error(f"--queries: no example for {sorted(unknown)} in docs/examples/nexmark/")
     log = quiet if args.quiet else log_to_stderr
-    report = run_benchmark(mode, args.dir, log, queries, systems, args.events, args.per_file)
+    with contextlib.ExitStack() as stack:
+        if args.cluster:
+            stack.enter_context(_cluster(args.cluster, args.dir, log))
+        report = run_benchmark(mode, args.dir, log, queries, systems, args.events, args.per_file)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
