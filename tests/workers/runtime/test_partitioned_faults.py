@@ -163,8 +163,9 @@ def shard_held_on(cluster: SparkCluster, worker: int, found: dict[str, Any]) -> 
 
 def test_executors_killed_between_and_during_steps_lose_nothing(tmp_path: Path) -> None:
     """kill -9 of worker 1's executor (JVM and Python workers) just after step 2, and of
-    worker 0's while one of its tasks runs in step 5 or later: the run ends by itself, no
-    restart, each step once in the sinks, and the output equals the oracle."""
+    worker 0's while one of its Python workers holds an operator-shard mid-step (step 5 or
+    later): the run ends by itself, no restart, each step once in the sinks, and the output
+    equals the oracle."""
     run = prepare(tmp_path)
     store = f"file://{tmp_path / 'store'}"
     killed: list[tuple[int, int, int, str]] = []  # (worker, after step, pid, shard held)
@@ -177,7 +178,7 @@ def test_executors_killed_between_and_during_steps_lose_nothing(tmp_path: Path) 
             assert got is not None
             signal_all([got[0], *got[1]], signal.SIGKILL)
             killed.append((1, last_step(run), got[0], ""))
-            # During a task: worker 0's executor while its log shows a task running.
+            # During a shard's task: worker 0's executor while it holds a shard mid-step.
             wait_for("step 4", lambda: last_step(run) >= 4, p, run)
             mid: dict[str, Any] = {}
             wait_for("a shard held on worker 0", shard_held_on(cluster, 0, mid), p, run)
@@ -188,8 +189,9 @@ def test_executors_killed_between_and_during_steps_lose_nothing(tmp_path: Path) 
             if p.poll() is None:
                 kill9(p)
         assert code == 0, (run / "driver.err").read_text()[-4000:]
-        # Spark replaced each killed executor with another on its worker.
+        # The killed executors are gone, and Spark started another on each worker.
         assert all(not psutil.pid_exists(pid) for _, _, pid, _ in killed)
+        assert all(len(list(cluster.work_dir(w).glob("app-*/*"))) >= 2 for w in (0, 1))
     assert [w for w, *_ in killed] == [1, 0]
     assert killed[1][1] < FILES, f"the second kill came after the last step: {killed}"
     # One run, its steps each once: the lost tasks were re-run within their step.
