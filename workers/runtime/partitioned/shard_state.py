@@ -13,6 +13,12 @@ The local directory is a cache of the store: when it lacks the base (the shard l
 elsewhere) or the store holds checkpoints it does not know (it would refuse to write
 there), it is dropped and the base pulled lazily from the store.
 
+A step waits for its operator-shard's lock (`LOCK_WAIT_S`): a task that Spark re-runs after
+it gave an executor up can find the shard still locked by the attempt it replaces, on the
+same machine (or a volume the machines share), until that executor's Spark worker has
+killed it (SIGTERM, then SIGKILL 10 s later); failing at once would spend Spark's few
+attempts of the task (`spark.task.maxFailures`, 4) within seconds and fail the step.
+
 Open locations are kept per process (`_Open`), with the checkpoint their state is at: the
 next step on the same process from that checkpoint skips the open. Nothing depends on it
 for correctness: any other base reopens from disk or the store.
@@ -25,6 +31,8 @@ import os
 from collections.abc import Sequence, Set
 from dataclasses import dataclass
 
+import tenacity
+
 from storage_engine import EngineSettings, StorageLocation
 from storage_engine.circuit.circuit import FINGERPRINTS_KEY, STATE_KEY
 from storage_engine.circuit.operator import Operator
@@ -36,6 +44,8 @@ from storage_engine.remote import DivergedError, read_remote_manifest
 from storage_engine.remote_pull import pull
 
 from .prefixed_store import PrefixedStore
+
+LOCK_WAIT_S = 60.0  # how long a step waits for its operator-shard's lock
 
 
 @dataclass
@@ -62,6 +72,7 @@ class ShardStates:
         self.fs = fs or PosixFileLayer()
         self._open: dict[tuple[str, int], _Open] = {}
         self.opened = 0  # locations opened (not found open): for tests and metrics
+        self.lock_wait_s = LOCK_WAIT_S
 
     def path(self, op_id: str, shard: int) -> str:
         return os.path.join(self.root, "shards", op_id, str(shard))
@@ -80,7 +91,13 @@ class ShardStates:
             held.dirty = True
             return
         self.discard(op.id, shard)
-        loc = self.open_location(op.id, shard, fingerprint, base)
+        opening = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(LockedError),
+            stop=tenacity.stop_after_delay(self.lock_wait_s),
+            wait=tenacity.wait_fixed(0.1),
+            reraise=True,
+        )
+        loc = opening(self.open_location, op.id, shard, fingerprint, base)
         try:
             saved = loc.metadata.get(STATE_KEY, {}) if loc.restored is not None else {}
             op.open(loc, saved.get(op.id, {}))
