@@ -180,7 +180,15 @@ def test_a_partitioned_sql_pipeline_equals_parallelism_one_across_a_resume(
         p: [{op: m["rows_in"] for op, m in r["operators"].items()} for r in records[p]]
         for p in (1, shards)
     }
-    assert rows_in[shards] == rows_in[1]
+    # An aggregate's rows arrive consolidated by each sending task (equal rows of the
+    # columns it reads summed), so at most as many as at parallelism 1; a join's all.
+    for got, want in zip(rows_in[shards], rows_in[1], strict=True):
+        assert got.keys() == want.keys()
+        assert got["big_orders.join0"] == want["big_orders.join0"]
+        assert (
+            0 < got["per_customer.agg0"] <= want["per_customer.agg0"]
+            or not want["per_customer.agg0"]
+        )
     # ... and has each shard's part: rows, time and state (a shard's state as of the newest
     # step that stepped it; in the driver's checkpoints too, from where a resumed run starts).
     assert all("shards" not in m for r in records[1] for m in r["operators"].values())
