@@ -32,6 +32,7 @@ import pyarrow as pa
 
 from spindle_sql.dataflow import Dataflow
 from spindle_sql.partitioning import Partitioning
+from spindle_sql.shard_level import empty_key_shard
 from storage_engine.batch import Batch
 from storage_engine.circuit.circuit import FINGERPRINTS_KEY, STATE_KEY
 from storage_engine.circuit.operator import Operator
@@ -55,20 +56,23 @@ def rescale(
     flow = factory()
     part = Partitioning(flow)
     fps = flow.circuit.operator_fingerprints
+    # One object per operator, bound to each old and new location in turn (as a shard
+    # host rebinds its operators step after step).
+    ops = {op.id: op for op in flow.operators}
     step = int(manifest["step"])
     operators: dict[str, list[str | None]] = {}
-    owner = int(shard_of_groups(key_groups(pa.table({"x": [0]}), [], groups), shards, groups)[0])
+    owner = empty_key_shard(shards, groups)
     with tempfile.TemporaryDirectory(prefix="spindle-rescale-", dir=states.root) as tmp:
         for op_id, bases in manifest["operators"].items():
             keys = part.state_keys(op_id)
             split = _Split(os.path.join(tmp, op_id), shards)
-            saved = _read(op_id, bases, factory, fps[op_id], states, keys, split, groups)
+            op = ops[op_id]
+            saved = _read(op, bases, fps[op_id], states, keys, split, groups)
             keyless = not any(keys)
             operators[op_id] = [
                 _write(
-                    op_id,
+                    op,
                     s,
-                    factory,
                     fps[op_id],
                     states,
                     split,
@@ -110,14 +114,9 @@ class _Split:
         return [n[len(prefix) : -len(".arrow")] for n in names if n.startswith(prefix)]
 
 
-def _operator(factory: Callable[[], Dataflow], op_id: str) -> Operator:
-    return next(op for op in factory().operators if op.id == op_id)
-
-
 def _read(
-    op_id: str,
+    op: Operator,
     bases: list[str | None],
-    factory: Callable[[], Dataflow],
     fingerprint: str,
     states: ShardStates,
     keys: list[tuple[str, ...]],
@@ -129,10 +128,9 @@ def _read(
     for s, base in enumerate(bases):
         if base is None:
             continue  # never stepped: empty
-        op = _operator(factory, op_id)
-        loc = states.open_location(op_id, s, fingerprint, base)
+        loc = states.open_location(op.id, s, fingerprint, base)
         try:
-            saved = loc.metadata.get(STATE_KEY, {}).get(op_id, {})
+            saved = loc.metadata.get(STATE_KEY, {}).get(op.id, {})
             small.append(saved)
             op.open(loc, saved)
             for spine in loc.spines():
@@ -147,14 +145,13 @@ def _read(
             loc.close()
     split.close()
     if any(x != small[0] for x in small[1:]):
-        raise RescaleError(f"operator {op_id}: its shards' checkpoint states differ")
+        raise RescaleError(f"operator {op.id}: its shards' checkpoint states differ")
     return small[0] if small else {}
 
 
 def _write(
-    op_id: str,
+    op: Operator,
     shard: int,
-    factory: Callable[[], Dataflow],
     fingerprint: str,
     states: ShardStates,
     split: _Split,
@@ -165,8 +162,7 @@ def _write(
     names = split.spines(shard)
     if not names and not saved:
         return None
-    op = _operator(factory, op_id)
-    loc = states.open_location(op_id, shard, fingerprint, None)
+    loc = states.open_location(op.id, shard, fingerprint, None)
     try:
         op.open(loc, saved)
         spines = {sp.op_id: sp for sp in loc.spines()}
@@ -175,7 +171,7 @@ def _write(
             with pa.ipc.open_stream(split.path(shard, name)) as reader:
                 for rows in reader:
                     spine.insert(Batch(spine.schema, rows))
-        meta = {STATE_KEY: {op_id: op.checkpoint_state()}, FINGERPRINTS_KEY: {op_id: fingerprint}}
+        meta = {STATE_KEY: {op.id: op.checkpoint_state()}, FINGERPRINTS_KEY: {op.id: fingerprint}}
         handle = loc.commit_async(step=step, metadata=meta)
         return handle.wait_local() if loc.remote is None else handle.wait_remote()
     finally:
