@@ -2,13 +2,16 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: bootstrap services browser ui ui-check run test test-full test-quick lint bench bench-flink bench-nexmark
+.PHONY: lock bootstrap services browser ui ui-check run test test-full test-quick lint bench bench-flink bench-nexmark
 
 bootstrap:
 	@bash scripts/bootstrap.sh
 
 services:
 	@bash scripts/services.sh
+
+lock:
+	@bash scripts/lock.sh $(ARGS)
 
 browser:
 	@bash scripts/browser.sh

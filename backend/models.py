@@ -299,6 +299,22 @@ class OperatorShardTotals(Base):
     step_ms: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
 
 
+class DurationBuckets(Base):
+    """A pipeline's histogram of one duration (`metric`: `step`, `commit`, `upload`), kept as
+    Prometheus histograms are: per bucket (`services.metrics.BUCKETS_S`; the last is +Inf),
+    the observations that fell in it and their sum. Only grows."""
+
+    __tablename__ = "duration_buckets"
+
+    pipeline_id: Mapped[int] = mapped_column(
+        ForeignKey("pipelines.id", ondelete="CASCADE"), primary_key=True
+    )
+    metric: Mapped[str] = mapped_column(String(32), primary_key=True)
+    bucket: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    count: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    sum_s: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+
+
 class MetricSample(Base):
     """One step's metrics (resolution 0), or a downsampled bucket of them (resolution in
     seconds: sums of counts and the maximum of latencies over the bucket)."""
@@ -332,6 +348,9 @@ class MetricSample(Base):
     state_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
     spine_batches: Mapped[int] = mapped_column(Integer, default=0)
     merge_backlog: Mapped[int] = mapped_column(Integer, default=0)
+    # State batches in memory after the step, and their budget (summed over the shards).
+    memory_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    memory_budget_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     # Per stateful operator (by id): rows_in, rows_out, step_ms, state_rows, state_bytes;
     # an operator of a partitioned pipeline, the same per shard in `shards` (with `shard`).
     operators: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True), default=None)

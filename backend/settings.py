@@ -123,7 +123,15 @@ class Settings(BaseSettings):
     )
     reap_interval_s: float = Field(5.0, gt=0)
     retention_interval_s: float = Field(60.0, gt=0)
-    max_restarts: int = Field(5, ge=0, description="consecutive automatic restarts")
+    max_restarts: int = Field(
+        5,
+        ge=0,
+        description="crashes within restart_window_s that are restarted; one more fails the "
+        "pipeline",
+    )
+    restart_window_s: float = Field(
+        3600.0, gt=0, description="the window in which max_restarts crashes are counted"
+    )
     restart_backoff_s: float = Field(
         1.0,
         ge=0,
@@ -131,7 +139,7 @@ class Settings(BaseSettings):
     )
     restart_backoff_max_s: float = Field(60.0, ge=0)
     restart_reset_s: float = Field(
-        600.0, gt=0, description="a run healthy this long resets the restart count"
+        600.0, gt=0, description="a run healthy this long starts the restart backoff over"
     )
     metrics_raw_s: float = Field(
         3600.0, gt=0, description="per-step samples kept this long, then one per minute"

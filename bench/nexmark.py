@@ -3,7 +3,7 @@ events, each query checked against a DuckDB batch query.
 
     python -m bench.nexmark [--quick] [--json] [--queries q1,q5] [--systems spindle,spark]
         [--parallelism 1,2] [--events N] [--per-file N]
-        [--spark-master spark://host:7077 | --cluster 2]
+        [--spark-master spark://host:7077 | --cluster 2] [--memory-budget 64MiB]
 
 N events from Spindle's Nexmark generator (deterministic; 1,000 events per second of event
 time, so timestamps are whole milliseconds and every system reads them exactly) are written
@@ -25,7 +25,9 @@ Flink its job's net runtime; the start-up before it reported apart), p50/p99 mic
 latency (Spindle, Spark: Spark's triggerExecution of each), peak RSS of the run's processes,
 state bytes at the end (Spindle: its spines; Spark: its state store directory; Flink: not
 measured, it discards a finished job's checkpoints), `correct`. A query Spark's streaming
-engine refuses is reported with Spark's reason.
+engine refuses is reported with Spark's reason. Spindle's runs also report their engine
+memory budget and the most state in memory after a step; at parallelism > 1 each shard's
+state; on a `--cluster`, each executor's peak RSS (its JVM, and its Python processes summed).
 """
 
 from __future__ import annotations
@@ -122,11 +124,16 @@ def _side_tables(q: Query) -> dict[str, pa.Table]:
 
 
 def _run(
-    system: str, q: Query, events: Path, work: Path, collect: bool
+    system: str,
+    q: Query,
+    events: Path,
+    work: Path,
+    collect: bool,
+    spindle: runs.SpindleOptions,
 ) -> tuple[dict[str, Any], Rows | None]:
     work.mkdir(parents=True)
     if system.startswith("spindle"):
-        return runs.spindle(q, events, work, collect, parallelism_of(system))
+        return runs.spindle(q, events, work, collect, parallelism_of(system), spindle)
     if system == "spark":
         return runs.spark(q, events, work, collect)
     return runs.flink(q, events, work, collect)
@@ -156,6 +163,7 @@ def run_query(
     events: int,
     work: Path,
     log: Log,
+    spindle: runs.SpindleOptions = runs.DEFAULTS,
 ) -> dict[str, Any]:
     """`events`: how many the timed runs read (the sentinel included); `check_input`: the
     checked runs' events, as the oracle reads them."""
@@ -164,10 +172,11 @@ def run_query(
     for system in systems:
         log(f"{q.name}: {system}")
         try:
-            fig, _ = _run(system, q, data["bench"], work / q.name / system, False)
+            fig, _ = _run(system, q, data["bench"], work / q.name / system, False, spindle)
             if "refused" not in fig:
                 fig["events_per_s"] = events / fig["span_s"]
-                _, got = _run(system, q, data["check"], work / q.name / f"{system}-check", True)
+                check = work / q.name / f"{system}-check"
+                _, got = _run(system, q, data["check"], check, True, spindle)
                 fig["correct"] = got == want
                 if got != want and got is not None:
                     fig["check"] = _difference(got, want)
@@ -197,9 +206,10 @@ def run_benchmark(
     systems: Sequence[str] = SYSTEMS,
     events: int | None = None,
     per_file: int | None = None,
+    spindle: runs.SpindleOptions = runs.DEFAULTS,
 ) -> dict[str, Any]:
     """`events`, `per_file`: instead of the profile's (timed runs' events, and per file,
-    which is per step)."""
+    which is per step); `spindle`: how Spindle runs besides."""
     prof = PROFILES[mode]
     prof = replace(prof, events=events or prof.events, per_file=per_file or prof.per_file)
     chosen = list(queries or prof.queries or names())
@@ -213,6 +223,7 @@ def run_benchmark(
         "check_events": prof.check_events,
         "systems": list(systems),
         "spark_master": os.environ.get("SPINDLE_SPARK_MASTER", "local[2]"),
+        "memory_budget": spindle.memory_budget,
         "machine": machine_info(),
         "versions": versions(**_peer_versions(systems)),
         "revision": engine_revision(),
@@ -226,7 +237,14 @@ def run_benchmark(
         check_input = read_events(data["check"])
         for name in chosen:
             report["queries"][name] = run_query(
-                load(name), systems, data, check_input, prof.events + 1, work / "runs", log
+                load(name),
+                systems,
+                data,
+                check_input,
+                prof.events + 1,
+                work / "runs",
+                log,
+                spindle,
             )
         if "spindle" in systems and per_file is None and events is None:
             again = [n for n in chosen if n in RECOVERY_QUERIES]
@@ -302,9 +320,10 @@ def _table(report: dict[str, Any], write: Callable[[str], None]) -> None:
 
 
 @contextlib.contextmanager
-def _cluster(workers: int, base_dir: str | None, log: Log) -> Iterator[None]:
+def _cluster(workers: int, base_dir: str | None, log: Log) -> Iterator[Callable[[], list[int]]]:
     """A standalone cluster of `workers` one-core workers for Spindle's drivers, from the
-    installed PySpark (`local_servers.spark_cluster`), stopped at the end."""
+    installed PySpark (`local_servers.spark_cluster`), stopped at the end; yields what
+    lists its executor JVMs now."""
     from local_servers.spark_cluster import SparkCluster
     from pipeline_spec.spark_conf import ENV as SPARK_CONF_ENV
 
@@ -316,7 +335,7 @@ def _cluster(workers: int, base_dir: str | None, log: Log) -> Iterator[None]:
             os.environ["SPINDLE_SPARK_MASTER"] = cluster.master_url
             os.environ[SPARK_CONF_ENV] = json.dumps({"spark.executor.memory": "2g"})
             os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-            yield
+            yield lambda: [pid for w in range(workers) for pid in cluster.executor_pids(w)]
     finally:
         shutil.rmtree(where, ignore_errors=True)
 
@@ -348,6 +367,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=0,
         help="run Spindle on a standalone cluster of this many one-core workers, started here",
     )
+    p.add_argument(
+        "--memory-budget",
+        default=None,
+        help="Spindle's engine memory budget (the spec's engine.memory_budget, e.g. 64MiB; "
+        "at parallelism > 1 each shard's)",
+    )
     args = p.parse_args(argv)
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
     systems = [s for s in args.systems.split(",") if s]
@@ -366,10 +391,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if queries and (unknown := set(queries) - set(names())):
         p.error(f"--queries: no example for {sorted(unknown)} in docs/examples/nexmark/")
     log = quiet if args.quiet else log_to_stderr
+    spindle = runs.SpindleOptions(memory_budget=args.memory_budget)
     with contextlib.ExitStack() as stack:
         if args.cluster:
-            stack.enter_context(_cluster(args.cluster, args.dir, log))
-        report = run_benchmark(mode, args.dir, log, queries, systems, args.events, args.per_file)
+            executors = stack.enter_context(_cluster(args.cluster, args.dir, log))
+            spindle = replace(spindle, executors=executors)
+        report = run_benchmark(
+            mode, args.dir, log, queries, systems, args.events, args.per_file, spindle
+        )
     if args.json:
         print(json.dumps(report, indent=2))
     else:

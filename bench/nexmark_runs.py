@@ -18,7 +18,8 @@ import subprocess
 import sys
 import threading
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -66,6 +67,39 @@ class RunFailed(RuntimeError):
     pass
 
 
+@dataclass(frozen=True)
+class SpindleOptions:
+    """How Spindle runs beyond the query: its engine's memory budget (the spec's
+    `engine.memory_budget`; None: the default) and, on a cluster, what lists its executor
+    JVMs now (`executors`, pids), whose processes are sampled too."""
+
+    memory_budget: str | None = None
+    executors: Callable[[], list[int]] | None = None
+
+
+DEFAULTS = SpindleOptions()
+
+
+@dataclass
+class Peaks:
+    """A run's peak resident memory: of the command's processes summed (`total`), and of
+    each executor's JVM and of its Python processes, each summed at its peak (by JVM pid)."""
+
+    total: int = 0
+    executors: dict[int, dict[str, int]] = field(default_factory=dict)
+
+    def sample(self, executors: Callable[[], list[int]] | None) -> None:
+        for pid in executors() if executors is not None else []:
+            try:
+                jvm = psutil.Process(pid)
+                python = [p for p in jvm.children(recursive=True) if "python" in (p.name() or "")]
+            except psutil.Error:
+                continue
+            peak = self.executors.setdefault(pid, {"jvm": 0, "python": 0})
+            peak["jvm"] = max(peak["jvm"], _rss(jvm))
+            peak["python"] = max(peak["python"], sum(_rss(x) for x in python))
+
+
 def started(cmd: list[str], out: IO[bytes], cwd: Path = ROOT) -> subprocess.Popen[bytes]:
     """`cmd` started in a session of its own (its process group: it and its JVM), its
     output to `out`."""
@@ -76,9 +110,15 @@ def started(cmd: list[str], out: IO[bytes], cwd: Path = ROOT) -> subprocess.Pope
     )  # fmt: skip
 
 
-def measured(cmd: list[str], log: Path, cwd: Path = ROOT) -> int:
-    """Run `cmd` to its end (its output to `log`); the peak of its processes' summed RSS."""
-    peak = [0]
+def measured(
+    cmd: list[str],
+    log: Path,
+    cwd: Path = ROOT,
+    executors: Callable[[], list[int]] | None = None,
+) -> Peaks:
+    """Run `cmd` to its end (its output to `log`); the peaks of its processes' summed RSS
+    and of the `executors`' (`Peaks`)."""
+    peaks = Peaks()
     with open(log, "wb") as out:
         p = started(cmd, out, cwd)
         done = threading.Event()
@@ -88,9 +128,10 @@ def measured(cmd: list[str], log: Path, cwd: Path = ROOT) -> int:
             while not done.wait(0.2):
                 try:
                     tree = [proc, *proc.children(recursive=True)]
-                    peak[0] = max(peak[0], sum(_rss(x) for x in tree))
+                    peaks.total = max(peaks.total, sum(_rss(x) for x in tree))
                 except psutil.Error:
                     return
+                peaks.sample(executors)
 
         t = threading.Thread(target=sample, daemon=True)
         t.start()
@@ -106,7 +147,7 @@ def measured(cmd: list[str], log: Path, cwd: Path = ROOT) -> int:
     if rc != 0:
         tail = log.read_text(errors="replace")[-3000:]
         raise RunFailed(f"{' '.join(cmd[:4])} exited {rc}:\n{tail}")
-    return peak[0]
+    return peaks
 
 
 def _rss(p: psutil.Process) -> int:
@@ -149,13 +190,16 @@ def spindle_spec(
     sink: dict[str, Any],
     checkpoint: dict[str, Any],
     parallelism: int = 1,
+    memory_budget: str | None = None,
 ) -> tuple[Path, Path]:
     """The query's example spec over the events' files, its view to `sink` (named `out`),
-    with `checkpoint` (the spec's policy), 10 ms trigger, `parallelism`: written to
-    `work`; its path and the run's storage location."""
+    with `checkpoint` (the spec's policy), 10 ms trigger, `parallelism`, the engine's
+    `memory_budget`: written to `work`; its path and the run's storage location."""
     doc = json.loads(q.spec.model_dump_json(by_alias=True, exclude_none=True))
     if parallelism != 1:
         doc["parallelism"] = parallelism
+    if memory_budget is not None:
+        doc["engine"] = {"memory_budget": memory_budget}
     first, *rest = doc["tables"]
     events_table = {
         "kind": "files",
@@ -210,14 +254,25 @@ def files_output(out: Path) -> Rows:
 
 
 def spindle(
-    q: Query, events: Path, work: Path, collect: bool, parallelism: int = 1
+    q: Query,
+    events: Path,
+    work: Path,
+    collect: bool,
+    parallelism: int = 1,
+    options: SpindleOptions = DEFAULTS,
 ) -> tuple[dict[str, Any], Rows | None]:
     out = work / "out"
     # The timed run's sink reads the view and drops it, as Flink's blackhole and Spark's noop.
     sink = {"kind": "files", "path": str(out)} if collect else {"kind": "discard"}
     checkpoint = {"every_steps": None, "every": CHECKPOINT_S}
-    spec, storage = spindle_spec(q, events, work, sink, checkpoint, parallelism)
-    peak = measured([*driver_command(spec, storage), "--stop-when-idle", "3"], work / "driver.log")
+    spec, storage = spindle_spec(
+        q, events, work, sink, checkpoint, parallelism, options.memory_budget
+    )
+    peaks = measured(
+        [*driver_command(spec, storage), "--stop-when-idle", "3"],
+        work / "driver.log",
+        executors=options.executors,
+    )
     recs = metrics(storage)
     steps = [r for r in recs if "step" in r]
     batches = [r for r in recs if r.get("event") == "batch"]
@@ -228,10 +283,25 @@ def spindle(
         "span_s": _span_s(steps, batches, ms),
         "startup_s": started["total_ms"] / 1000,
         **_latency(ms),
-        "peak_rss_bytes": peak,
+        "peak_rss_bytes": peaks.total,
         "state_bytes": steps[-1]["state_bytes"],
+        "memory_budget_bytes": steps[-1]["memory_budget_bytes"],
+        "peak_memory_bytes": max(s["memory_bytes"] for s in steps),
     }
+    if parallelism > 1:
+        result["shard_state_bytes"] = _shard_state(steps[-1])
+    if peaks.executors:
+        result["executor_peak_rss_bytes"] = list(peaks.executors.values())
     return result, files_output(out) if collect else None
+
+
+def _shard_state(step: dict[str, Any]) -> list[int]:
+    """Each shard's state (its operators' summed) as of a partitioned run's step."""
+    out: dict[int, int] = {}
+    for op in step["operators"].values():
+        for x in op.get("shards") or []:
+            out[x["shard"]] = out.get(x["shard"], 0) + x["state_bytes"]
+    return [out[s] for s in sorted(out)]
 
 
 def _span_s(steps: list[dict[str, Any]], batches: list[dict[str, Any]], ms: list[float]) -> float:
@@ -262,7 +332,7 @@ def spark(q: Query, events: Path, work: Path, collect: bool) -> tuple[dict[str, 
     }
     config = work / "config.json"
     config.write_text(json.dumps(cfg))
-    peak = measured([sys.executable, "-m", "bench.nexmark_spark", str(config)], work / "log")
+    peak = measured([sys.executable, "-m", "bench.nexmark_spark", str(config)], work / "log").total
     got = json.loads((work / "result.json").read_text())
     if "refused" in got:
         return {"refused": got["refused"]}, None
@@ -320,7 +390,7 @@ def flink(q: Query, events: Path, work: Path, collect: bool) -> tuple[dict[str, 
     config = work / "config.json"
     config.write_text(json.dumps(cfg))
     log = work / "log"
-    peak = measured([str(FLINK_PYTHON), str(FLINK_SCRIPT), str(config)], log)
+    peak = measured([str(FLINK_PYTHON), str(FLINK_SCRIPT), str(config)], log).total
     got = json.loads(log.read_text().strip().splitlines()[-1])
     result = {
         "span_s": got["net_runtime_s"],

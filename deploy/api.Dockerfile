@@ -15,12 +15,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 RUN python -m venv /opt/venv
 WORKDIR /app
 
-# Dependencies first, straight from pyproject.toml's [project] dependencies, so that code
-# changes do not reinstall them.
-COPY pyproject.toml README.md ./
-RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > /tmp/requirements.txt \
-    && pip install -r /tmp/requirements.txt \
-    && rm /tmp/requirements.txt
+# Dependencies first, so that code changes do not reinstall them: pinned with hashes
+# (requirements-runtime.lock, the versions the tests ran).
+COPY pyproject.toml README.md requirements-runtime.lock ./
+RUN pip install --require-hashes -r requirements-runtime.lock
 
 # The packages the wheel installs (pyproject.toml); the migrations are inside `backend`.
 COPY pipeline_spec/ pipeline_spec/

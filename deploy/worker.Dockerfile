@@ -23,11 +23,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 RUN python -m venv /opt/venv
 WORKDIR /app
 
-# Dependencies (PySpark included) from pyproject.toml, before the code: see api.Dockerfile.
-COPY pyproject.toml README.md ./
-RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > /tmp/requirements.txt \
-    && pip install -r /tmp/requirements.txt \
-    && rm /tmp/requirements.txt
+# Dependencies (PySpark included) from requirements-runtime.lock, before the code: see
+# api.Dockerfile.
+COPY pyproject.toml README.md requirements-runtime.lock ./
+RUN pip install --require-hashes -r requirements-runtime.lock
 
 COPY pipeline_spec/ pipeline_spec/
 COPY storage_engine/ storage_engine/

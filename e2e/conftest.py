@@ -15,7 +15,7 @@ import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Error, Page, Playwright, sync_playwright
 
 from backend.api import ui
-from tests.backend.live_platform import Platform, platform
+from tests.backend.live_platform import Platform, StackPlatform, platform
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
@@ -53,12 +53,23 @@ def chromium(playwright_instance: Playwright) -> Iterator[Browser]:
         browser.close()
 
 
-@pytest.fixture(scope="module")
-def plat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
-    """The whole platform, started once for the module (embedded database and broker)."""
+@pytest.fixture(scope="module", params=["embedded", "deployed"])
+def plat(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Platform]:
+    """The whole platform, started once for the module: embedded (`python -m backend
+    serve`: SQLite, an in-process broker), or deployed (`local_servers.stack`: the services
+    of docker-compose.yml as processes of this machine, the console behind nginx)."""
     if not DIST.exists():
         pytest.fail(f"the console is not built ({DIST} is missing): run make ui")
-    yield from platform(tmp_path_factory.mktemp("e2e"), None, None)
+    if request.param == "embedded":
+        yield from platform(tmp_path_factory.mktemp("e2e"), None, None)
+        return
+    p = StackPlatform(tmp_path_factory.mktemp("stack"))
+    try:
+        yield p.start()
+    finally:
+        p.stop()
 
 
 @dataclass

@@ -13,10 +13,12 @@ import signal
 import time
 from typing import Any
 
+import pytest
 import yaml
 from playwright.sync_api import Locator, Page, expect
 
-from tests.backend.live_platform import ROOT, Platform
+from backend.version import installed_version
+from tests.backend.live_platform import ROOT, Platform, StackPlatform
 from tests.polling import wait_until
 
 from .conftest import ARTIFACTS, UI
@@ -42,6 +44,7 @@ sinks:
   - {{name: latest, kind: view, from: per_user}}
 checkpoint: {{every_steps: 1000}}
 trigger: {{interval: 500ms}}
+engine: {{memory_budget: 64MiB}}
 """
 BAD_NAME = "e2e-bad"
 BAD_SPEC = f"""\
@@ -161,6 +164,10 @@ def test_sign_in_create_and_start(ui: UI) -> None:
     wait_until(lambda: rate(value.inner_text()) > 0, SPARK_S, "a throughput above 0", every=0.5)
     expect(badge).to_have_text("running")
     expect(page.get_by_test_id("stream-status")).to_have_attribute("data-status", "open")
+    # The spec's engine budget, against which the state in memory is shown.
+    expect(page.get_by_test_id("memory-value")).to_contain_text(" of 64.0 MiB")
+    # The release, as `spindle --version` prints it.
+    expect(page.get_by_test_id("version")).to_have_text(installed_version())
     ui.finish()
 
 
@@ -175,7 +182,13 @@ def test_checkpoints_commit_gc_pin_restore(ui: UI, plat: Platform) -> None:
         before = {c["uuid"] for c in checkpoints(plat)}
         page.get_by_test_id("btn-commit").click()
         expect(done).to_have_count(n_ops, timeout=30_000)
-        new = [c for c in checkpoints(plat) if c["uuid"] not in before]
+        # Deployed, the read may reach the other API process, whose cached list is up to
+        # SPINDLE_READ_CACHE_S (1 s) old.
+        new = wait_until(
+            lambda: [c for c in checkpoints(plat) if c["uuid"] not in before],
+            10,
+            "the new checkpoint in the list",
+        )
         assert len(new) == 1, new
         cp = new[0]
         row = page.get_by_test_id(f"checkpoint-row-{cp['uuid']}")
@@ -218,8 +231,12 @@ def test_checkpoints_commit_gc_pin_restore(ui: UI, plat: Platform) -> None:
     expect(page.get_by_test_id(f"checkpoint-row-{third['uuid']}")).to_have_count(0)
     expect(second_row).to_be_visible()
     expect(page.get_by_test_id(f"checkpoint-row-{fourth['uuid']}")).to_be_visible()
-    left = [(c["uuid"], c["pinned"]) for c in checkpoints(plat)]
-    assert left == [(second["uuid"], True), (fourth["uuid"], False)], left
+    want = [(second["uuid"], True), (fourth["uuid"], False)]
+    wait_until(
+        lambda: [(c["uuid"], c["pinned"]) for c in checkpoints(plat)] == want,
+        10,
+        "the list to hold the pinned second and the fourth checkpoint",
+    )
     assert ops.locator("[data-status=failed]").count() == 0
 
     # Restore the older checkpoint: the running pipeline restarts from it.
@@ -554,4 +571,48 @@ def test_signed_out_goes_to_sign_in(ui: UI) -> None:
     expect(page.get_by_test_id("signin-token")).to_be_visible()
     expect(page).to_have_url(re.compile(r"/ui/signin$"))
     expect(page.get_by_test_id("btn-new-pipeline")).to_have_count(0)
+    ui.finish()
+
+
+def test_the_deployed_stack_goes_on_through_kills(ui: UI, plat: Platform) -> None:
+    """Deployed only: kill -9 the worker (compose's restart policy, here the stack's
+    supervisor, starts it again), then the pipeline's driver, then one of the two API
+    processes (nginx sends the console's requests to the other): after each the pipeline
+    runs on and its steps advance in the console; then its view reads."""
+    if not isinstance(plat, StackPlatform):
+        ui.finished = True  # nothing to keep a picture of
+        pytest.skip("the embedded platform has one process of each")
+    stack = plat.stack
+    ensure_running(plat)
+    page = ui.page
+    ui.sign_in(f"pipelines/{NAME}/runs")
+
+    def goes_on(what: str) -> None:
+        plat.wait_state(NAME, "running", SPARK_S)
+        page.goto(ui.url("pipelines"))
+        row = page.get_by_test_id(f"pipeline-row-{NAME}")
+        expect(row.get_by_test_id("state-badge")).to_have_text("running", timeout=30_000)
+        step = wait_until(lambda: number(row.get_by_test_id("current-step")), SPARK_S, what)
+        wait_until(
+            lambda: (number(row.get_by_test_id("current-step")) or 0) > step,
+            SPARK_S,
+            f"the step to advance after {what}",
+        )
+
+    stack.kill("worker")
+    wait_until(lambda: stack.restarts["worker"] >= 1, 30, "the worker to be started again")
+    goes_on("the worker's kill")
+    pids = wait_until(lambda: plat.driver_pids(NAME), 30, "the driver's pid")
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    goes_on("the driver's kill")
+    stack.kill("api", 0)
+    goes_on("an API's kill")  # the console's requests meanwhile went to the other API
+
+    r = plat.client.post(f"/api/v1/pipelines/{NAME}/checkpoints?wait=true")
+    assert r.status_code == 200 and r.json()["status"] == "succeeded", r.text
+    page.goto(ui.url(f"pipelines/{NAME}/views"))
+    expect(page.get_by_test_id("view-table")).to_be_visible(timeout=20_000)
+    expect(page.get_by_test_id("view-row-0")).to_be_visible()
+    assert stack.restarts["api"] >= 1
     ui.finish()

@@ -7,7 +7,15 @@ import os
 import re
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ByteSize,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+)
 
 DSN_VARIABLE = re.compile(r"\$\{(\w+)\}")
 DSN_VARIABLE_PREFIX = "SPINDLE_SINK_"
@@ -71,6 +79,20 @@ PositiveSeconds = Annotated[
     BeforeValidator(_seconds),
     Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False),
     _duration_schema("exclusiveMinimum"),
+]
+
+# A size: bytes, or pydantic's `ByteSize` strings ('64MiB' = 64 * 2**20, '64MB' = 64 * 10**6).
+MemorySize = Annotated[
+    ByteSize,
+    Field(ge=4 << 20, le=1 << 40),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 4 << 20, "maximum": 1 << 40},
+                {"type": "string", "pattern": r"^\s*(\d*\.?\d+)\s*(\w+)?$"},
+            ]
+        }
+    ),
 ]
 
 

@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import (
+    ByteSize,
     ConfigDict,
     Field,
     ModelWrapValidatorHandler,
@@ -39,7 +40,7 @@ from pydantic import (
 
 from . import inputs
 from .exits import SPEC_ERROR_HEADING
-from .fields import DROP_STATE_RE, MAX_COUNT, NAME_RE, EventTime, Seconds
+from .fields import DROP_STATE_RE, MAX_COUNT, NAME_RE, EventTime, MemorySize, Seconds
 from .fields import SpecModel as _Model
 from .kafka import KafkaSink, KafkaSource
 from .kinds import InputLogged, Part
@@ -88,6 +89,19 @@ class Trigger(_Model):
     interval: Seconds = 1.0
 
 
+class EngineOptions(_Model):
+    """The storage engine's settings for this pipeline's state."""
+
+    memory_budget: MemorySize = Field(
+        ByteSize(256 << 20),
+        description="bytes of state batches kept in memory (4 MiB to 1 TiB; '64MiB', '1GB' "
+        "or a number): at parallelism 1 the whole pipeline's, above it each shard's (its "
+        "operators share it). Beyond it the engine writes batches to files in the "
+        "pipeline's storage directory and merges stream through them: state may be far "
+        "larger than memory",
+    )
+
+
 class PipelineSpec(_Model):
     model_config = ConfigDict(
         extra="forbid", populate_by_name=True, json_schema_extra=inputs.take_source_too
@@ -123,6 +137,7 @@ class PipelineSpec(_Model):
         "Spark task (docs/architecture.md, The partitioned path); 1: the driver steps "
         "them all, in one process",
     )
+    engine: EngineOptions = Field(default_factory=EngineOptions)
 
     # Whether the spec was written with `source` (earlier releases): its fields' paths.
     _gave_source: bool = PrivateAttr(False)
@@ -321,6 +336,7 @@ __all__ = [
     "DeltaSink",
     "DiscardSink",
     "DistinctOp",
+    "EngineOptions",
     "EventTime",
     "Expression",
     "FilesSink",

@@ -68,11 +68,24 @@ class StreamSpec(_Model):
     select: list[Expression] = Field(default_factory=lambda: ["*"], min_length=1)
 
 
+def _unique_outputs(columns: list[str]) -> None:
+    """An operator's output columns, each named once: the dataflow refuses a repeated one
+    when the run starts, so the spec refuses it first."""
+    repeated = sorted({c for c in columns if columns.count(c) > 1})
+    if repeated:
+        raise ValueError(f"output columns must be unique, repeated: {repeated}")
+
+
 class GroupAggregateOp(_Model):
     name: str = Field(pattern=OP_RE)
     kind: Literal["aggregate"]
     group_by: list[str] = Field(default_factory=list)
     aggregates: list[AggregateSpec] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _outputs(self) -> GroupAggregateOp:
+        _unique_outputs([*self.group_by, *(a.name for a in self.aggregates)])
+        return self
 
 
 class WindowAggregateOp(_Model):
@@ -91,6 +104,8 @@ class WindowAggregateOp(_Model):
             ratio = self.size / self.slide
             if abs(ratio - round(ratio)) > 1e-9:
                 raise ValueError("size must be a whole multiple of slide")
+        names = [*self.group_by, *(a.name for a in self.aggregates)]
+        _unique_outputs([*names, "window_start", "window_end"])
         return self
 
 
@@ -98,6 +113,11 @@ class DistinctOp(_Model):
     name: str = Field(pattern=OP_RE)
     kind: Literal["distinct"]
     columns: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _outputs(self) -> DistinctOp:
+        _unique_outputs(self.columns or [])
+        return self
 
 
 class JoinOp(_Model):

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Creates .venv/ at the repository root with every Python dependency, on a fresh machine.
-# Idempotent: reinstalls only when pyproject.toml changed since the last successful run.
+# Idempotent: reinstalls only when pyproject.toml or requirements.lock changed since the last
+# successful run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 stamp=.venv/.spindle-installed
-want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+want=$(cat pyproject.toml requirements.lock | sha256sum | cut -d' ' -f1)
 
 # Spark's classes in a class-data-sharing archive: every driver's JVM starts seconds sooner
 # (workers/runtime/spark_cds.py). Built once per JDK and Spark install; without it Spark still works.
@@ -27,7 +28,9 @@ if ! command -v java >/dev/null 2>&1; then
     apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless >/dev/null
 fi
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e '.[dev]' --config-settings editable_mode=compat
+# Every dependency from the lock, each file checked against its hash (scripts/lock.sh
+# updates the lock); then Spindle itself, with nothing more.
+.venv/bin/python -m pip install -q --require-hashes -r requirements.lock
+.venv/bin/python -m pip install -q --no-deps -e . --config-settings editable_mode=compat
 echo "$want" > "$stamp"
 spark_cds

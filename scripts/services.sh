@@ -1,7 +1,16 @@
 #!/usr/bin/env bash
 # Start the servers the tests talk to, if they are not running: PostgreSQL (Debian's cluster)
-# and Redis. Tests create their own databases / key prefixes, so runs never collide.
+# and Redis. Tests create their own databases / key prefixes, so runs never collide. Also
+# install Debian's Prometheus and nginx, which tests start themselves
+# (local_servers/prometheus.py, local_servers/stack.py).
 set -euo pipefail
+
+for tool in prometheus nginx; do
+  if ! command -v "$tool" >/dev/null && [ ! -x "/usr/sbin/$tool" ]; then
+    sudo_cmd=""; [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q "$tool" >/dev/null
+  fi
+done
 
 if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
   if ! command -v pg_ctlcluster >/dev/null; then

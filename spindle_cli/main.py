@@ -4,12 +4,13 @@ offline tools (`storage`, `demo`)."""
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 from typing import Annotated, Any
 
 import typer
 import typer.core
 import typer.main
+
+from backend.version import installed_version
 
 from .commands import data, lifecycle, observe
 from .commands.checkpoints import checkpoints_app, retention_app
@@ -55,15 +56,6 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-
-
-def installed_version() -> str:
-    """The version of the installed distribution (its metadata, written by pip from
-    pyproject.toml), not one kept in the code, so the two cannot disagree."""
-    try:
-        return importlib.metadata.version("spindle")
-    except importlib.metadata.PackageNotFoundError:  # run from sources that were never installed
-        return "unknown (not installed)"
 
 
 def _print_version(value: bool) -> None:

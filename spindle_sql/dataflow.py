@@ -41,6 +41,7 @@ import pyarrow.compute as pc
 from storage_engine.circuit import (
     Circuit,
     EmitFinal,
+    GroupAggregate,
     Join,
     OperatorMetrics,
 )
@@ -394,15 +395,7 @@ class Dataflow:
                     for t, cols in zip(inputs, stateful.columns, strict=True)
                 ]
                 out = stateful.op.apply(dict(zip(stateful.inputs, named, strict=True)))
-            if isinstance(node, P.Join):
-                assert isinstance(stateful.op, Join)
-                return self.layout.join_value(node, stateful.op, out)
-            if stateful.output is not None:
-                out = out.select([*stateful.output, WEIGHT])
-            out = from_engine(out.rename_columns([*node.schema.names, WEIGHT]), node.schema)
-            if isinstance(node, P.Aggregate) and not node.keys and self.layout.sql:
-                return self._global(node, out)
-            return out
+            return self._stateful_value(node, stateful, out)
         (first, *_) = inputs
         if isinstance(node, P.Filter):
             if first.num_rows == 0:
@@ -424,6 +417,35 @@ class Dataflow:
             want = node.schema.append(pa.field(WEIGHT, pa.int64()))
             return pa.concat_tables([t.rename_columns(want.names).cast(want) for t in inputs])
         raise TypeError(f"no evaluation for {type(node).__name__}")
+
+    def _stateful_value(self, node: P.Node, stateful: Stateful, out: pa.Table) -> pa.Table:
+        """A stateful node's rows from its operator's output."""
+        if isinstance(node, P.Join):
+            assert isinstance(stateful.op, Join)
+            return self.layout.join_value(node, stateful.op, out)
+        if stateful.output is not None:
+            out = out.select([*stateful.output, WEIGHT])
+        out = from_engine(out.rename_columns([*node.schema.names, WEIGHT]), node.schema)
+        if isinstance(node, P.Aggregate) and not node.keys and self.layout.sql:
+            return self._global(node, out)
+        return out
+
+    def _aggregate(self, node: P.Aggregate) -> tuple[Stateful, GroupAggregate]:
+        stateful = self._stateful[id(node)]
+        assert isinstance(stateful.op, GroupAggregate)
+        return stateful, stateful.op
+
+    def partial_value(self, node: P.Aggregate, rows: pa.Table) -> dict[str, pa.Table]:
+        """An aggregate's input rows reduced where they are (`GroupAggregate.partial`): the
+        partitioned path sends these, not the rows, to the shards owning the groups."""
+        stateful, op = self._aggregate(node)
+        return op.partial(to_engine(rows.rename_columns([*stateful.columns[0], WEIGHT])))
+
+    def partials_value(self, node: P.Aggregate, parts: Mapping[str, pa.Table]) -> pa.Table:
+        """An aggregate's rows from the partials of its input (`partial_value`), the
+        shards' concatenated by part."""
+        stateful, op = self._aggregate(node)
+        return self._stateful_value(node, stateful, op.apply_partials(parts))
 
     def checkpoint_metadata(self) -> dict[str, Any]:
         """What a checkpoint keeps beside the operators' state (the watermarks), for

@@ -4,10 +4,15 @@ Each stateful node is partitioned by its key: an aggregate by its GROUP BY keys,
 sides by their keys (pair by pair, so equal keys meet), top-N, `OVER` and sessions by their
 partition columns, DISTINCT by all its columns, a view's `emit_final` stage by all the
 view's columns. Rows reach the shard that owns their key group (`storage_engine.key_groups`).
-A node without a key (an aggregate without GROUP BY, a global top-N) keys every row alike,
-so the shard owning the empty key's group does all of its work: correct, not partial.
-An operator spec's window aggregate also goes whole to that shard: its watermark is its
-own, from the rows it sees, and a shard would see only some of them.
+A node without a key keys every row alike: the shard owning the empty key's group holds
+its state. An aggregate without GROUP BY does not get the rows there: each shard reduces
+its part to one partial row (the change of the aggregate's accumulators; a min/max
+column's values consolidated), and the owner merges the shards' partials into its state.
+Other nodes without a key (a global top-N, a join without an equality) need every row
+where their state is: that shard does all of their work. A keyed aggregate's rows travel
+as the columns it reads, equal rows consolidated by the sending shard (one row per group
+for a `count(*)`). An operator spec's window aggregate goes whole to the empty key's shard:
+its watermark is its own, from the rows it sees, and a shard would see only some of them.
 
 Linear nodes (filter, project, windows, negate, union, view references, scans) work row by
 row, so they run wherever their input rows are. Levels order the work: a scan is at level
@@ -21,7 +26,9 @@ Ports name what a shard receives:
 
 - `t:<input>`: an input table's rows (level 0);
 - `s<i>.<k>`: input k of stateful node i (nodes are numbered in `Dataflow.nodes()` order,
-  the same in every process that plans the same views);
+  the same in every process that plans the same views); for an aggregate without GROUP
+  BY, the partials of its input: `s<i>.0` the accumulators', `s<i>.0:<column>` a min/max
+  column's;
 - `v<i>`: node i's rows for a linear node of a later level;
 - `f:<view>`: the view's rows for its `emit_final` stage;
 - `o:<view>`: the view's rows, to the driver;
@@ -32,11 +39,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypeVar
+
+from storage_engine.circuit.aggregate import ACC
 
 from . import plan as P
 from .dataflow import Dataflow
 
+T = TypeVar("T")
 DRIVER = -1  # the level of what goes to the driver
 WATERMARKS = "w"
 
@@ -58,12 +70,15 @@ class Consumer:
     """Where a node's rows go: `port` at `level`; `keys` the columns (of the node's rows)
     that choose the shard, or None for the same shard as the rows' (a linear reader) or
     the driver; `reads` the columns the reader uses, when not all (an aggregate's keys and
-    arguments: the rows travel as those columns alone, consolidated)."""
+    arguments: the rows travel as those columns alone, consolidated); `aggregate`: the
+    reader is this aggregate node without GROUP BY, which receives the rows' partials
+    (`Dataflow.partial_value`: one group, so all on the empty key's shard) instead."""
 
     port: str
     level: int
     keys: tuple[str, ...] | None
     reads: tuple[str, ...] | None = None
+    aggregate: int | None = None
 
 
 class Partitioning:
@@ -93,9 +108,12 @@ class Partitioning:
             for k, child in enumerate(self.inputs(node)):
                 c = self.index[id(child)]
                 if i in self.operator:
-                    port = f"s{i}.{k}"
-                    reads = _reads(node)
-                    self.consumers[c].append(Consumer(port, self.level[i], _keys(node, k), reads))
+                    port, level = f"s{i}.{k}", self.level[i]
+                    if receives_partials(node):
+                        consumer = Consumer(port, level, _keys(node, k), aggregate=i)
+                    else:
+                        consumer = Consumer(port, level, _keys(node, k), _reads(node))
+                    self.consumers[c].append(consumer)
                 elif self.level[i] > self.level[c]:
                     forward = Consumer(f"v{c}", self.level[i], None)
                     if forward not in self.consumers[c]:
@@ -159,6 +177,27 @@ class Partitioning:
         return out
 
 
+def receives_partials(node: P.Node) -> bool:
+    """Whether a stateful node's input travels as partials (`GroupAggregate.partial`): an
+    aggregate without GROUP BY's."""
+    return isinstance(node, P.Aggregate) and not node.keys
+
+
+def partial_port(port: str, part: str) -> str:
+    """The port of an aggregate's partial `part` (`GroupAggregate.partial`'s keys)."""
+    return port if part == ACC else f"{port}:{part}"
+
+
+def partials_at(port: str, inputs: Mapping[str, T]) -> dict[str, T]:
+    """The partials among `inputs` (by port) sent to `port`, by part: `partial_port`'s
+    inverse."""
+    return {
+        ACC if p == port else p[len(port) + 1 :]: t
+        for p, t in inputs.items()
+        if p == port or p.startswith(f"{port}:")
+    }
+
+
 def _reads(node: P.Node) -> tuple[str, ...] | None:
     """The input columns an aggregate reads (None: a reader of whole rows)."""
     if isinstance(node, P.Aggregate | P.WindowAggregate):
@@ -190,5 +229,8 @@ __all__ = [
     "Partitioning",
     "final_port",
     "output_port",
+    "partial_port",
+    "partials_at",
+    "receives_partials",
     "table_port",
 ]

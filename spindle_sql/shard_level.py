@@ -30,7 +30,18 @@ from storage_engine.key_groups import key_groups, shard_of_groups, split_by_shar
 from storage_engine.schema import WEIGHT
 
 from . import plan as P
-from .partitioning import DRIVER, WATERMARKS, Partitioning, final_port, output_port, table_port
+from .partitioning import (
+    DRIVER,
+    WATERMARKS,
+    Consumer,
+    Partitioning,
+    final_port,
+    output_port,
+    partial_port,
+    partials_at,
+    receives_partials,
+    table_port,
+)
 
 Routed = dict[tuple[int, int], dict[str, pa.Table | list[dict[str, Any]]]]
 
@@ -125,6 +136,9 @@ class LevelStep:
                 values[i] = flow.scan_value(node, tables)
             elif isinstance(node, P.ViewRef):
                 values[i] = values[part.root[node.view]]
+            elif receives_partials(node):
+                assert isinstance(node, P.Aggregate)
+                values[i] = flow.partials_value(node, partials_at(f"s{i}.0", self.inputs))
             else:
                 values[i] = flow.node_value(node, self._node_inputs(i, node, values))
         flow.forget(set(self.touched))
@@ -146,10 +160,22 @@ class LevelStep:
                 if c.keys is None:
                     self._send(out, c.level, self.shard % self.shards, c.port, rows)
                     continue
+                if c.aggregate is not None:
+                    self._send_partials(out, c, rows)
+                    continue
                 sent = rows if c.reads is None else narrowed(rows, c.reads)
                 for s, piece in split_by_shard(sent, c.keys, self.shards, self.groups).items():
                     self._send(out, c.level, s, c.port, piece)
         return out
+
+    def _send_partials(self, out: Routed, c: Consumer, rows: pa.Table) -> None:
+        assert c.aggregate is not None
+        node = self.part.nodes[c.aggregate]
+        assert isinstance(node, P.Aggregate)
+        assert c.keys is not None
+        for name, t in self.flow.partial_value(node, rows).items():
+            for s, piece in split_by_shard(t, c.keys, self.shards, self.groups).items():
+                self._send(out, c.level, s, partial_port(c.port, name), piece)
 
     def _wanted(self, view: str) -> bool:
         return self.outputs is None or view in self.outputs

@@ -33,6 +33,7 @@ from .remote_pull import PullResult, pull
 from .schema import WEIGHT, ZSetSchema
 from .settings import EngineSettings
 from .spine import Spine, SpineStats
+from .spine_store import MemoryBudget
 
 __all__ = [
     "WEIGHT",
@@ -54,6 +55,7 @@ __all__ = [
     "GcResult",
     "LockedError",
     "ManifestMissingError",
+    "MemoryBudget",
     "ObjectMissingError",
     "ObjectStore",
     "ObjectStoreLike",

@@ -58,6 +58,15 @@ class CommitHandle:
         return "pending"
 
     @property
+    def upload_ms(self) -> float | None:
+        """How long the checkpoint took from locally durable to named by the remote
+        manifest (waiting behind earlier uploads included); None without a finished
+        upload."""
+        if self.state != "remote_durable" or self.local_ms is None or self.remote_ms is None:
+            return None
+        return self.remote_ms - self.local_ms
+
+    @property
     def done(self) -> bool:
         """True once nothing more will happen to this handle."""
         return self._remote.is_set()

@@ -103,6 +103,7 @@ class StorageLocation(CheckpointWriter, Collector):
         fs: FileLayer,
         clock: Callable[[], float],
         read_only: bool,
+        budget: MemoryBudget | None = None,
     ) -> None:
         self.path = os.path.abspath(path)
         self.settings = settings
@@ -110,7 +111,7 @@ class StorageLocation(CheckpointWriter, Collector):
         self.clock = clock
         self.read_only = read_only
         self.cache = BufferCache(settings.cache_budget_bytes)
-        self.budget = MemoryBudget(settings.memory_budget_bytes)
+        self.budget = MemoryBudget(settings.memory_budget_bytes) if budget is None else budget
         self._merger: Merger | None = None
         # Deferred fsyncs (`write_batch`); the executor starts its thread at the first one.
         self._syncer = ThreadPoolExecutor(1, thread_name_prefix="batch-file-sync")
@@ -152,6 +153,7 @@ class StorageLocation(CheckpointWriter, Collector):
         from_remote: bool = False,
         remote_fallback: bool = False,
         eager: bool = False,
+        budget: MemoryBudget | None = None,
     ) -> StorageLocation:
         """Open (creating if needed) and restore `checkpoint`: "latest", "none"/None, a uuid
         or an identifier. `fingerprint` identifies the circuit's stateful part; restoring a
@@ -165,6 +167,8 @@ class StorageLocation(CheckpointWriter, Collector):
         an absent or empty `path` from the prefix (see `remote_pull.pull`): lazily, fetching
         batch files on demand, or `eager`ly; `remote_fallback` falls back to the newest
         intact checkpoint if the requested one has a missing or corrupt object.
+        `budget`: the memory budget of its in-memory batches, when it shares one with other
+        locations (default: its own, of `settings.memory_budget_bytes`).
         """
         fs = fs or PosixFileLayer()
         skipped: set[str] = set()
@@ -176,7 +180,7 @@ class StorageLocation(CheckpointWriter, Collector):
                 pulled = pull(remote, path, fs, ref, eager=eager, fallback=remote_fallback)
                 checkpoint = pulled.checkpoint.uuid
                 skipped = set(pulled.skipped)
-        loc = cls(path, settings or EngineSettings(), fs, clock, read_only)
+        loc = cls(path, settings or EngineSettings(), fs, clock, read_only, budget)
         loc._fingerprint = fingerprint  # what its commits record
         try:
             if remote is not None:

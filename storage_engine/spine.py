@@ -333,8 +333,8 @@ class Spine:
             self._loc.merger.submit(self._background_spill)
             return
         snap = self.snapshot()
-        with_files = [e for e in snap if e.file is not None]
-        for e in [*with_files, *sorted(snap, key=lambda e: -e.mem_bytes)]:
+        self._drop_copies(snap)
+        for e in sorted(snap, key=lambda e: -e.mem_bytes):
             if not budget.over():
                 break
             if e.mem is None or e.retired:
@@ -343,6 +343,20 @@ class Spine:
                 continue  # a merge replaced it meanwhile
             with self._io_lock:
                 if e.mem is None or e.retired:
+                    continue
+                freed = e.mem_bytes
+                e.mem = None
+            budget.add(-freed)
+
+    def _drop_copies(self, entries: Sequence[Entry]) -> None:
+        """While over the budget, drop the memory copies of those of `entries` that have a
+        file: free, as nothing is written."""
+        budget = self._loc.budget
+        for e in entries:
+            if not budget.over():
+                return
+            with self._io_lock:
+                if e.file is None or e.mem is None or e.retired:
                     continue
                 freed = e.mem_bytes
                 e.mem = None
@@ -414,6 +428,9 @@ class Spine:
         files: list[BatchFile] = []
         for e in entries:
             files += self._durable_files(e, write)
+        # Each of them has a file now: a step's batches that took the state over the budget
+        # leave memory at its commit, not only once a background spill gets to them.
+        self._drop_copies(entries)
         return files
 
     def _durable_files(

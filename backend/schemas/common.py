@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 INT32_MAX = 2**31 - 1  # the largest value an Integer column holds on every database
 INT64_MAX = 2**63 - 1
@@ -12,6 +12,10 @@ class Out(BaseModel):
     """A response: built from ORM objects by attribute."""
 
     model_config = ConfigDict(from_attributes=True)
+
+
+class VersionOut(Out):
+    version: str = Field(description="the installed release (`spindle --version` prints it)")
 
 
 class Body(BaseModel):

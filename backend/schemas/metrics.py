@@ -86,6 +86,14 @@ class MetricOut(Out):
     state_bytes: int
     spine_batches: int
     merge_backlog: int
+    memory_bytes: int = Field(
+        description="state batches in memory after the step (at parallelism > 1 the shards' "
+        "summed, each as its last level task ended); the rest of the state is in files"
+    )
+    memory_budget_bytes: int = Field(
+        description="the budget they are kept under: the spec's `engine.memory_budget` "
+        "(times the shards at parallelism > 1); 0 in samples written before it was reported"
+    )
     operators: dict[str, OperatorStepOut] | None = None
     inputs: dict[str, InputOut] | None = None
     sinks: dict[str, SinkStepOut] | None = None

@@ -105,9 +105,16 @@ class SampleIn(Record):
     state_bytes: Count = 0
     spine_batches: Count32 = 0
     merge_backlog: Count32 = 0
+    memory_bytes: Count = 0
+    memory_budget_bytes: Count = 0
     operators: dict[str, Any] | None = None
     inputs: dict[str, Any] | None = None
     sinks: dict[str, Any] | None = None
+    # Seconds each checkpoint upload took that finished since the step before: the upload
+    # histogram's, not a column of the sample.
+    uploads_s: list[Annotated[float, Field(ge=0, le=86_400, allow_inf_nan=False)]] = Field(
+        default_factory=list, max_length=1_000
+    )
 
     @field_validator("operators")
     @classmethod

@@ -23,6 +23,7 @@ from storage_engine.location_view import list_checkpoints
 from storage_engine.manifest import CHECKPOINT_META, CheckpointInfo, read_doc
 
 from ..models import Checkpoint, Pipeline
+from . import metrics
 
 
 def reconcile(
@@ -46,12 +47,14 @@ def reconcile(
             )
         )
     out = []
+    committed: list[float] = []  # the new checkpoints' commit durations, seconds
     first_table = _first_table(s, pipeline_id)
     for i in infos:
         row = rows.get(i.uuid)
         if row is None:
             row = Checkpoint(pipeline_id=pipeline_id, uuid=i.uuid, pinned=False)
             s.add(row)
+            committed.append(i.duration_ms / 1000)
             if metadata is not None:
                 offsets = written_offsets(metadata(i.uuid), first_table)
                 if offsets is not None and all(
@@ -70,6 +73,7 @@ def reconcile(
             row.remote_durable = i.uuid in remote_durable
         out.append(row)
     s.flush()
+    metrics.observe(s, pipeline_id, "commit", committed)
     return out
 
 

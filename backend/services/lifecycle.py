@@ -3,8 +3,10 @@
 Pipeline: `desired_state` is what the user asked for; `state` is what is happening. A run
 is one driver process. The restart policy: a run that died while its pipeline should be
 running is replaced after a backoff (restart_backoff_s doubling to restart_backoff_max_s)
-from the latest checkpoint, at most max_restarts times in a row; a run that stayed up
-restart_reset_s resets the count. Exhausted: the pipeline is failed and stopped.
+from the latest checkpoint; a run that stayed up restart_reset_s starts the backoff over.
+At most max_restarts crashes within restart_window_s (counted since the pipeline was last
+started by hand): one more and the pipeline is failed and stopped, saying why, so a driver
+that crashes every few minutes is not restarted forever.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session
 
 from pipeline_spec.exits import (
@@ -387,6 +389,26 @@ def restart_number(settings: Settings, last: Run) -> int:
     return 1 if healthy else last.restart_count + 1
 
 
+def crashes_within_window(s: Session, settings: Settings, p: Pipeline, now: dt.datetime) -> int:
+    """The pipeline's runs that crashed (failed or lost) within the last restart_window_s,
+    since the run a user started (the newest with no automatic restart before it)."""
+    since = now - dt.timedelta(seconds=settings.restart_window_s)
+    started = s.scalar(
+        select(Run.created_at)
+        .where(Run.pipeline_id == p.id, Run.restart_count == 0)
+        .order_by(Run.number.desc())
+        .limit(1)
+    )
+    if started is not None and started > since:
+        since = started
+    crashed = select(func.count()).where(
+        Run.pipeline_id == p.id,
+        Run.state.in_((RunState.failed, RunState.lost)),
+        Run.ended_at >= since,
+    )
+    return int(s.scalar(crashed) or 0)
+
+
 def restart_delay_s(settings: Settings, last: Run) -> float:
     """Seconds from `last`'s end until the reaper may replace it."""
     n = restart_number(settings, last)
@@ -420,11 +442,13 @@ def reap(s: Session, settings: Settings, now: dt.datetime | None = None) -> list
         if last is None or last.state not in ENDED_RUN:
             continue
         count = restart_number(settings, last)
-        if count > settings.max_restarts:
+        crashes = crashes_within_window(s, settings, p, now) if count else 0
+        if crashes > settings.max_restarts:
             p.state = PipelineState.failed
             p.desired_state = DesiredState.stopped
             p.error = (
-                f"gave up after {settings.max_restarts} restarts; last run: {last.exit_reason}"
+                f"gave up: {crashes} crashes within {_duration(settings.restart_window_s)} "
+                f"(max_restarts {settings.max_restarts}); last run: {last.exit_reason}"
             )
             fail_restores(s, p, p.error)
             continue
@@ -435,6 +459,14 @@ def reap(s: Session, settings: Settings, now: dt.datetime | None = None) -> list
             continue  # another reaper restarted it
         launches.append(_new_run(s, p, _resume_point(s, p, last), count, last.drop_state))
     return launches
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{seconds / 3600:g} h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds / 60:g} min"
+    return f"{seconds:g} s"
 
 
 def _resume_point(s: Session, p: Pipeline, ended: Run) -> str:
@@ -462,6 +494,7 @@ def _resume_point(s: Session, p: Pipeline, ended: Run) -> str:
 __all__ = [
     "Exit",
     "backoff_s",
+    "crashes_within_window",
     "describe_exit",
     "durability_reported",
     "fail_restores",

@@ -5,6 +5,7 @@ metrics_keep_s. Live delivery (SSE) polls for rows with a larger id."""
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -13,7 +14,8 @@ from typing import Any
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
-from ..models import MetricSample, OperatorShardTotals, PipelineTotals
+from ..db import Base
+from ..models import DurationBuckets, MetricSample, OperatorShardTotals, PipelineTotals
 from ..settings import Settings
 
 BUCKET_S = 60
@@ -25,6 +27,8 @@ _LAST = (
     "state_bytes",
     "spine_batches",
     "merge_backlog",
+    "memory_bytes",
+    "memory_budget_bytes",
     "run_id",
     "inputs",
     "sinks",
@@ -34,17 +38,41 @@ _LAST = (
 def add_totals(s: Session, pipeline_id: int, **increments: int) -> None:
     """Grow the pipeline's monotonic counters (`PipelineTotals`) by `increments`."""
     increments = {k: v for k, v in increments.items() if v}
-    if not increments:
-        return
-    cols = PipelineTotals.__table__.c
+    if increments:
+        _grow(s, PipelineTotals, {"pipeline_id": pipeline_id}, increments)
+
+
+def _grow(
+    s: Session, model: type[Base], key: Mapping[str, Any], values: Mapping[str, float]
+) -> None:
+    """Add `values` to the counters of `model`'s row `key` (one statement, so concurrent
+    reports both count), making the row if there is none."""
+    cols = model.__table__.c
     done = s.execute(
-        update(PipelineTotals)
-        .where(PipelineTotals.pipeline_id == pipeline_id)
-        .values({k: cols[k] + v for k, v in increments.items()})
+        update(model)
+        .where(*(cols[k] == v for k, v in key.items()))
+        .values({k: cols[k] + v for k, v in values.items()})
     )
     if getattr(done, "rowcount", 0) == 0:
-        s.add(PipelineTotals(pipeline_id=pipeline_id, **increments))
+        s.add(model(**key, **values))
         s.flush()
+
+
+# Histogram bucket bounds (seconds) for streaming durations, 10 ms to 60 s; one more bucket
+# (+Inf) counts the rest. Prometheus' `le` buckets are these, cumulated at scrape time.
+BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+def observe(s: Session, pipeline_id: int, metric: str, seconds: Iterable[float]) -> None:
+    """Add durations to the pipeline's histogram `metric` (`DurationBuckets`)."""
+    grown: dict[int, list[float]] = {}
+    for x in seconds:
+        g = grown.setdefault(bisect.bisect_left(BUCKETS_S, x), [0, 0.0])
+        g[0] += 1
+        g[1] += x
+    for bucket, (n, total) in sorted(grown.items()):
+        key = {"pipeline_id": pipeline_id, "metric": metric, "bucket": bucket}
+        _grow(s, DurationBuckets, key, {"count": int(n), "sum_s": total})
 
 
 def add_shard_totals(
@@ -61,23 +89,10 @@ def add_shard_totals(
                 g[0] += x["rows_in"]
                 g[1] += x["rows_out"]
                 g[2] += x["step_ms"]
-    cols = OperatorShardTotals.__table__.c
     for (op_id, shard), (rows_in, rows_out, step_ms) in grown.items():
+        key = {"pipeline_id": pipeline_id, "operator": op_id, "shard": shard}
         values = {"rows_in": int(rows_in), "rows_out": int(rows_out), "step_ms": step_ms}
-        done = s.execute(
-            update(OperatorShardTotals)
-            .where(
-                OperatorShardTotals.pipeline_id == pipeline_id,
-                OperatorShardTotals.operator == op_id,
-                OperatorShardTotals.shard == shard,
-            )
-            .values({k: cols[k] + v for k, v in values.items()})
-        )
-        if getattr(done, "rowcount", 0) == 0:
-            s.add(
-                OperatorShardTotals(pipeline_id=pipeline_id, operator=op_id, shard=shard, **values)
-            )
-            s.flush()
+        _grow(s, OperatorShardTotals, key, values)
 
 
 def history(
@@ -179,4 +194,13 @@ def start_after(s: Session, pipeline_id: int, backlog: int) -> int:
     return ids[0] if backlog == 0 else ids[-1] - 1
 
 
-__all__ = ["add_shard_totals", "add_totals", "downsample", "history", "live", "start_after"]
+__all__ = [
+    "BUCKETS_S",
+    "add_shard_totals",
+    "add_totals",
+    "downsample",
+    "history",
+    "live",
+    "observe",
+    "start_after",
+]

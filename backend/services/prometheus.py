@@ -3,17 +3,25 @@ replica reports the same values and nothing is lost when one restarts)."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from ..db import Database
 from ..models import (
     Checkpoint,
+    DurationBuckets,
     MetricSample,
     OperatorShardTotals,
     Pipeline,
@@ -21,6 +29,7 @@ from ..models import (
     PipelineTotals,
     Run,
 )
+from .metrics import BUCKETS_S
 
 WINDOW_S = 60.0  # throughput and latency quantiles over the last minute
 QUANTILES = (0.5, 0.99)
@@ -173,6 +182,17 @@ class PipelineCollector(Collector):
             "spindle_pipeline_state_bytes", "state size", labels=["pipeline"]
         )
         srows = GaugeMetricFamily("spindle_pipeline_state_rows", "state rows", labels=["pipeline"])
+        mem = GaugeMetricFamily(
+            "spindle_pipeline_memory_bytes",
+            "state batches in memory after the newest step (shards summed)",
+            labels=["pipeline"],
+        )
+        mem_budget = GaugeMetricFamily(
+            "spindle_pipeline_memory_budget_bytes",
+            "the budget of state batches in memory: the spec's engine.memory_budget "
+            "(times the shards at parallelism > 1)",
+            labels=["pipeline"],
+        )
         lag = GaugeMetricFamily(
             "spindle_input_lag",
             "what waits to be read after the newest step: records (log, Kafka) or files",
@@ -226,6 +246,24 @@ class PipelineCollector(Collector):
             "upload, the object store unreachable, fencing), else 1",
             labels=["pipeline"],
         )
+        histograms = {
+            "step": HistogramMetricFamily(
+                "spindle_pipeline_step_duration_seconds",
+                "the duration of each step (micro-batch)",
+                labels=["pipeline"],
+            ),
+            "commit": HistogramMetricFamily(
+                "spindle_pipeline_commit_duration_seconds",
+                "the duration of each checkpoint's commit, until it is locally durable",
+                labels=["pipeline"],
+            ),
+            "upload": HistogramMetricFamily(
+                "spindle_pipeline_upload_duration_seconds",
+                "the duration of each checkpoint's upload to the object store, from locally "
+                "durable to named by the remote manifest",
+                labels=["pipeline"],
+            ),
+        }
         ops = _OperatorFamilies()
         with self.db.session() as s:
             for p in s.scalars(select(Pipeline)):
@@ -246,6 +284,7 @@ class PipelineCollector(Collector):
                 upload_failures.add_metric(lab, float(t.upload_failures))
                 fencings.add_metric(lab, float(t.fencings))
                 durable.add_metric(lab, 0.0 if p.durability_error else 1.0)
+                _add_histograms(s, p, histograms)
                 ops.add_totals(
                     p.name,
                     list(
@@ -294,6 +333,9 @@ class PipelineCollector(Collector):
                 if last is not None:
                     sbytes.add_metric(lab, float(last.state_bytes))
                     srows.add_metric(lab, float(last.state_rows))
+                    if last.memory_budget_bytes:  # 0: a sample from before it was reported
+                        mem.add_metric(lab, float(last.memory_bytes))
+                        mem_budget.add_metric(lab, float(last.memory_budget_bytes))
                     ops.add(p.name, [r[5] for r in recent if r[5]], last.operators or {})
                     for table, figures in (last.inputs or {}).items():
                         if isinstance(figures, dict) and figures.get("lag") is not None:
@@ -333,6 +375,8 @@ class PipelineCollector(Collector):
             e2e,
             sbytes,
             srows,
+            mem,
+            mem_budget,
             lag,
             sink_step,
             cp_count,
@@ -346,7 +390,25 @@ class PipelineCollector(Collector):
             fencings,
             *ops.families(),
             durable,
+            *histograms.values(),
         )
+
+
+def _add_histograms(s: Session, p: Pipeline, into: dict[str, HistogramMetricFamily]) -> None:
+    """The pipeline's duration histograms (`DurationBuckets`), cumulated into `le` buckets;
+    one with no observations yet is all zeros."""
+    rows = s.scalars(select(DurationBuckets).where(DurationBuckets.pipeline_id == p.id)).all()
+    for metric, family in into.items():
+        counts = [0] * (len(BUCKETS_S) + 1)
+        total = 0.0
+        for r in rows:
+            if r.metric == metric and 0 <= r.bucket < len(counts):
+                counts[r.bucket] += r.count
+                total += r.sum_s
+        bounds = [*(f"{b:g}" for b in BUCKETS_S), "+Inf"]
+        cumulative = [float(c) for c in itertools.accumulate(counts)]
+        buckets = list(zip(bounds, cumulative, strict=True))
+        family.add_metric([p.name], buckets=buckets, sum_value=total)
 
 
 __all__ = ["PipelineCollector"]

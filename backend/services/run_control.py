@@ -150,7 +150,12 @@ def _record(s: Session, run: Run, samples: Sequence[SampleIn], events: Sequence[
     """The steps' metric records, and the durability events: counted, and the newest
     problem shown on the pipeline until a checkpoint is durable again."""
     rows = [
-        MetricSample(pipeline_id=run.pipeline_id, run_id=run.id, resolution_s=0, **rec.model_dump())
+        MetricSample(
+            pipeline_id=run.pipeline_id,
+            run_id=run.id,
+            resolution_s=0,
+            **rec.model_dump(exclude={"uploads_s"}),
+        )
         for rec in samples
     ]
     if rows:
@@ -165,6 +170,8 @@ def _record(s: Session, run: Run, samples: Sequence[SampleIn], events: Sequence[
             late_rows=sum(r.late_rows or 0 for r in rows),
         )
         metrics.add_shard_totals(s, run.pipeline_id, [r.operators for r in rows])
+        metrics.observe(s, run.pipeline_id, "step", [(r.step_ms or 0.0) / 1000 for r in rows])
+        metrics.observe(s, run.pipeline_id, "upload", [x for rec in samples for x in rec.uploads_s])
     if not events:
         return
     kinds = [e.event for e in events]

@@ -1,4 +1,5 @@
 import { Link, NavLink, Navigate, Outlet, Route, Routes } from "react-router";
+import { useVersion } from "./api/queries";
 import { useAuth } from "./auth/AuthContext";
 import { RequireAuth } from "./auth/RequireAuth";
 import { Toasts } from "./components/Toasts";
@@ -15,6 +16,7 @@ import { Views } from "./pages/detail/Views";
 
 function Layout() {
   const { signOut } = useAuth();
+  const version = useVersion();
   return (
     <>
       <a className="skip-link" href="#main">
@@ -41,6 +43,9 @@ function Layout() {
       <main id="main" className="content">
         <Outlet />
       </main>
+      <footer className="footer" data-testid="footer">
+        Spindle <span data-testid="version">{version.data?.version ?? "…"}</span>
+      </footer>
     </>
   );
 }

@@ -20,6 +20,7 @@ does (no value between a group's extremes can become its minimum or maximum).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -55,6 +56,7 @@ from .operator import (
 )
 
 AggFunc = Literal["count", "sum", "avg", "min", "max"]
+ACC = "acc"  # `GroupAggregate.partial`'s accumulators
 
 
 @dataclass(frozen=True)
@@ -161,14 +163,43 @@ class GroupAggregate(Operator):
         delta = self._with_group_key(weighted(deltas[self.inputs[0]]))
         if delta.num_rows == 0:
             return empty_delta(self._out_schema)
+        return self._merge(self._partial(delta), self._changes(delta))
+
+    def partial(self, delta: pa.Table) -> dict[str, pa.Table]:
+        """Part of a step's delta reduced where it is (a shard's, before the exchange):
+        under `ACC` the change of every accumulator per group, under each min/max column's
+        name the change of its value multiset, consolidated. `apply_partials` of the
+        shards' parts, concatenated, equals `step` of their whole delta."""
+        rows = self._with_group_key(weighted(delta))
+        out = {ACC: self._partial(rows)}
+        for c, change in self._changes(rows).items():
+            out[c] = consolidate(change, change.schema.remove(change.num_columns - 1))
+        return out
+
+    def apply_partials(self, parts: Mapping[str, pa.Table]) -> pa.Table:
+        """A step from the partials of its delta's parts (`partial`), counted as `apply`
+        counts a step (in rows of partials)."""
+        acc = parts.get(ACC)
+        if acc is None or acc.num_rows == 0:
+            return empty_delta(self._out_schema)
+        started = time.perf_counter()
         changes = {
+            c: parts.get(c, self._vals_schemas[c].arrow.empty_table()) for c in self._ordered
+        }
+        out = self._merge(self._group_sum(acc), changes)
+        self._count(sum(t.num_rows for t in parts.values()), out.num_rows, started)
+        return out
+
+    def _changes(self, delta: pa.Table) -> dict[str, pa.Table]:
+        """Per min/max column, the change of its value multiset (rows of keys, value,
+        weight): the delta's non-null values."""
+        return {
             c: pa.table(
                 [*(delta.column(k) for k in self._keys), delta.column(c), delta.column(WEIGHT)],
                 names=[*self._keys, self._val_name(c), WEIGHT],
             ).filter(pc.is_valid(delta.column(c)))
             for c in self._ordered
         }
-        return self._merge(self._partial(delta), changes)
 
     def _val_name(self, c: str) -> str:
         """The value column of `c`'s multiset: `c`, unless `c` is also a group key (a spine

@@ -324,16 +324,21 @@ STATE = ZSetSchema.of([("k", pa.int64())], [("v", pa.int64())])
 
 
 def build_checkpoints(
-    storage: Path, n: int, first_step: int = 1, offsets: Sequence[int] | None = None
+    storage: Path,
+    n: int,
+    first_step: int = 1,
+    offsets: Sequence[int] | None = None,
+    fingerprint: str = "",
 ) -> list[str]:
     """`n` checkpoints (oldest first) in a real storage location, at steps first_step, ...
-    and source offsets `offsets` (default step * 10). Each holds its own batch file (the
-    location is reopened empty before each commit), so deleting any one frees bytes."""
+    and source offsets `offsets` (default step * 10), taken by a circuit of `fingerprint`.
+    Each holds its own batch file (the location is reopened empty before each commit), so
+    deleting any one frees bytes."""
     uids = []
     for i in range(n):
         step = first_step + i
         offset = offsets[i] if offsets is not None else step * 10
-        with StorageLocation.open(str(storage), checkpoint="none") as loc:
+        with StorageLocation.open(str(storage), fingerprint=fingerprint, checkpoint="none") as loc:
             sp = loc.spine("per_user", STATE)
             sp.insert(Batch.from_tuples(STATE, [((step * 1000 + j,), (j,), 1) for j in range(64)]))
             meta = {"source_offsets": {"input": offset}}

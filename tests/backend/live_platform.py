@@ -38,7 +38,8 @@ def free_port() -> int:
 
 class Platform:
     """One running Spindle: `start()`, `client`, `stop()`; fast failure detection settings
-    (heartbeat timeout, reap interval, restart backoff) so crash tests take seconds."""
+    (heartbeat timeout, reap interval, restart backoff) so crash tests take seconds. `root`:
+    the checkout whose code runs (an earlier release's, for the upgrade fixtures)."""
 
     def __init__(
         self,
@@ -46,14 +47,15 @@ class Platform:
         database_url: str | None,
         broker_url: str | None,
         extra_env: dict[str, str] | None = None,
+        root: Path = ROOT,
     ) -> None:
-        self.data_dir = data_dir
+        self.data_dir, self.root = data_dir, root
         self.port = free_port()
         self.token = "spd_test_" + secrets.token_urlsafe(16)
         self.prefix = f"spindle-test-{uuid.uuid4().hex[:10]}"
         self.env = {
             **os.environ,
-            "PYTHONPATH": str(ROOT),
+            "PYTHONPATH": str(root),
             "SPINDLE_DATA_DIR": str(data_dir),
             "SPINDLE_ADMIN_TOKEN": self.token,
             "SPINDLE_QUEUE_PREFIX": self.prefix,
@@ -92,7 +94,7 @@ class Platform:
         log = open(self.data_dir / "serve.log", "ab")  # noqa: SIM115 (lives with the process)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "backend", "serve", "--port", str(self.port)],
-            cwd=ROOT,
+            cwd=self.root,
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -183,7 +185,7 @@ class Platform:
         cmd[cmd.index("--hostname") + 1] = f"spindle-extra-{uuid.uuid4().hex[:6]}@test"
         log = open(self.data_dir / "worker2.log", "ab")  # noqa: SIM115
         self.workers.append(
-            subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+            subprocess.Popen(cmd, cwd=self.root, env=self.env, stdout=log, stderr=subprocess.STDOUT)
         )
 
     def logs(self) -> str:
@@ -283,3 +285,50 @@ def platform(
         yield p.start()
     finally:
         p.stop()
+
+
+class StackPlatform(Platform):
+    """The deployed stack on this machine (`local_servers.stack`: PostgreSQL, Redis, S3,
+    two APIs behind nginx, a worker, beat, a Spark master and worker) behind the same
+    helpers: `port` is nginx's."""
+
+    def __init__(self, directory: Path) -> None:
+        from local_servers.stack import LocalStack
+
+        self.stack = LocalStack(
+            directory,
+            {
+                "SPINDLE_HEARTBEAT_TIMEOUT_S": "8",
+                "SPINDLE_REAP_INTERVAL_S": "1",
+                "SPINDLE_RESTART_BACKOFF_S": "0.5",
+                "SPINDLE_SPARE_DRIVER": "false",
+                # Reads reach either API process: each caches its answers up to this long
+                # (docs/configuration.md), so a test's read right after its write could see
+                # the other's older answer. The tests assert read-after-write, so: none.
+                "SPINDLE_READ_CACHE_S": "0",
+            },
+        )
+        super().__init__(self.stack.data_dir, None, None)
+        self.port, self.token = self.stack.port, self.stack.token
+        self.env.update(self.stack.spindle_env())
+        self.client = httpx.Client(
+            base_url=self.stack.url,
+            headers={"Authorization": f"Bearer {self.token}"},
+            timeout=60,
+        )
+
+    def start(self) -> Platform:
+        self.stack.start()
+        return self
+
+    def worker_pids(self) -> list[int]:
+        return self.stack.pids("worker")
+
+    def logs(self) -> str:
+        return "\n".join(self.stack.log_tail(n) for n in ("api", "worker", "beat", "nginx"))
+
+    def stop(self) -> None:
+        self.client.close()
+        if self._db is not None:
+            self._db.dispose()
+        self.stack.stop()

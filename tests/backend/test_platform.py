@@ -5,19 +5,23 @@ embedded (SQLite + kombu's SQLAlchemy transport). Crash tests kill real processe
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from local_servers.prometheus import PrometheusServer
 from local_servers.seaweedfs import SeaweedS3
 
 from .. import customers
 from ..polling import wait_until
-from .live_platform import REDIS, Platform, platform
+from .live_platform import REDIS, ROOT, Platform, platform
 
 FILES, ROWS = 16, 200
 
@@ -180,6 +184,7 @@ def without_reaper(tmp_path: Path) -> Iterator[Platform]:
     yield from platform(tmp_path, None, None, {**slow, "SPINDLE_SPARE_DRIVER": "true"})
 
 
+@pytest.mark.full
 def test_a_crashed_driver_is_restarted_at_once_by_its_supervisor_on_the_spare(
     without_reaper: Platform,
 ) -> None:
@@ -347,3 +352,55 @@ def test_a_sigkilled_driver_is_replaced_by_the_spare_exactly_once_and_a_restore_
         if line.startswith(f'spindle_pipeline_restarts_total{{pipeline="{name}"}}')
     ]
     assert restarts == [f'spindle_pipeline_restarts_total{{pipeline="{name}"}} 1.0']
+
+
+def _documented_prometheus() -> tuple[list[dict[str, Any]], list[str]]:
+    """docs/operations.md's scrape configuration and its PromQL of the duration
+    histograms."""
+    text = (ROOT / "docs" / "operations.md").read_text()
+    block = re.search(r"```yaml\n(scrape_configs:.*?)```", text, re.S)
+    assert block is not None, "no scrape configuration in docs/operations.md"
+    queries = re.findall(r"`(histogram_quantile\(.*?\))`", text)
+    assert len(queries) >= 3, queries
+    return yaml.safe_load(block.group(1))["scrape_configs"], queries
+
+
+def test_a_real_prometheus_scrapes_the_documented_config(
+    deployed: Platform, tmp_path: Path
+) -> None:
+    """Debian's Prometheus, configured as docs/operations.md says (the token in a file, the
+    target this platform's API), scrapes a pipeline that steps and uploads its checkpoints
+    to S3; the documented p99 queries of the step and upload histograms give finite
+    seconds, over all pipelines and per pipeline."""
+    p, name = deployed, "scraped"
+    spec = datagen_spec(name) | {"checkpoint": {"every_steps": 2}}
+    p.ok("POST", "/api/v1/pipelines", json={"spec": spec})
+    p.ok("POST", f"/api/v1/pipelines/{name}/start")
+    p.wait_step(name, 2, timeout=120)
+
+    scrape, queries = _documented_prometheus()
+    token = tmp_path / "spindle-token"
+    token.write_text(p.token)
+    for job in scrape:
+        job["authorization"]["credentials_file"] = str(token)
+        job["static_configs"] = [{"targets": [f"127.0.0.1:{p.port}"]}]
+    prom = PrometheusServer(tmp_path / "prometheus", scrape)
+    prom.start()
+    try:
+
+        def answered() -> dict[str, float] | None:
+            got = {}
+            for q in queries:
+                result = prom.query(q)
+                values = [float(r["value"][1]) for r in result]
+                if not values or not all(math.isfinite(v) for v in values):
+                    return None
+                got[q] = max(values)
+            return got
+
+        got = wait_until(answered, 90, "finite answers to the documented queries")
+        assert all(0 < v <= 60 for v in got.values()), got
+        per_pipeline = prom.query(next(q for q in queries if "pipeline)" in q))
+        assert {r["metric"]["pipeline"] for r in per_pipeline} == {name}
+    finally:
+        prom.stop()

@@ -321,14 +321,15 @@ def test_reap_restarts_lost_runs_with_doubling_backoff_then_gives_up(
         assert get_pipeline(db, pid).state == PipelineState.starting
         assert reap(db, policy, due) == []  # one replacement, not one per call
         t = due + 1
-    # The fourth consecutive failure exhausts max_restarts=3.
+    # The fourth crash within the window exhausts max_restarts=3.
     update_run(db, run, state=RunState.running, started_at=at(t), heartbeat_at=at(t + 5))
     assert reap(db, policy, t + 5 + 31) == []
     assert get_run(db, run).state == RunState.lost
     p = get_pipeline(db, pid)
     assert (p.state, p.desired_state) == (PipelineState.failed, DesiredState.stopped)
     assert p.error == (
-        "gave up after 3 restarts; last run: no heartbeat for 30s (driver or worker lost)"
+        "gave up: 4 crashes within 1 h (max_restarts 3); "
+        "last run: no heartbeat for 30s (driver or worker lost)"
     )
     assert reap(db, policy, t + 100_000) == []
     assert get_pipeline(db, pid).state == PipelineState.failed
@@ -375,6 +376,45 @@ def test_reap_resets_the_count_after_a_healthy_run(sqlite_db: Database, policy: 
     launched = reap(db, policy, 731)  # the first restart: at once, not the fourth's backoff
     assert get_run(db, run).state == RunState.lost
     assert [(n, c) for _, n, _, c in launched] == [(2, 1)]
+
+
+def test_crashes_after_long_healthy_runs_fail_once_the_window_holds_too_many(
+    sqlite_db: Database, policy: Settings
+) -> None:
+    """A driver that stays up 11 minutes (past restart_reset_s, so each restart is at
+    once) and then crashes is restarted until the window (1 h) holds max_restarts + 1
+    crashes: not forever. A start by hand counts afresh; crashes older than the window do
+    not count."""
+    db = sqlite_db
+    pid = add_pipeline(db)
+    run = add_run(db, pid, created_at=at(0))
+    t, restarted = 0.0, 0
+    while True:
+        update_run(db, run, state=RunState.running, started_at=at(t), heartbeat_at=at(t + 660))
+        launched = reap(db, policy, t + 660 + 31)
+        assert get_run(db, run).state == RunState.lost
+        if not launched:
+            break
+        ((run, _, _, count),) = launched
+        assert count == 1  # each run was healthy: no backoff
+        restarted += 1
+        t += 700
+        update_run(db, run, created_at=at(t))
+    assert restarted == 3
+    p = get_pipeline(db, pid)
+    assert p.state == PipelineState.failed
+    assert p.error is not None and p.error.startswith("gave up: 4 crashes within 1 h")
+    # Started again by hand, later: its first crash is restarted.
+    with sqlite_db.session() as s:
+        pipeline = s.get(Pipeline, pid)
+        assert pipeline is not None
+        pipeline.desired_state, pipeline.state = DesiredState.running, PipelineState.starting
+    run = add_run(db, pid, created_at=at(t + 100))
+    update_run(db, run, state=RunState.running, started_at=at(t + 100), heartbeat_at=at(t + 110))
+    assert len(reap(db, policy, t + 110 + 31)) == 1
+    # Crashes spread wider than the window: each is restarted.
+    with sqlite_db.session() as s:
+        assert lifecycle.crashes_within_window(s, policy, s.get(Pipeline, pid), at(t + 10_000)) == 0
 
 
 def test_reap_never_restarts_a_pipeline_meant_to_be_stopped(

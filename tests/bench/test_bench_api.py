@@ -14,6 +14,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+# Smoke runs of a benchmark (a minute or more each): the full profile runs them.
+pytestmark = pytest.mark.full
+
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 180
 

@@ -19,6 +19,7 @@ REQUIRED = (
     "raw_put_mb_s",
     "remote_restore_ms_lazy",
     "remote_restore_ms_eager",
+    "shard_open_ms_lazy",
 )
 
 

@@ -7,7 +7,12 @@ import json
 import math
 from pathlib import Path
 
+import pytest
+
 from bench.kafka import run_benchmark
+
+# Smoke runs of a benchmark (a minute or more each): the full profile runs them.
+pytestmark = pytest.mark.full
 
 
 def test_smoke_report_has_every_figure(tmp_path: Path) -> None:

@@ -15,12 +15,14 @@ import pytest
 from bench.nexmark import read_events, run_benchmark, write_events
 from bench.nexmark_queries import flink_events_ddl, flink_statements, load, names, spark_statements
 from bench.nexmark_recovery import CHECKPOINT_STEPS, KILL_AFTER_STEP, recovery
+from bench.nexmark_runs import SpindleOptions
 from oracles.nexmark import oracle
 
 
 @pytest.mark.full
 def test_smoke_report_has_every_figure(tmp_path: Path) -> None:
-    report = run_benchmark("smoke", str(tmp_path), systems=("spindle", "spark"))
+    spindle = SpindleOptions(memory_budget="16MiB")
+    report = run_benchmark("smoke", str(tmp_path), systems=("spindle", "spark"), spindle=spindle)
     json.dumps(report)
     q1 = report["queries"]["q1"]
     assert q1["oracle_rows"] > 0
@@ -30,6 +32,8 @@ def test_smoke_report_has_every_figure(tmp_path: Path) -> None:
         for key in ("events_per_s", "startup_s", "p50_batch_ms", "p99_batch_ms"):
             assert math.isfinite(fig[key]) and fig[key] > 0, (system, key)
         assert fig["peak_rss_bytes"] > 0
+    assert q1["spindle"]["memory_budget_bytes"] == 16 << 20
+    assert 0 <= q1["spindle"]["peak_memory_bytes"] <= 16 << 20
     assert not list(tmp_path.iterdir())  # cleaned up
 
 

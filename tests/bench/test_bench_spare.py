@@ -11,6 +11,9 @@ import pytest
 
 from bench.spare import SPECS, WAYS, main, run_benchmark
 
+# Smoke runs of a benchmark (a minute or more each): the full profile runs them.
+pytestmark = pytest.mark.full
+
 
 def test_smoke_report_has_every_figure(tmp_path: Path) -> None:
     report = run_benchmark("smoke", base_dir=str(tmp_path), kinds=("files-csv",))

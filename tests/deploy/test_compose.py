@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import re
 import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -562,3 +563,34 @@ def test_a_root_unit_is_reported(tmp_path: Path) -> None:
         "x.service: runs as root (set User=)",
         "x.service: ExecStart is not an absolute command: python -m backend serve",
     ]
+
+
+# -- the stack without Docker (local_servers/stack.py) -------------------------------------
+
+
+def test_the_stack_without_docker_matches_compose(compose: dict[str, Any], tmp_path: Path) -> None:
+    """docs/deploy.md's stack on one machine stands in for every service of compose's
+    default and `spark` profiles, gives every Spindle process the same SPINDLE_* wiring,
+    and runs the API, worker and beat with the same commands (addresses and paths aside)."""
+    from local_servers.stack import SERVICES, LocalStack
+
+    services = {
+        name
+        for name, s in checks.services(compose).items()
+        if set(s.get("profiles", [])) <= {"spark"}
+    }
+    assert services == set(SERVICES)
+    stack = LocalStack(tmp_path)
+    assert stack.spindle_env().keys() == env_of(compose, "api").keys()
+
+    def shape(cmd: list[str]) -> list[str]:
+        """The command with its interpreter, addresses and paths as placeholders."""
+        out = ["python" if c == sys.executable else c for c in cmd]
+        for option in ("--host", "--port", "--hostname", "--schedule"):
+            if option in out:
+                out[out.index(option) + 1] = "*"
+        return out
+
+    ours = stack.commands()
+    for service in ("api", "worker", "beat"):
+        assert all(shape(c) == shape(command_of(compose, service)) for c in ours[service])

@@ -83,9 +83,10 @@ def _sources(dest: Path) -> None:
         check=True,
     ).stdout.decode()
     packages = {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file()} - {"tests", "e2e"}
+    top_files = ("pyproject.toml", "README.md", "LICENSE")
     for name in listed.split("\0"):
         top = name.split("/")[0]
-        if (top in packages or name in ("pyproject.toml", "README.md")) and (ROOT / name).is_file():
+        if (top in packages or name in top_files) and (ROOT / name).is_file():
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, dest / name)
     console = dest / CONSOLE
@@ -167,6 +168,7 @@ def test_the_wheel_holds_the_product_its_migrations_and_console(installed: Insta
         "backend/migrations/script.py.mako",
         *(f"backend/migrations/versions/{r}" for r in revisions),
         f"{CONSOLE.as_posix()}/index.html",
+        f"spindle-{VERSION}.dist-info/licenses/LICENSE",  # Apache-2.0
     ):
         assert name in installed.wheel_files, name
 
@@ -275,6 +277,8 @@ def test_the_installed_serve_migrates_and_serves(
     auth = {"Authorization": f"Bearer {token}"}
     pipelines = httpx.get(f"{url}/api/v1/pipelines", headers=auth, timeout=10)
     assert pipelines.status_code == 200 and pipelines.json() == []  # the tables exist
+    version = httpx.get(f"{url}/api/v1/version", headers=auth, timeout=10)
+    assert version.status_code == 200 and version.json() == {"version": VERSION}
     current = "from backend import migrate; from backend.settings import Settings; "
     current += "print(migrate.current(Settings().db_url), migrate.head())"
     r = installed.run(installed.python, "-c", current, SPINDLE_DATA_DIR=str(data))

@@ -94,6 +94,21 @@ parallelism: 2
     assert "parallelism" in str(e.value)
 
 
+def test_the_engine_memory_budget_takes_sizes_within_bounds() -> None:
+    sql = """
+name: p1
+source: {kind: datagen}
+sql: CREATE VIEW v AS SELECT user, count(*) AS n FROM input GROUP BY user
+"""
+    assert load_spec(sql).engine.memory_budget == 256 << 20
+    for given, want in (("64MiB", 64 << 20), ("1GB", 10**9), ("8388608", 8 << 20)):
+        assert load_spec(sql + f"engine: {{memory_budget: {given}}}\n").engine.memory_budget == want
+    for bad in ("1MB", "2TiB", "lots", "-5"):
+        with pytest.raises(SpecError) as e:
+            load_spec(sql + f"engine: {{memory_budget: {bad}}}\n")
+        assert "engine.memory_budget" in str(e.value)
+
+
 def test_every_error_names_its_field() -> None:
     with pytest.raises(SpecError) as e:
         load_spec(
@@ -374,3 +389,26 @@ def test_what_each_kind_answers_without_being_asked_its_kind() -> None:
         None,
     ]
     assert [s.key_columns() for s in spec.sinks] == [[], [], ["b"]]
+
+
+@pytest.mark.parametrize(
+    ("op", "repeated"),
+    [
+        ("{name: a, kind: aggregate, group_by: [user], aggregates: "
+         "[{name: n, func: count}, {name: n, func: sum, column: amount}]}", "n"),
+        ("{name: a, kind: aggregate, group_by: [user], aggregates: [{name: user, func: count}]}",
+         "user"),
+        ("{name: w, kind: window_aggregate, time_column: ts, size: 10s, "
+         "aggregates: [{name: window_end, func: count}]}", "window_end"),
+        ("{name: d, kind: distinct, columns: [user, user]}", "user"),
+    ],
+)  # fmt: skip
+def test_an_operator_naming_an_output_column_twice_is_refused_before_start(
+    op: str, repeated: str
+) -> None:
+    """The dataflow would refuse it when the run starts; create and validate refuse it."""
+    with pytest.raises(SpecError) as e:
+        load_spec(f"name: p1\nsource: {{kind: datagen}}\nstate: [{op}]\n")
+    assert e.value.errors == [
+        ("state.0", f"output columns must be unique, repeated: ['{repeated}']")
+    ]

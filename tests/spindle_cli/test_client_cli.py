@@ -332,6 +332,7 @@ def test_ingest_into_a_log_pipeline_then_start_it(
     cli("start", BIDS)
 
 
+@pytest.mark.full
 def test_datagen_pipeline_lifecycle(cli: Cli, plat: Platform) -> None:
     pol = cli.json(
         "retention",

@@ -96,7 +96,11 @@ def _do(
         return retention.gc_result(GcResult([], 0, 0))
     # With the pipeline's object store, so the mirror deletes the same checkpoints.
     store = open_object_store(remote) if remote else None
-    loc = StorageLocation.open(str(storage), checkpoint="none", remote=store)
+    # At its head ("latest"), not "none": opening at none moves the head durably, and the
+    # pipeline's next start would restore nothing.
+    loc = StorageLocation.open(
+        str(storage), checkpoint="latest", check_fingerprint=False, remote=store
+    )
     try:
         gone = [loc.checkpoint_metadata(u).get(MANIFEST_KEY) for u in victims]
         res = loc.delete_checkpoints(victims)

@@ -9,6 +9,8 @@ built once and replanned per batch (`FileBatches`).
 
 from __future__ import annotations
 
+import functools
+
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
@@ -18,14 +20,14 @@ from pipeline_spec import model as S
 
 from .connectors.source import Source
 from .file_batches import CORRUPT
-from .micro_batch import JobTables, MicroBatch, min_event_us
+from .micro_batch import ArrowShape, JobTables, MicroBatch, min_event_us, padded_to
 from .plan import Plan
 from .sources import END, SOURCE
 
 
 class BatchJobs:
     def __init__(self, spec: S.PipelineSpec, plan: Plan, source: Source) -> None:
-        self.spec, self.plan = spec, plan
+        self.spec, self.plan, self.source = spec, plan, source
         self.files = source.batches
         # The first batch's table, computed while the run opened (`StepInput.read_ahead`).
         self.ready: JobTables | None = None
@@ -33,6 +35,12 @@ class BatchJobs:
         self._has_lines = source.has_lines
         # A files batch's rows and the job over them (`_job_of`).
         self._job: tuple[DataFrame, DataFrame] | None = None
+
+    @functools.cached_property
+    def shape(self) -> ArrowShape:
+        """The Arrow shape of the source's rows as the dataflow takes them; only a plan that
+        reads the source as a dataflow input has one (see `skips_spark`)."""
+        return ArrowShape(self.plan.input_schemas[SOURCE], self.plan.padded, self.plan.event_time)
 
     def skips_spark(self) -> bool:
         """Whether this step's rows, made in the driver (a log, datagen or Kafka source, or
@@ -52,16 +60,7 @@ class BatchJobs:
     def arrow_batch(self, rows: pa.Table, bad: pa.Table | None = None) -> MicroBatch:
         """A micro-batch of rows made in the driver (see `skips_spark`), with `__end`, and
         the records that did not parse (`bad`: dead letters)."""
-        if rows.num_rows == 0 and bad is None:
-            return MicroBatch(None, 0, None, None)
-        schema = self.plan.input_schemas[SOURCE]
-        table = rows.drop_columns([END]).rename_columns(schema.names).cast(schema)
-        if self.plan.padded is not None:
-            table = _padded(table, self.plan.padded)
-        et = self.plan.event_time
-        oldest = None if et is None else min_event_us(table.column(et))
-        end = pc.max(rows.column(END)).as_py() if rows.num_rows else 0
-        return MicroBatch(int(end), table.num_rows, oldest, bad, {SOURCE: table})
+        return self.shape.batch(rows, bad, SOURCE)
 
     def micro_batch(self, df: DataFrame) -> MicroBatch:
         """A step's Spark work in one job: every row-level dataflow input of every row (the
@@ -142,7 +141,7 @@ class BatchJobs:
             inputs[name] = part.rename_columns(schema.names).cast(schema)
             k += len(schema)
         if self.plan.padded is not None and SOURCE in inputs:
-            inputs[SOURCE] = _padded(inputs[SOURCE], self.plan.padded)
+            inputs[SOURCE] = padded_to(inputs[SOURCE], self.plan.padded)
         rows_in = sum(x.num_rows for x in inputs.values())
         et, oldest = self.plan.event_time, None
         if et is not None:
@@ -180,11 +179,3 @@ class BatchJobs:
             F.col(CORRUPT).alias("__line"),
             F.col(END),
         )
-
-
-def _padded(rows: pa.Table, schema: pa.Schema) -> pa.Table:
-    """`rows` with every column of `schema`, those it lacks as nulls (`Plan.padded`)."""
-    n = rows.num_rows
-    have = set(rows.column_names)
-    cols = [rows.column(f.name) if f.name in have else pa.nulls(n, f.type) for f in schema]
-    return pa.table(cols, schema=schema)

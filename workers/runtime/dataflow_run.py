@@ -36,6 +36,7 @@ class DataflowRun:
     def __init__(self, flow: Dataflow) -> None:
         self.flow = flow
         self.operators: list[Operator] = flow.operators
+        self._loc: StorageLocation | None = None
 
     @property
     def fingerprint(self) -> str:
@@ -57,6 +58,7 @@ class DataflowRun:
                 "parallelism above 1 (a rescale), not at 1 yet"
             )
         self.flow.circuit.open(location, drop)
+        self._loc = location
         self.flow.resume(location.metadata if location.restored is not None else None)
 
     def changed_operators(self, fingerprint: str, metadata: Mapping[str, Any]) -> list[str]:
@@ -84,6 +86,12 @@ class DataflowRun:
 
     def operator_metrics(self) -> dict[str, OperatorMetrics]:
         return self.flow.operator_metrics()
+
+    def memory(self) -> tuple[int, int]:
+        """Bytes of state batches in memory now, and the budget they are kept under."""
+        if self._loc is None:
+            return 0, 0
+        return self._loc.budget.used, self._loc.budget.limit
 
 
 __all__ = ["MANIFEST_KEY", "DataflowRun", "ParallelismChangedError"]

@@ -45,6 +45,7 @@ class DurabilityWatch:
         self.commit_failures = 0  # in a row
         self._troubled = False  # an event reported a problem not yet resolved
         self._remote_down = False
+        self._uploads_s: list[float] = []  # uploads finished since `take_uploads`
 
     def track(self, handle: CommitHandle) -> None:
         self._handles.append(handle)
@@ -79,6 +80,8 @@ class DurabilityWatch:
             elif h.done:
                 self._handles.remove(h)
                 self.commit_failures = 0
+                if h.upload_ms is not None:
+                    self._uploads_s.append(h.upload_ms / 1000)
                 if self._troubled and not self._remote_down:
                     self._troubled = False
                     self._emit(_event("durable", f"checkpoint of step {h.step} is durable"))
@@ -99,6 +102,11 @@ class DurabilityWatch:
             self._remote_down = False
             log.warning("the object store is reachable again")
             self._emit(_event("remote_available", "the object store is reachable again"))
+
+    def take_uploads(self) -> list[float]:
+        """The durations (s) of the uploads `check` saw finish since the last call."""
+        out, self._uploads_s = self._uploads_s, []
+        return out
 
     def offsets_not_uploaded(self, step: int, error: BaseException) -> None:
         """The offset log's entries from `step` could not be put in the object store."""

@@ -116,11 +116,8 @@ class ObjectFiles(InputFiles):
         """Downloads the files (several at once), replacing the previous step's."""
         for old in os.listdir(self._scratch):
             os.remove(os.path.join(self._scratch, old))
-        local = [os.path.join(self._scratch, str(i)) for i in range(len(names))]
-        workers = self.store.settings.upload_concurrency
-        with self._errors(), ThreadPoolExecutor(max_workers=workers) as pool:
-            list(pool.map(self.store.get_file, names, local))
-        return local
+        with self._errors():
+            return fetch_files(self.store, names, self._scratch)
 
     @contextlib.contextmanager
     def _errors(self) -> Iterator[None]:
@@ -133,6 +130,15 @@ class ObjectFiles(InputFiles):
         shutil.rmtree(self._scratch, ignore_errors=True)
 
 
+def fetch_files(store: ObjectStore, names: list[str], directory: str) -> list[str]:
+    """Downloads objects `names` into `directory` (several at once), as `0`, `1`, ...;
+    their local paths, in order."""
+    local = [os.path.join(directory, str(i)) for i in range(len(names))]
+    with ThreadPoolExecutor(max_workers=store.settings.upload_concurrency) as pool:
+        list(pool.map(store.get_file, names, local))
+    return local
+
+
 def open_input_files(path: str, table: str, roots: str = "") -> InputFiles:
     """A files source's files: `ObjectFiles` for an `s3://` path, else a directory's."""
     if is_object_path(path):
@@ -140,4 +146,11 @@ def open_input_files(path: str, table: str, roots: str = "") -> InputFiles:
     return InputFiles(path, roots)
 
 
-__all__ = ["InputFiles", "InputFilesError", "ObjectFiles", "list_input_files", "open_input_files"]
+__all__ = [
+    "InputFiles",
+    "InputFilesError",
+    "ObjectFiles",
+    "fetch_files",
+    "list_input_files",
+    "open_input_files",
+]

@@ -159,9 +159,8 @@ def _spread(columns: dict[str, pa.Array], rows: np.ndarray, n: int) -> dict[str,
 def _persons(seed: int, i: np.ndarray, last_p: np.ndarray) -> dict[str, pa.Array]:
     h = [_mix(seed, salt, i) for salt in (1, 2, 3, 4, 5)]
     first, last = _FIRST[_below(h[0], len(_FIRST))], _LAST[_below(h[1], len(_LAST))]
-    groups = [
-        np.char.zfill(_below(h[2] >> _U64(k), 10_000).astype(str), 4) for k in (0, 14, 28, 42)
-    ]
+    # np.char.zfill fails on an empty array (a range holding no person); mod does not.
+    groups = [np.char.mod("%04d", _below(h[2] >> _U64(k), 10_000)) for k in (0, 14, 28, 42)]
     card = groups[0]
     for g in groups[1:]:
         card = np.char.add(np.char.add(card, " "), g)

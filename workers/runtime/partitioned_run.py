@@ -23,9 +23,12 @@ from storage_engine.circuit import Operator, OperatorMetrics
 from storage_engine.commit import CommitHandle
 from storage_engine.location import StorageLocation
 
+from .connectors.source import Split, spread
 from .dataflow_run import MANIFEST_KEY
+from .micro_batch import MicroBatch
 from .partitioned import PartitionedDataflow
 from .partitioned.figures import SHARD_STATE_KEY, ShardFigures
+from .partitioned.reads import TableInput, TableReads
 from .partitioned.spark_levels import SparkLevels
 
 
@@ -73,12 +76,15 @@ class PartitionedRun:
                 "parallelism > 1: dropping an operator's state is not supported yet"
             )
         store = location.remote.store if location.remote is not None else None
-        levels = SparkLevels(self.spark, self.factory, location.path, store)
+        # The shards' engine settings are the driver location's: the spec's `engine`.
+        settings = location.settings
+        levels = SparkLevels(self.spark, self.factory, location.path, store, settings)
         part = PartitionedDataflow(
             self.factory,
             self.shards,
             location.path,
             store=store,
+            settings=settings,
             levels=levels,
             retain=self._retained,
             outputs=self.outputs,
@@ -110,6 +116,21 @@ class PartitionedRun:
         out = part.step(deltas)
         self._figures.add(part.last_metrics)
         return out
+
+    def step_reading(
+        self,
+        deltas: Mapping[str, pa.Table | pa.RecordBatch],
+        reads: Mapping[str, tuple[TableInput, list[Split]]],
+    ) -> tuple[dict[str, pa.Table], dict[str, MicroBatch]]:
+        """`step`, with tables that level 0's tasks read on the executors: each table's
+        input and its splits of this step. Also returns, per table read so, its rows, oldest
+        event time and records that did not parse (`SparkMustRead` if one of its splits
+        must go to Spark's reader: the step is then to be read in the driver)."""
+        part = self._part()
+        plans = {t: TableReads(i, spread(splits, self.shards)) for t, (i, splits) in reads.items()}
+        out = part.step(deltas, plans)
+        self._figures.add(part.last_metrics)
+        return out, part.last_reads
 
     def commit_async(
         self,
@@ -157,6 +178,12 @@ class PartitionedRun:
         """Each operator's figures summed over its shards, and each shard's
         (`partitioned.figures`)."""
         return self._figures.operator_metrics()
+
+    def memory(self) -> tuple[int, int]:
+        """Bytes of state batches in memory on the executors at the end of the last step,
+        summed over the shards, and the shards' budgets summed."""
+        budget = self._loc.settings.memory_budget_bytes if self._loc is not None else 0
+        return sum(self._figures.memory), budget * self.shards
 
     def close(self) -> None:
         if self.coordinator is not None:

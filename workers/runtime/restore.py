@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
-from storage_engine import StorageLocation
+from storage_engine import EngineSettings, StorageLocation
 from storage_engine.circuit import Stepper
 from storage_engine.errors import (
     CheckpointNotFoundError,
@@ -103,8 +103,10 @@ def open_circuit_state(
     drop_state: Collection[str] = (),
     remote: ObjectStoreLike | None,
     fallback: bool,
+    settings: EngineSettings | None = None,
 ) -> tuple[StorageLocation, list[Skipped]]:
-    """`open_state` of a run's storage location, with `circuit`'s operators opened on it.
+    """`open_state` of a run's storage location (with the engine's `settings`), with
+    `circuit`'s operators opened on it.
     On a machine without the local copy, the location is restored from the object store
     (`remote`) first. An operator whose state in the checkpoint no longer fits (a changed
     query: `Stepper.changed_operators`) starts empty if `drop_state` names it (or holds
@@ -117,6 +119,7 @@ def open_circuit_state(
             checkpoint=checkpoint,
             check_fingerprint=False,
             read_only=read_only,
+            settings=settings,
             remote=None if read_only else remote,
             from_remote=not read_only and remote is not None and restorable_from(remote, storage),
         )

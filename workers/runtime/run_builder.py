@@ -30,6 +30,7 @@ from pyspark.sql import SparkSession
 
 from pipeline_spec import model as S
 from pipeline_spec.offsets import Offset, count, total
+from storage_engine import EngineSettings
 from storage_engine.objstore import ObjectStoreLike
 
 from .batch_jobs import BatchJobs
@@ -37,6 +38,8 @@ from .checkpointing import Checkpointing
 from .dead_letters import DeadLetters
 from .durability import DurabilityWatch
 from .offset_log import OffsetLog
+from .partitioned.reads import TableInput
+from .partitioned_run import PartitionedRun
 from .plan import Plan, plan
 from .restore import open_circuit_state
 from .run_metrics import MetricsSink, RunMetrics
@@ -96,6 +99,7 @@ def open_runner(
         drop_state=drop_state,
         remote=remote,
         fallback=spec.checkpoint.on_corruption == "fallback",
+        settings=EngineSettings(memory_budget_bytes=spec.engine.memory_budget),
     )
     with contextlib.ExitStack() as opened:
         _close_on_failure(opened, "the storage location", loc.close)
@@ -133,7 +137,7 @@ def open_runner(
             step_input = StepInput(spark, table_spec, table_plan, storage, roots)
             _close_on_failure(opened, f"table {t}", step_input.close)
             jobs = BatchJobs(table_spec, table_plan, step_input.connector)
-            readers[t] = TableReader(name, step_input, jobs)
+            readers[t] = TableReader(name, step_input, jobs, _on_executors(planned, name, jobs))
         sources = {t: r.input.connector for t, r in readers.items()}
         step_lock = threading.RLock()
 
@@ -214,6 +218,16 @@ def open_runner(
         )
         opened.pop_all()  # the runner's now: `Runner.close` closes them
     return runner
+
+
+def _on_executors(planned: Plan, name: str, jobs: BatchJobs) -> TableInput | None:
+    """How level 0's tasks read the table on the executors: for a partitioned run, when
+    the source reads its splits outside the driver and its rows go to the dataflow as
+    read (`BatchJobs.skips_spark`)."""
+    if not isinstance(planned.dataflow, PartitionedRun) or not jobs.skips_spark():
+        return None
+    reader = jobs.source.split_reader()
+    return None if reader is None else TableInput(name, reader, jobs.shape)
 
 
 def _close_on_failure(opened: contextlib.ExitStack, what: str, close: Callable[[], None]) -> None:

@@ -48,8 +48,14 @@ class RunMetrics:
         operators: Mapping[str, OperatorMetrics],
         inputs: Mapping[str, dict[str, Any]] | None = None,
         sinks: Mapping[str, dict[str, Any]] | None = None,
+        memory: tuple[int, int] = (0, 0),
+        uploads_s: list[float] | None = None,
     ) -> None:
         """One step's record; `rows`: (in, out, dead letters, dropped as late);
+        `uploads_s`: the durations of the checkpoint uploads that finished since the last
+        step (`DurabilityWatch.take_uploads`);
+        `memory`: bytes of state batches in memory after the step, and their budget (the
+        run's `memory()`);
         `operators`: the circuit's `operator_metrics()` after the step; `inputs`: per input
         table, its offset (one number) and input lag after the step (`StepInput.lag`);
         `sinks`: per sink, rows written and the last step that wrote any (`WrittenSteps`)."""
@@ -76,6 +82,9 @@ class RunMetrics:
             + sum(m.state_bytes for m in sharded),
             "spine_batches": sum(s.batches for s in stats),
             "merge_backlog": sum(s.merge_backlog for s in stats),
+            "memory_bytes": memory[0],
+            "memory_budget_bytes": memory[1],
+            "uploads_s": [round(x, 6) for x in uploads_s or ()],
             "operators": self._operators(operators),
             "inputs": dict(inputs) if inputs is not None else None,
             "sinks": dict(sinks) if sinks is not None else None,

@@ -14,8 +14,10 @@ One step reads top to bottom in `Runner._step`:
    Arrow when Spark would only copy them (`BatchJobs.arrow_batch`), else Spark's part, one
    job (`StepInput.rows`, `BatchJobs.micro_batch`);
 2. the step's offsets to the offset log (`OffsetLog.record`, durable), before anything else;
-3. its dead letters (`DeadLetters`), then the durability check (`DurabilityWatch.check`);
-4. the dataflow's step, and its outputs to the sinks tagged with the step (`WrittenSteps`);
+3. the durability check (`DurabilityWatch.check`);
+4. the dataflow's step (partitioned: level 0's tasks read the tables they can, from the
+   step's splits), its dead letters (`DeadLetters`), and its outputs to the sinks tagged
+   with the step (`WrittenSteps`);
 5. the commit policy (`Checkpointing.after_step`: every N steps and/or T seconds,
    asynchronous by default, each checkpoint recording the offsets its state reflects);
 6. the step's metrics (`RunMetrics`).
@@ -48,10 +50,13 @@ from storage_engine import StorageLocation
 from .batch_jobs import BatchJobs
 from .checkpointing import Checkpointing
 from .connectors.sink import Sink
+from .connectors.source import Split
 from .dead_letters import DeadLetters
 from .durability import DurabilityWatch
 from .micro_batch import MicroBatch
 from .offset_log import OffsetLog
+from .partitioned.reads import TableInput, is_spark_must_read
+from .partitioned_run import PartitionedRun
 from .plan import Plan
 from .progress import QueryProgress, ReadAhead
 from .restore import Skipped
@@ -89,6 +94,7 @@ class TableReader:
     name: str
     input: StepInput
     jobs: BatchJobs
+    on_executors: TableInput | None = None  # how level 0's tasks read it (partitioned)
 
 
 class Runner:
@@ -204,22 +210,26 @@ class Runner:
         # 1. The rows, per table: Arrow made in the driver when Spark would only copy them,
         # else Spark's part, one job computing every dataflow input of every row.
         batches = read
+        # Tables level 0's tasks read on the executors (partitioned): their splits only.
+        reads: dict[str, tuple[TableInput, list[Split]]] = {}
         if batches is None:
             batches = {}
             for t, r in self._readers.items():
                 start, end = self.offsets[t], ends.get(t, self.offsets[t])
                 if not advanced(start, end):
                     continue
-                if r.jobs.skips_spark() and (made := r.input.arrow(start, end)) is not None:
+                if r.on_executors is not None:
+                    reads[t] = (r.on_executors, r.input.connector.splits(start, end))
+                elif r.jobs.skips_spark() and (made := r.input.arrow(start, end)) is not None:
                     batches[t] = r.jobs.arrow_batch(*made)
                 elif (rows := r.input.rows(count(start), count(end))) is not None:
                     batches[t] = r.jobs.micro_batch(rows)
-        if all(b.end is None for b in batches.values()):
+        if not any(splits for _, splits in reads.values()) and all(
+            b.end is None for b in batches.values()
+        ):
             return
         first = not self._reported
-        times = [b.oldest for b in batches.values() if b.oldest is not None]
-        oldest = min(times) if times else None
-        ends = {**self.offsets, **{t: ends[t] for t in batches}}
+        ends = {**self.offsets, **{t: ends[t] for t in [*batches, *reads]}}
         step = self.step + 1
         # 2. Same step, same input: its offsets are durable before any of its output is
         # written, unless it redoes a logged step with exactly that input.
@@ -233,9 +243,8 @@ class Runner:
             self.offset_log.truncate_through(cps[0].step)
             for sink in self.sinks.values():
                 sink.forget_through(cps[0].step)
-        # 3. Dead letters; then, before the sinks are written again, a failed commit or
-        # upload is reported, and fencing or commits failing in a row end the run.
-        bad_rows = self.dead_letters.write(step, {t: b.bad for t, b in batches.items()})
+        # 3. Before the sinks are written again, a failed commit or upload is reported,
+        # and fencing or commits failing in a row end the run.
         tables: dict[str, pa.Table] = {}
         for t, b in batches.items():
             name = self._readers[t].name
@@ -244,15 +253,18 @@ class Runner:
         if first:
             self.timeline.mark("spark_part")
         self.durability.check()
-        # 4. The dataflow's step, its output to every sink.
+        # 4. The dataflow's step, its dead letters, its output to every sink.
         t1 = time.perf_counter()
         late_before = self.plan.dataflow.late_rows()
-        out = self.plan.dataflow.step(tables)
+        out = self._dataflow_step(tables, reads, batches, ends)
         late_rows = self.plan.dataflow.late_rows() - late_before
+        bad_rows = self.dead_letters.write(step, {t: b.bad for t, b in batches.items()})
         self.written.write(self.spec, step, out)
         # End-to-end latency: the step's output is in every sink now; its oldest input
         # event happened at `oldest`. (Wall clock against event time: both UTC.)
         written_us = time.time_ns() // 1000
+        times = [b.oldest for b in batches.values() if b.oldest is not None]
+        oldest = min(times) if times else None
         latency_ms = None if oldest is None else (written_us - oldest) / 1000
         engine_ms = (time.perf_counter() - t1) * 1000
         self.step, self.offsets = step, ends
@@ -271,9 +283,41 @@ class Runner:
             self.plan.dataflow.operator_metrics(),
             {t: r.input.figures(self.offsets[t]) for t, r in self._readers.items()},
             self.written.figures(),
+            self.plan.dataflow.memory(),
+            self.durability.take_uploads(),
         )
         if first:
             self._report_started()
+
+    def _dataflow_step(
+        self,
+        tables: dict[str, pa.Table],
+        reads: dict[str, tuple[TableInput, list[Split]]],
+        batches: dict[str, MicroBatch],
+        ends: dict[str, Offset],
+    ) -> dict[str, pa.Table]:
+        """The dataflow's step on `tables`, and on `reads`, read by level 0's tasks: their
+        figures join `batches`. A step with a split that only Spark's reader reads
+        (`reads.SparkMustRead`) is read in the driver instead, as at parallelism 1."""
+        if not reads:
+            return self.plan.dataflow.step(tables)
+        run = self.plan.dataflow
+        assert isinstance(run, PartitionedRun)
+        try:
+            out, got = run.step_reading(tables, reads)
+        except Exception as e:
+            if not is_spark_must_read(e):
+                raise
+            log.info("tables %s: a split only Spark reads; read in the driver", sorted(reads))
+            for t in reads:
+                r = self._readers[t]
+                start, end = self.offsets[t], ends[t]
+                if (rows := r.input.rows(count(start), count(end))) is not None:
+                    b = batches[t] = r.jobs.micro_batch(rows)
+                    tables.update({r.name if k == SOURCE else k: v for k, v in b.tables.items()})
+            return run.step(tables)
+        batches.update(got)
+        return out
 
     # -- steps before the query: the first batch read ahead, logged steps, driver reads --
 

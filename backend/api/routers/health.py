@@ -1,4 +1,4 @@
-"""Liveness and readiness (no token needed)."""
+"""Liveness and readiness (no token needed), and the release's version."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from sqlalchemy import text
 
 from storage_engine.objstore import open_object_store
 
-from ..deps import Ctx
+from ...schemas.common import VersionOut
+from ...version import installed_version
+from ..deps import Ctx, Viewer
 
 router = APIRouter(tags=["health"])
 
@@ -20,6 +22,12 @@ router = APIRouter(tags=["health"])
 def healthz() -> dict[str, str]:
     """Liveness: the API process answers."""
     return {"status": "ok"}
+
+
+@router.get("/api/v1/version")
+def version(_: Viewer) -> VersionOut:
+    """The installed release's version (as `spindle --version` prints it)."""
+    return VersionOut(version=installed_version())
 
 
 @router.get("/readyz", responses={503: {"description": "a dependency is not ready"}})

@@ -19,9 +19,19 @@ export const keys = {
   view: (name: string, view: string, offset: number, limit: number, key: readonly string[]) =>
     ["pipeline", name, "view", view, offset, limit, key] as const,
   operation: (id: string) => ["operation", id] as const,
+  version: ["version"] as const,
 };
 
 const path = (name: string) => ({ params: { path: { name } } });
+
+/** The installed release's version (the console's footer); it changes only with a deploy. */
+export function useVersion() {
+  return useQuery({
+    queryKey: keys.version,
+    queryFn: ({ signal }) => ok(api.GET("/api/v1/version", { signal })),
+    staleTime: Infinity,
+  });
+}
 
 export function usePipelines() {
   return useQuery({

@@ -563,6 +563,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/version": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Version
+         * @description The installed release's version (as `spindle --version` prints it).
+         */
+        get: operations["version_api_v1_version_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/healthz": {
         parameters: {
             query?: never;
@@ -938,6 +958,16 @@ export interface components {
             late_rows: number;
             /** Latency Ms */
             latency_ms: number | null;
+            /**
+             * Memory Budget Bytes
+             * @description the budget they are kept under: the spec's `engine.memory_budget` (times the shards at parallelism > 1); 0 in samples written before it was reported
+             */
+            memory_budget_bytes: number;
+            /**
+             * Memory Bytes
+             * @description state batches in memory after the step (at parallelism > 1 the shards' summed, each as its last level task ended); the rest of the state is in files
+             */
+            memory_bytes: number;
             /** Merge Backlog */
             merge_backlog: number;
             /** Operators */
@@ -1262,6 +1292,16 @@ export interface components {
             /** Latency Ms */
             latency_ms?: number | null;
             /**
+             * Memory Budget Bytes
+             * @default 0
+             */
+            memory_budget_bytes: number;
+            /**
+             * Memory Bytes
+             * @default 0
+             */
+            memory_bytes: number;
+            /**
              * Merge Backlog
              * @default 0
              */
@@ -1318,6 +1358,8 @@ export interface components {
             steps: number;
             /** Ts */
             ts: number;
+            /** Uploads S */
+            uploads_s?: number[];
         };
         /**
          * ShardStepOut
@@ -1430,6 +1472,14 @@ export interface components {
             /** Prefix */
             prefix: string;
             role: components["schemas"]["Role"];
+        };
+        /** VersionOut */
+        VersionOut: {
+            /**
+             * Version
+             * @description the installed release (`spindle --version` prints it)
+             */
+            version: string;
         };
         /** ViewPage */
         ViewPage: {
@@ -4355,6 +4405,26 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    version_api_v1_version_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["VersionOut"];
                 };
             };
         };

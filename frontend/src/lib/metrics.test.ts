@@ -17,6 +17,8 @@ function sample(id: number, ts: number, rowsIn: number, stepMs = 10, rowsOut = r
     state_bytes: 0,
     spine_batches: 0,
     merge_backlog: 0,
+    memory_bytes: 0,
+    memory_budget_bytes: 0,
     dead_letters: 0,
     late_rows: 0,
     latency_ms: null,

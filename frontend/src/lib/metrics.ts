@@ -17,6 +17,8 @@ export type Sample = Pick<
   | "state_bytes"
   | "spine_batches"
   | "merge_backlog"
+  | "memory_bytes"
+  | "memory_budget_bytes"
   | "dead_letters"
   | "late_rows"
   | "latency_ms"

@@ -152,7 +152,7 @@ def manifest_uuids(api: Api, name: str) -> list[str]:
 
 def test_offline_gc_deletes_the_oldest_unpinned_checkpoint(api: Api) -> None:
     api.create_pipeline(clicks_spec())
-    uids = build_checkpoints(api.storage(CLICKS), 4)
+    uids = build_checkpoints(api.storage(CLICKS), 4, fingerprint="a-circuit")
     base = f"pipelines/{CLICKS}/checkpoints"
     api.patch(f"{base}/{uids[0]}", json={"pinned": True})
     op_id = api.post(f"{base}/gc").json()["id"]
@@ -171,6 +171,11 @@ def test_offline_gc_deletes_the_oldest_unpinned_checkpoint(api: Api) -> None:
     # Performed once: running the task again changes nothing.
     assert api.run_offline(op_id) == op
     assert manifest_uuids(api, CLICKS) == [uids[0], uids[2], uids[3]]
+    # The next start still resumes the newest checkpoint.
+    with StorageLocation.open(
+        str(api.storage(CLICKS)), read_only=True, check_fingerprint=False
+    ) as loc:
+        assert loc.restored is not None and loc.restored.uuid == uids[3]
 
 
 def test_offline_gc_to_zero_keeps_pinned_and_newest(api: Api) -> None:

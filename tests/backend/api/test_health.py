@@ -4,6 +4,7 @@ built with the engine itself (conftest.py)."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 from pathlib import Path
 
@@ -27,6 +28,11 @@ def test_health(api: Api) -> None:
         "status": "ok",
         "checks": {"database": "ok", "broker": "ok", "object_store": "ok", "storage": "ok"},
     }
+
+
+def test_the_version_is_the_installed_release(api: Api) -> None:
+    assert api.get("/api/v1/version").json() == {"version": importlib.metadata.version("spindle")}
+    assert api.get("/api/v1/version", token=None).status_code == 401
 
 
 def test_readyz_reports_a_broker_that_is_down(db_url: str, tmp_path: Path) -> None:

@@ -70,7 +70,12 @@ def test_prometheus_exposition(api: Api) -> None:
     api.create_pipeline(clicks_spec())
     api.create_pipeline(log_spec())
     add_samples(api.db, api.pipeline_id(CLICKS), samples(4, time.time() - 30))
-    add_samples(api.db, api.pipeline_id(BIDS), [{"ts": time.time(), "step": 3, "rows_in": 7}])
+    bids = {"ts": time.time(), "step": 3, "rows_in": 7}
+    add_samples(
+        api.db,
+        api.pipeline_id(BIDS),
+        [{**bids, "memory_bytes": 3 << 20, "memory_budget_bytes": 64 << 20}],
+    )
     build_checkpoints(api.storage(CLICKS), 3)
     api.get(f"pipelines/{CLICKS}/checkpoints")
     api.set_state(BIDS, PipelineState.running)
@@ -87,6 +92,10 @@ def test_prometheus_exposition(api: Api) -> None:
     assert metric(text, "spindle_pipeline_up", pipeline=CLICKS) == 0
     assert metric(text, "spindle_pipeline_state", pipeline=CLICKS, state="stopped") == 1
     assert metric(text, "spindle_pipeline_state", pipeline=CLICKS, state="running") == 0
+    assert metric(text, "spindle_pipeline_memory_bytes", pipeline=BIDS) == 3 << 20
+    assert metric(text, "spindle_pipeline_memory_budget_bytes", pipeline=BIDS) == 64 << 20
+    with pytest.raises(AssertionError, match="no sample"):  # samples from before: no budget
+        metric(text, "spindle_pipeline_memory_bytes", pipeline=CLICKS)
     # rows in over the last minute / 60 s
     assert metric(text, "spindle_pipeline_throughput_rows_per_second", pipeline=CLICKS) == (
         pytest.approx(100 / 60)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+import pytest
 from sqlalchemy import select
 
 from backend.models import (
@@ -258,3 +259,53 @@ def test_checkpoint_offsets_are_mirrored_per_table_whatever_the_driver_reports(a
         ("old", 9, {"input": 9}),
         ("both", 11, {"input": 11}),
     ]
+
+
+def test_step_commit_and_upload_durations_become_prometheus_histograms(api: Api) -> None:
+    """A run's reported steps, their finished uploads and the checkpoints it mirrors fill
+    the pipeline's step, upload and commit histograms: cumulative `le` buckets from 10 ms
+    to 60 s and +Inf, counts and sums that only grow (a second report adds; a mirrored
+    checkpoint counts once)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    run, token = started_run(api, "timed")
+    samples = [{"ts": 1.0, "step": i + 1, "step_ms": ms} for i, ms in enumerate((8, 40, 700))]
+    samples[1]["uploads_s"] = [0.3, 2.5]
+    checkpoint = {
+        "uuid": "11111111-1111-1111-1111-111111111111",
+        "step": 3,
+        "fingerprint": "f",
+        "created_at": 1.0,
+        "duration_ms": 120.0,
+    }
+    listed = {"listed": [checkpoint], "remote": None}
+    assert api.post(f"runs/{run}/opened", token=token, json=OPENED).status_code == 200
+    body = {**REPORT, "step": 3, "samples": samples, "checkpoints": listed}
+    assert api.post(f"runs/{run}/report", token=token, json=body).status_code == 200
+    body = {**REPORT, "step": 4, "samples": [{"ts": 2.0, "step": 4, "step_ms": 90_000}]}
+    r = api.post(f"runs/{run}/report", token=token, json={**body, "checkpoints": listed})
+    assert r.status_code == 200
+
+    def histogram(name: str) -> dict[str, float]:
+        text = api.get("/metrics").text
+        for family in text_string_to_metric_families(text):
+            if family.name == name:
+                return {
+                    s.labels.get("le", s.name.rsplit("_", 1)[-1]): s.value
+                    for s in family.samples
+                    if s.labels["pipeline"] == "timed"
+                }
+        raise AssertionError(f"no {name}")
+
+    step = histogram("spindle_pipeline_step_duration_seconds")
+    assert [step[le] for le in ("0.01", "0.05", "0.5", "1", "60", "+Inf")] == [1, 2, 2, 3, 3, 4]
+    assert step["count"] == 4 and step["sum"] == pytest.approx(90.748)
+    commit = histogram("spindle_pipeline_commit_duration_seconds")
+    assert [commit[le] for le in ("0.1", "0.25", "+Inf")] == [0, 1, 1]
+    assert commit["sum"] == pytest.approx(0.12)
+    upload = histogram("spindle_pipeline_upload_duration_seconds")
+    assert [upload[le] for le in ("0.25", "0.5", "2.5", "+Inf")] == [0, 1, 2, 2]
+    assert upload["sum"] == pytest.approx(2.8)
+    bad = {**REPORT, "step": 5, "samples": [{"ts": 3.0, "step": 5, "uploads_s": [-1.0]}]}
+    r = api.post(f"runs/{run}/report", token=token, json=bad)
+    assert r.status_code == 422 and "uploads_s" in r.text

@@ -4,6 +4,8 @@ built with the engine itself (conftest.py)."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -155,3 +157,66 @@ def test_a_write_is_committed_before_the_response_is_sent(api: Api) -> None:
     )
     assert status == 204
     assert seen == {"row_still_there": False}
+
+
+def _documented_roles() -> dict[tuple[str, str], str]:
+    """docs/api.md's Routes table: each (method, path) a row names, and its `role` cell's
+    role for it (one for the row, or one per route in the order the row names them). A
+    row's bare methods (`GET`, `PUT`, `DELETE /path`) share the path after them; a bare
+    path (`/a`, `/b`) takes the method before it."""
+    text = (Path(__file__).resolve().parents[3] / "docs" / "api.md").read_text()
+    table = text.split("## Routes", 1)[1].split("\n## ", 1)[0]
+    out: dict[tuple[str, str], str] = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        if len(cells) != 3 or not cells[0].startswith("`"):
+            continue
+        routes: list[tuple[str, str]] = []
+        pending: list[str] = []
+        method = ""
+        for item in re.findall(r"`([^`]+)`", cells[0]):
+            parts = item.split()
+            if len(parts) == 1 and parts[0].isupper():
+                pending.append(parts[0])
+                continue
+            if len(parts) == 2:
+                method, path = parts
+                routes += [(m, path) for m in pending]
+                pending = []
+            else:
+                path = parts[0]
+            routes.append((method, path))
+        roles = [r.strip() for r in cells[2].split(",")]
+        if len(roles) == 1:
+            roles *= len(routes)
+        assert len(roles) == len(routes), f"docs/api.md: {cells[0]}: roles {roles}"
+        out.update(zip(routes, roles, strict=True))
+    return out
+
+
+def _enforced_role(api: Api, method: str, path: str, viewer: str) -> str:
+    """The role a route asks for, as the app answers no token and a viewer's token."""
+    r = api.request(method, path, token=None)
+    if r.status_code != 401:
+        return "none"
+    if "run token" in r.json()["message"]:
+        return "run token"
+    r = api.request(method, path, token=viewer)
+    if r.status_code != 403:
+        return "viewer"
+    needs = re.search(r"needs the (\w+) role", r.json()["message"])
+    assert needs is not None, (method, path, r.text)
+    return needs.group(1)
+
+
+def test_the_api_page_gives_each_route_the_role_it_needs(api: Api) -> None:
+    """Every route the app serves is in docs/api.md's Routes table, with the role the app
+    enforces for it, and the table names no route the app does not serve."""
+    documented = _documented_roles()
+    viewer = api.token(Role.viewer)
+    served = {
+        (m, t): _enforced_role(api, m, fill(t), viewer) for m, t in protected_endpoints(api.app)
+    }
+    for path in ("/healthz", "/readyz"):
+        served[("GET", path)] = "none"
+    assert documented == served

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[3]
 
 _PROBE = """
@@ -80,6 +82,7 @@ def test_the_session_connects_to_the_jvm_started_early() -> None:
     }
 
 
+@pytest.mark.full
 def test_a_session_with_other_options_starts_its_own_jvm() -> None:
     # Options that pick a collector keep it (two would stop the JVM from starting).
     got = _probe(java_options="-XX:+UseSerialGC")
@@ -111,6 +114,7 @@ def test_the_jvm_starts_from_the_launchers_kept_answer(tmp_path: Path) -> None:
     assert second["own_launch"] is True and second["rows"] == 3
 
 
+@pytest.mark.full
 def test_a_spark_env_script_means_spark_submit(tmp_path: Path) -> None:
     """Only the shell can apply conf/spark-env.sh: then the JVM starts through spark-submit."""
     (tmp_path / "spark-env.sh").write_text("export SPINDLE_PROBE_FROM_ENV_SH=1\n")

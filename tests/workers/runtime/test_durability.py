@@ -91,3 +91,32 @@ def test_fencing_stops_the_run_and_is_reported(tmp_path: Path) -> None:
         assert [e["event"] for e in events] == ["fenced"]
     finally:
         a.close()
+
+
+def test_finished_uploads_are_timed_once(tmp_path: Path) -> None:
+    """Each upload that `check` sees finish is handed out once, as the seconds from the
+    checkpoint locally durable to the remote manifest naming it; a location without an
+    object store uploads nothing."""
+    store = DirectoryObjectStore(tmp_path / "store")
+    with StorageLocation.open(str(tmp_path / "a"), fingerprint="fp", remote=store) as loc:
+        watch, events = _watch(loc)
+        handles = []
+        for step in (1, 2):
+            loc.spine("op", INT).insert(rows(step * 10, step * 10 + 5))
+            handles.append(loc.commit_async(step=step))
+            watch.track(handles[-1])
+        for h in handles:
+            h.wait_remote(timeout=30)
+        watch.check()
+        uploads = watch.take_uploads()
+        assert len(uploads) == 2 and all(0 <= x < 30 for x in uploads)
+        assert uploads == [pytest.approx(h.upload_ms / 1000) for h in handles if h.upload_ms]
+        watch.check()
+        assert watch.take_uploads() == [] and events == []
+    with StorageLocation.open(str(tmp_path / "b"), fingerprint="fp") as loc:
+        watch, _ = _watch(loc)
+        h = loc.commit_async(step=1)
+        watch.track(h)
+        h.wait_remote(timeout=30)
+        watch.check()
+        assert h.upload_ms is None and watch.take_uploads() == []

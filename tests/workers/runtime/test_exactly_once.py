@@ -172,6 +172,7 @@ def test_sigkill_restarts_give_exactly_the_batch_result(
     assert_batch_result(tmp_path, spark, pg_dsn, bad)
 
 
+@pytest.mark.full
 def test_a_run_dying_after_a_restore_to_an_older_checkpoint_loses_nothing(
     tmp_path: Path, spark: SparkSession, pg_dsn: str
 ) -> None:
@@ -194,6 +195,7 @@ def test_a_run_dying_after_a_restore_to_an_older_checkpoint_loses_nothing(
     assert_batch_result(tmp_path, spark, pg_dsn, bad)
 
 
+@pytest.mark.full
 def test_a_corrupt_newest_checkpoint_fails_at_once_or_falls_back(
     tmp_path: Path, spark: SparkSession, pg_dsn: str
 ) -> None:

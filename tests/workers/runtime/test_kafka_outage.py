@@ -22,6 +22,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from local_servers.kafka import KafkaBroker
 from workers.runtime.connectors.kafka_sink import STEP
 
@@ -63,6 +65,7 @@ def _changes(broker: KafkaBroker, topic: str) -> Counter[tuple[Any, ...]]:
     return out
 
 
+@pytest.mark.full
 def test_a_broker_away_for_a_while_loses_nothing(tmp_path: Path) -> None:
     broker = KafkaBroker(tmp_path / "kafka")
     broker.start()

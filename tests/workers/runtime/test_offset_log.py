@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+import pytest
 
 from storage_engine.location_view import list_checkpoints
 from storage_engine.objstore import DirectoryObjectStore, TierSettings
@@ -145,6 +146,7 @@ def test_steps_redone_after_a_sigkill_read_the_same_input(tmp_path: Path) -> Non
     _check_final(again, limit)
 
 
+@pytest.mark.full
 def test_steps_redone_on_another_machine_read_the_same_input(tmp_path: Path) -> None:
     """The same after the machine's disk is lost: the run restores from the object store
     (`--remote`) on an empty storage location, with the store's copy of the offset log."""

@@ -15,6 +15,9 @@ input (`test_sql_pipeline.oracle`): nothing lost, nothing twice.
   once Spark gave it up: the task re-runs elsewhere and the run goes on, no restart.
 - a restore to an older checkpoint, a kill -9 of the driver after a step, a restart.
 - a checkpoint taken at P=2, the driver killed, a restart at P=3 (a rescale).
+- with a real S3 server (SeaweedFS) as the durable tier, stopped with SIGSTOP: kill -9 of an
+  executor while its task uploads a shard's checkpoint, and of the other just after a step
+  (its shards uploaded, the driver's checkpoint naming them not yet).
 """
 
 from __future__ import annotations
@@ -26,19 +29,25 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+import uuid
+from collections import Counter
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import psutil
+import psycopg
 import pytest
 
+from local_servers.kafka import KafkaBroker
+from local_servers.seaweedfs import SeaweedS3
 from local_servers.spark_cluster import SparkCluster
 from storage_engine import StorageLocation
 from storage_engine.location_view import list_checkpoints
 from workers.runtime.dataflow_run import MANIFEST_KEY
 
 from ... import customers
+from .test_kafka_sink import consume_all
 from .test_partitioned_cluster import APP, CONF, ROOT, driver
 from .test_sql_pipeline import integrated, oracle, spec
 
@@ -47,13 +56,22 @@ ROWS = 400  # per file: each shard task steps for a while, so a kill can land in
 TIMEOUT = 240.0
 
 
-def prepare(tmp: Path, parallelism: int = 2, interval: str = "1s") -> Path:
-    """Input in `tmp / "in"`, the run (spec, state, sinks) in `tmp / "run"`."""
+def prepare(
+    tmp: Path, parallelism: int = 2, interval: str = "1s", sinks: Sequence[dict[str, Any]] = ()
+) -> Path:
+    """Input in `tmp / "in"`, the run (spec, state, sinks) in `tmp / "run"`; `sinks`: more
+    sinks than the two files sinks."""
     customers.write_input(tmp / "in", FILES, ROWS, customers=12, seed=11)
     run = tmp / "run"
     run.mkdir()
     (run / "in").symlink_to(tmp / "in")
-    doc = {**spec(run), "parallelism": parallelism, "trigger": {"interval": interval}}
+    base = spec(run)
+    doc = {
+        **base,
+        "sinks": [*base["sinks"], *sinks],
+        "parallelism": parallelism,
+        "trigger": {"interval": interval},
+    }
     (run / "spec.json").write_text(json.dumps(doc))
     return run
 
@@ -161,6 +179,7 @@ def shard_held_on(cluster: SparkCluster, worker: int, found: dict[str, Any]) -> 
     return ready
 
 
+@pytest.mark.full
 def test_executors_killed_between_and_during_steps_lose_nothing(tmp_path: Path) -> None:
     """kill -9 of worker 1's executor (JVM and Python workers) just after step 2, and of
     worker 0's while one of its Python workers holds an operator-shard mid-step (step 5 or
@@ -242,8 +261,35 @@ def resume(run: Path, master: str, store: str, *args: str) -> None:
 
 
 @pytest.mark.full
-def test_a_driver_killed_just_after_a_checkpoint_resumes_from_it(tmp_path: Path) -> None:
-    run = prepare(tmp_path)
+def test_a_driver_killed_just_after_a_checkpoint_resumes_from_it(
+    tmp_path: Path, pg_dsn: str, kafka_broker: KafkaBroker
+) -> None:
+    """Besides the files sinks, a Postgres table and a Kafka topic of changes hold the
+    aggregate: each ends equal to the oracle too (each step once)."""
+    topic = f"per-customer-{uuid.uuid4().hex[:8]}"
+    kafka_broker.create_topic(topic, 2)
+    run = prepare(
+        tmp_path,
+        sinks=[
+            {
+                "name": "pg",
+                "kind": "postgres",
+                "from": "per_customer",
+                "dsn": pg_dsn,
+                "table": "per_customer",
+                "mode": "table",
+                "key": ["customer"],
+            },
+            {
+                "name": "changes",
+                "kind": "kafka",
+                "from": "per_customer",
+                "bootstrap_servers": kafka_broker.bootstrap,
+                "topic": topic,
+                "key": ["customer"],
+            },
+        ],
+    )
     store = f"file://{tmp_path / 'store'}"
     with cluster_of(tmp_path) as cluster:
         newest = kill_after_checkpoint(run, cluster.master_url, store, 4)
@@ -252,6 +298,15 @@ def test_a_driver_killed_just_after_a_checkpoint_resumes_from_it(tmp_path: Path)
     assert (again["restored"], again["first_step"]) == (newest.uuid, newest.step + 1)
     assert last_step(run) == FILES
     assert_oracle(tmp_path, run)
+    want = oracle(tmp_path, "per_customer")
+    with psycopg.connect(pg_dsn) as c:
+        table = Counter(tuple(r) for r in c.execute("SELECT customer, n, total FROM per_customer"))
+    assert table == want
+    changes: Counter[tuple[Any, ...]] = Counter()
+    for m in consume_all(kafka_broker, topic):
+        v = json.loads(m.value())
+        changes[(v["customer"], v["n"], v["total"])] += v["__weight"]
+    assert +changes == changes and changes == want
 
 
 # Spark gives up on an executor that sends no heartbeat for `spark.network.timeout` (checked
@@ -352,4 +407,107 @@ def test_a_rescale_from_two_shards_to_three_across_a_driver_kill(tmp_path: Path)
     assert (again["restored"], again["first_step"]) == (newest.uuid, newest.step + 1)
     assert manifest_shards(run, checkpoints(run)[-1].uuid) == 3
     assert last_step(run) == FILES
+    assert_oracle(tmp_path, run)
+
+
+def held_anywhere(cluster: SparkCluster, found: dict[str, Any]) -> Callable[[], bool]:
+    """A poll: whether a Python worker of either worker's executor holds an operator-shard."""
+    polls = [shard_held_on(cluster, w, found) for w in range(cluster.workers)]
+    return lambda: any(poll() for poll in polls)
+
+
+def uploading(cluster: SparkCluster, step: int, found: dict[str, Any]) -> Callable[[], bool]:
+    """A poll: whether a Python worker of either worker's executor holds an operator-shard
+    whose local copy has its checkpoint of `step` already (committed locally, so the task
+    is uploading it now; into `found`: the worker, the executor's pid and its Python
+    workers)."""
+
+    def ready() -> bool:
+        for worker in range(cluster.workers):
+            got = executor(cluster, worker)
+            if got is None:
+                continue
+            for pid in got[1]:
+                try:
+                    files = psutil.Process(pid).open_files()
+                except psutil.Error:
+                    continue
+                for f in files:
+                    if "/shards/" not in f.path or not f.path.endswith("/LOCK"):
+                        continue
+                    with contextlib.suppress(Exception):  # a manifest being written
+                        cps = list_checkpoints(Path(f.path).parent).checkpoints
+                        if any(c.step == step for c in cps):
+                            found.update(worker=worker, pid=got[0], python=got[1])
+                            return True
+        return False
+
+    return ready
+
+
+@pytest.mark.full
+def test_executors_killed_mid_upload_and_before_the_manifest_lose_nothing(
+    tmp_path: Path, s3_server: SeaweedS3, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shards' durable tier is a real S3 server (SeaweedFS). After step 2 the server is
+    stopped (SIGSTOP): the next step's shard tasks block in their uploads; kill -9 of the
+    executor one of whose Python workers holds an operator-shard committed locally at that
+    step (so uploading it), then SIGCONT. Later, as soon as a step is recorded (its shards'
+    checkpoints uploaded, the driver's checkpoint naming them not yet), the server is
+    stopped again, the other worker's executor killed, the server resumed. The run ends by
+    itself, no restart, each step once, and the output equals the oracle."""
+    for name, value in {
+        "SPINDLE_S3_ENDPOINT": s3_server.endpoint,
+        "SPINDLE_S3_ACCESS_KEY": s3_server.access_key,
+        "SPINDLE_S3_SECRET_KEY": s3_server.secret_key,
+    }.items():
+        monkeypatch.setenv(name, value)
+    run = prepare(tmp_path)
+    weed = s3_server.pid
+    assert weed is not None
+    killed: list[tuple[str, int, int]] = []  # (when, worker, after step)
+    with cluster_of(tmp_path) as cluster:
+        p = driver(run, cluster.master_url, "--remote", f"s3://{s3_bucket}/run", conf=CONF)
+        try:
+            wait_for("step 2", lambda: last_step(run) >= 2, p, run)
+            mid: dict[str, Any] = {}
+            for _ in range(10):
+                # A task past its open (which reads the store) holds its shard: stop the
+                # store then, and its upload blocks (unless it was done already: again).
+                held: dict[str, Any] = {}
+                wait_for("a shard held", held_anywhere(cluster, held), p, run)
+                os.kill(weed, signal.SIGSTOP)
+                up = uploading(cluster, last_step(run) + 1, mid)
+                deadline = time.monotonic() + 5
+                while not up() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                if mid:
+                    break
+                os.kill(weed, signal.SIGCONT)
+            assert mid, "no shard task was caught uploading"
+            try:
+                signal_all([mid["pid"], *mid["python"]], signal.SIGKILL)
+                killed.append(("mid-upload", mid["worker"], last_step(run)))
+            finally:
+                os.kill(weed, signal.SIGCONT)
+            at = last_step(run) + 1
+            wait_for(f"step {at}", lambda: last_step(run) >= at, p, run)
+            os.kill(weed, signal.SIGSTOP)
+            try:
+                other = 1 - int(mid["worker"])
+                got = executor(cluster, other)
+                assert got is not None
+                signal_all([got[0], *got[1]], signal.SIGKILL)
+                killed.append(("before the manifest", other, last_step(run)))
+            finally:
+                os.kill(weed, signal.SIGCONT)
+            code = finish(p, run)
+        finally:
+            if p.poll() is None:
+                kill9(p)
+            os.kill(weed, signal.SIGCONT)
+        assert code == 0, (run / "driver.err").read_text()[-4000:]
+    assert killed[1][2] < FILES, f"the second kill came after the last step: {killed}"
+    assert len(started(run)) == 1
+    assert steps(run) == list(range(1, FILES + 1))
     assert_oracle(tmp_path, run)

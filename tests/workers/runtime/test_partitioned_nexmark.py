@@ -23,6 +23,7 @@ from storage_engine.objstore import DirectoryObjectStore
 from workers.runtime.nexmark import events
 from workers.runtime.partitioned import PartitionedDataflow, ShardHost
 from workers.runtime.partitioned.messages import by_destination, decode, encode
+from workers.runtime.partitioned.reads import TableReads
 
 from .partitioned_check import FS, SETTINGS, check_partitioned, outputs, plain_run
 
@@ -98,10 +99,13 @@ class RetryingHost(ShardHost):
     first's on odd steps, the second's on even ones: both must carry on alike)."""
 
     def step(
-        self, request: Mapping[str, Any], messages: pa.Table
+        self,
+        request: Mapping[str, Any],
+        messages: pa.Table,
+        reads: Mapping[str, TableReads] | None = None,
     ) -> tuple[pa.Table, dict[str, Any]]:
-        first = super().step(request, messages)
-        second = super().step(request, messages)
+        first = super().step(request, messages, reads)
+        second = super().step(request, messages, reads)
         assert first[0].equals(second[0]), f"a re-run of {dict(request)} gave other rows"
         for op, base in request["bases"].items():
             if first[1]["checkpoints"][op] != base:

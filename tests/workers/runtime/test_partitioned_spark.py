@@ -233,3 +233,36 @@ def test_a_partitioned_sql_pipeline_equals_parallelism_one_across_a_resume(
         state = str(tmp_path / f"p{other}" / "state")
         with pytest.raises((ParallelismChangedError, PartitionedRunError), match="parallelism"):
             open_runner(s, state, base_dir=str(tmp_path / f"p{other}"), spark=spark).close()
+
+
+def test_a_malformed_record_is_read_by_spark_and_the_step_goes_on(
+    tmp_path: Path, spark: SparkSession
+) -> None:
+    """Level 0's tasks read the files (the driver only plans them); a step whose file has
+    a malformed record goes to Spark's reader in the driver, as at parallelism 1: the same
+    output step by step, and the same dead letters."""
+    customers.write_input(tmp_path / "in", 3, 40, customers=6, seed=3)
+    bad = tmp_path / "in" / "part-0001.json"
+    bad.write_text(bad.read_text() + '{"customer": "c1", "amount": \n')
+    got, letters = {}, {}
+    for p in (1, 2):
+        run = tmp_path / f"p{p}"
+        run.mkdir()
+        (run / "in").symlink_to(tmp_path / "in")
+        r = open_runner(
+            parse_spec({**spec(run), "parallelism": p}),
+            str(run / "state"),
+            base_dir=str(run),
+            spark=spark,
+        )
+        try:
+            r.run(max_steps=None, stop_when_idle=1.0)
+        finally:
+            r.close()
+        got[p] = {sink: by_step(run / sink) for sink in ("a", "b")}
+        letters[p] = sorted(
+            (f.name, f.read_text().replace(str(run), "<run>"))
+            for f in (run / "state" / "dead-letters").iterdir()
+        )
+    assert got[2] == got[1] and len(got[1]["b"]) == 3
+    assert letters[2] == letters[1] and len(letters[1]) == 1

@@ -17,7 +17,10 @@ import pytest
 from spindle_sql.dataflow import Dataflow
 from spindle_sql.errors import SqlError
 from spindle_sql.parse import parse
+from spindle_sql.partitioning import WATERMARKS, Partitioning
 from spindle_sql.planner import plan
+from spindle_sql.shard_level import LevelStep, empty_key_shard
+from storage_engine.key_groups import DEFAULT_KEY_GROUPS
 
 from ...spindle_sql.incremental import delta_table, step_deltas
 from ...spindle_sql.sqlgen import TABLES, generate, rows
@@ -42,6 +45,7 @@ def _random_steps(index: int, steps: int) -> list[dict[str, pa.Table]]:
     ]
 
 
+@pytest.mark.full
 def test_random_views_partitioned_equal_the_single_process_run(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
@@ -159,3 +163,57 @@ def test_an_operator_spec_partitioned(tmp_path: Path) -> None:
             rescale_to=5 - shards,  # 2 to 3 and 3 to 2
             what="ops",
         ).close()
+
+
+GLOBAL_SQL = """
+CREATE VIEW total AS
+SELECT count(*) AS n, count(v) AS nv, sum(v) AS s, avg(v) AS a, min(v) AS lo, max(v) AS hi
+FROM t WHERE k <> 3
+"""
+GLOBAL_TABLES = {"t": pa.schema([("k", pa.int64()), ("v", pa.int64())])}
+
+
+def _global_steps(seed: int, steps: int) -> list[dict[str, pa.Table]]:
+    rng = random.Random(seed)
+    live: dict[str, Counter[tuple[Any, ...]]] = {"t": Counter()}
+
+    def new(_: str) -> list[tuple[Any, ...]]:
+        return [
+            (rng.randrange(50), rng.choice([None, *range(-20, 400)]))
+            for _ in range(rng.randint(0, 300))
+        ]
+
+    return [step_deltas(GLOBAL_TABLES, rng, new, live) for _ in range(steps)]
+
+
+def test_an_aggregate_without_group_by_gets_one_partial_row_per_shard() -> None:
+    flow = Dataflow(plan(parse(GLOBAL_SQL), GLOBAL_TABLES))
+    part = Partitioning(flow)
+    (i,) = part.operator
+    owner = empty_key_shard(3, DEFAULT_KEY_GROUPS)
+    rows = delta_table(GLOBAL_TABLES["t"], [(j % 7, j % 90) for j in range(1_000)], [1] * 1_000)
+    for shard in range(3):
+        step = LevelStep(part, 0, shard, 3, DEFAULT_KEY_GROUPS, {"t:t": rows}, {}, True)
+        routed = step.run()
+        sent = [(s, p, t) for (lv, s), ports in routed.items() if lv == 1 for p, t in ports.items()]
+        got = {p: t for s, p, t in sent if p != WATERMARKS}
+        assert {s for s, p, _ in sent if p != WATERMARKS} == {owner}
+        # The accumulators as one row; the min/max values consolidated, one row each.
+        assert got[f"s{i}.0"].num_rows == 1
+        (values,) = (t for p, t in got.items() if p.startswith(f"s{i}.0:"))
+        assert values.num_rows == 90
+
+
+@pytest.mark.parametrize("shards", [2, 3])
+def test_an_aggregate_without_group_by_partitioned(tmp_path: Path, shards: int) -> None:
+    """Inserts, retractions of the minimum and maximum, NULLs, a step with no rows: each
+    shard's partials merged on the owner give the single-process run's deltas."""
+
+    def make() -> Dataflow:
+        return Dataflow(plan(parse(GLOBAL_SQL), GLOBAL_TABLES))
+
+    steps = _global_steps(shards, 8)
+    expected = plain_run(make, steps, tmp_path / "plain")
+    check_partitioned(
+        make, steps, expected, tmp_path / "p", shards, reopen_at=4, rescale_to=5 - shards
+    ).close()

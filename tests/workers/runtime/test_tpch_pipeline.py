@@ -80,7 +80,7 @@ def _view(tmp: Path, name: str) -> Rows:
     return Counter(tuple(norm(v) for v in r.values()) for r in rows)
 
 
-@pytest.mark.parametrize("fmt", ["parquet", "csv"])
+@pytest.mark.parametrize("fmt", ["parquet", pytest.param("csv", marks=pytest.mark.full)])
 def test_the_compared_queries_equal_duckdb_across_a_sigkill(
     fmt: Format, tpch_data: TpchData, tmp_path: Path
 ) -> None:

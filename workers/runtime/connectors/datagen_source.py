@@ -5,6 +5,7 @@ A step's rows are one split, generated in the driver."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -49,13 +50,10 @@ class DatagenInput:
         pass  # generated in the driver
 
     def read(self, splits: list[Split]) -> Rows:
-        batches = [
-            b
-            for s in splits
-            if isinstance(s, RangeSplit)
-            for b in datagen_batches(self._options, s.start, s.stop, s.end)
-        ]
-        return pa.Table.from_batches(batches, schema=batches[0].schema), None
+        return self.split_reader().read(splits)
+
+    def split_reader(self) -> DatagenReader:
+        return DatagenReader(dict(self._options))
 
     def spark_query(
         self, start: Offset, ends: Callable[[], str]
@@ -73,6 +71,22 @@ class DatagenInput:
 
     def close(self) -> None:
         pass
+
+
+@dataclass(frozen=True)
+class DatagenReader:
+    """Ranges of generated rows, made in any process (row i depends on the seed and i)."""
+
+    options: dict[str, str]
+
+    def read(self, splits: list[Split]) -> Rows:
+        batches = [
+            b
+            for s in splits
+            if isinstance(s, RangeSplit)
+            for b in datagen_batches(self.options, s.start, s.stop, s.end)
+        ]
+        return pa.Table.from_batches(batches, schema=batches[0].schema), None
 
 
 class DatagenKind:

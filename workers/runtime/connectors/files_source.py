@@ -6,7 +6,10 @@ driver parses a step's files when Arrow gives exactly Spark's rows
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -14,11 +17,12 @@ from pyspark.sql.datasource import DataSource
 
 from pipeline_spec import model as S
 from pipeline_spec.offsets import Offset, count
+from storage_engine.objstore import ObjectStore, ObjectStoreSettings
 
 from ..csv_lines import parses_in_driver as csv_parses
 from ..csv_lines import read_csv_files
 from ..file_batches import FileBatches
-from ..input_files import open_input_files
+from ..input_files import ObjectFiles, fetch_files, open_input_files
 from ..json_lines import parses_in_driver as json_parses
 from ..json_lines import read_json_lines
 from ..parquet_files import NarrowerDecimal, read_parquet_files
@@ -96,15 +100,11 @@ class FilesInput:
 
     def read(self, splits: list[Split]) -> Rows | None:
         names = [s.name for s in splits if isinstance(s, FileSplit)]
-        end = splits[0].end if splits else 0
-        try:
-            rows = _READERS[self.spec.format](self._fetch(names), self.schema)
-        except NarrowerDecimal as e:  # named as listed, not as fetched
-            e.file = self.listing.url(names[e.index])
-            raise
-        if rows is None:
-            return None
-        return rows.append_column(END, pa.array([end] * rows.num_rows, pa.int64())), None
+        return _parsed(self.spec.format, self.schema, splits, self._fetch(names), self.listing.url)
+
+    def split_reader(self) -> FilesReader:
+        store = self.listing.store.settings if isinstance(self.listing, ObjectFiles) else None
+        return FilesReader(self.spec.format, self.schema, self.listing.path, store)
 
     def spark_query(
         self, start: Offset, ends: Callable[[], str]
@@ -124,6 +124,48 @@ class FilesInput:
         if self.batches is not None:
             self.batches.close()
         self.listing.close()
+
+
+@dataclass(frozen=True)
+class FilesReader:
+    """A files table's splits read in any process: a directory's files where they are (the
+    driver listed them inside the roots), an object store's fetched to a scratch directory
+    first. Reads only what Arrow parses exactly as Spark would, like `FilesInput.read`."""
+
+    format: str
+    schema: pa.Schema
+    path: str  # the directory, or the store's URL (dead letters name files by it)
+    store: ObjectStoreSettings | None
+
+    def read(self, splits: list[Split]) -> Rows | None:
+        names = [s.name for s in splits if isinstance(s, FileSplit)]
+        if self.store is None:
+            paths = [os.path.join(self.path, n) for n in names]
+            return _parsed(self.format, self.schema, splits, paths, self._url)
+        store = ObjectStore(self.store)
+        with tempfile.TemporaryDirectory(prefix="spindle-input-files-") as scratch:
+            paths = fetch_files(store, names, scratch)
+            return _parsed(self.format, self.schema, splits, paths, store.url)
+
+    def _url(self, name: str) -> str:
+        return os.path.join(self.path, name)
+
+
+def _parsed(
+    fmt: str, schema: pa.Schema, splits: list[Split], paths: list[str], url: Callable[[str], str]
+) -> Rows | None:
+    """The rows of the splits' files (at `paths`), with `__end`; None if Spark must read
+    them. A file Spark would fail on is named by `url`, as listed, not as fetched."""
+    names = [s.name for s in splits if isinstance(s, FileSplit)]
+    end = splits[0].end if splits else 0
+    try:
+        rows = _READERS[fmt](paths, schema)
+    except NarrowerDecimal as e:
+        e.file = url(names[e.index])
+        raise
+    if rows is None:
+        return None
+    return rows.append_column(END, pa.array([end] * rows.num_rows, pa.int64())), None
 
 
 class FilesKind:

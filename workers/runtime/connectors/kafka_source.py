@@ -19,6 +19,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -323,10 +324,10 @@ class KafkaInput:
         pass  # read in the driver
 
     def read(self, splits: list[Split]) -> Rows:
-        parts = [s for s in splits if isinstance(s, PartitionSplit)]
-        return self.kafka.read(
-            {s.partition: s.start for s in parts}, {s.partition: s.end for s in parts}
-        )
+        return _read(self.kafka, splits)
+
+    def split_reader(self) -> KafkaReader:
+        return KafkaReader(self.spec)
 
     def spark_query(
         self, start: Offset, ends: Callable[[], str]
@@ -371,6 +372,25 @@ class KafkaInput:
         self.kafka.close()
         if self._ends is not None:
             self._ends.close()
+
+
+def _read(kafka: KafkaTable, splits: list[Split]) -> Rows:
+    parts = [s for s in splits if isinstance(s, PartitionSplit)]
+    return kafka.read({s.partition: s.start for s in parts}, {s.partition: s.end for s in parts})
+
+
+@dataclass(frozen=True)
+class KafkaReader:
+    """Partitions' offset ranges read in any process, through a consumer of its own."""
+
+    spec: KafkaSource
+
+    def read(self, splits: list[Split]) -> Rows:
+        kafka = KafkaTable(self.spec)
+        try:
+            return _read(kafka, splits)
+        finally:
+            kafka.close()
 
 
 class KafkaKind:

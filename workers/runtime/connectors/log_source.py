@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -54,15 +55,10 @@ class LogInput:
         pass  # read in the driver
 
     def read(self, splits: list[Split]) -> Rows:
-        log = self.input_log()
-        batches = [
-            b
-            for s in splits
-            if isinstance(s, RangeSplit)
-            for b in log_batches(log, s.start, s.stop)
-        ]
-        schema = pa.schema([*self.schema, pa.field(END, pa.int64())])
-        return pa.Table.from_batches(batches, schema=batches[0].schema if batches else schema), None
+        return self.split_reader().read(splits)
+
+    def split_reader(self) -> LogReader:
+        return LogReader(self._dir, self.schema)
 
     def spark_query(
         self, start: Offset, ends: Callable[[], str]
@@ -80,6 +76,26 @@ class LogInput:
 
     def close(self) -> None:
         pass
+
+
+@dataclass(frozen=True)
+class LogReader:
+    """Ranges of a table's input log read in any process that sees its directory (the
+    run's storage: an executor on the driver's host, or a shared disk)."""
+
+    directory: str
+    schema: pa.Schema
+
+    def read(self, splits: list[Split]) -> Rows:
+        log = InputLog(self.directory, self.schema)
+        batches = [
+            b
+            for s in splits
+            if isinstance(s, RangeSplit)
+            for b in log_batches(log, s.start, s.stop)
+        ]
+        schema = pa.schema([*self.schema, pa.field(END, pa.int64())])
+        return pa.Table.from_batches(batches, schema=batches[0].schema if batches else schema), None
 
 
 class LogKind:

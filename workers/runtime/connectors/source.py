@@ -56,6 +56,31 @@ class PartitionSplit:
 Split = FileSplit | RangeSplit | PartitionSplit
 
 
+def spread(splits: list[Split], tasks: int) -> list[list[Split]]:
+    """The splits shared among `tasks` readers, a pure function of both (a re-run task
+    reads what it read before): a range of records (a log's, a generator's, a Kafka
+    partition's) cut in `tasks` ranges, files dealt round-robin."""
+    out: list[list[Split]] = [[] for _ in range(tasks)]
+    dealt = 0
+    for split in splits:
+        if isinstance(split, FileSplit):
+            out[dealt % tasks].append(split)
+            dealt += 1
+            continue
+        lo, hi = (
+            (split.start, split.stop) if isinstance(split, RangeSplit) else (split.start, split.end)
+        )
+        for t in range(tasks):
+            a, b = lo + (hi - lo) * t // tasks, lo + (hi - lo) * (t + 1) // tasks
+            if b > a:
+                out[t].append(
+                    RangeSplit(a, b, split.end)
+                    if isinstance(split, RangeSplit)
+                    else PartitionSplit(split.partition, a, b)
+                )
+    return out
+
+
 def columns_ddl(columns: dict[str, str]) -> str:
     """Declared columns (name -> Spark SQL type) as Spark DDL."""
     return ", ".join(f"`{k}` {v}" for k, v in columns.items())
@@ -64,6 +89,16 @@ def columns_ddl(columns: dict[str, str]) -> str:
 # What a read gives: the rows (the table's columns, then `__end`), and the records that did
 # not parse (`__file`, `__lineno`, `__line`; None: none).
 Rows = tuple[pa.Table, pa.Table | None]
+
+
+class SplitReader(Protocol):
+    """A source's splits read in any process of the run (a Spark executor's Python worker):
+    plain, picklable data (settings, never a client or a session), which opens what it
+    reads with."""
+
+    def read(self, splits: list[Split]) -> Rows | None:
+        """The rows of these splits; None if only Spark's reader can read them exactly."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -152,6 +187,9 @@ class Source(Protocol):
         """The rows of these splits, read in the driver; None if Spark must read them
         (`batches`)."""
 
+    def split_reader(self) -> SplitReader | None:
+        """A reader of its splits for another process (None: only the driver reads them)."""
+
     def to_batches(self, splits: list[Split]) -> None:
         """Point `batches` at these splits (nothing for a source without `batches`)."""
 
@@ -184,5 +222,7 @@ __all__ = [
     "SourceContext",
     "SourceKind",
     "Split",
+    "SplitReader",
     "columns_ddl",
+    "spread",
 ]

@@ -27,8 +27,10 @@ from storage_engine.fileio import FileLayer
 from storage_engine.key_groups import DEFAULT_KEY_GROUPS, group_starts
 from storage_engine.objstore import ObjectStoreLike
 
+from ..micro_batch import MicroBatch
 from .collection import Named, local_pairs, named, sweep
 from .messages import FROM_DRIVER, by_destination, decode, encode
+from .reads import TableReads, gathered
 from .rescale import rescale
 from .shard_host import ShardHost
 
@@ -39,13 +41,16 @@ class Levels(Protocol):
     """What runs a step's levels: every shard's step of level 0, then of level 1, ..."""
 
     def run(
-        self, requests: list[list[dict[str, Any]]], first: Mapping[int, pa.Table]
+        self,
+        requests: list[list[dict[str, Any]]],
+        first: Mapping[int, pa.Table],
+        reads: Mapping[str, TableReads] | None = None,
     ) -> tuple[list[pa.Table], list[dict[str, Any]]]:
         """Run `requests[level][shard]` (`ShardHost.step`'s requests) level by level, level
-        0's shard s on the messages `first[s]` (none: no rows) and every later task on the
-        messages the levels before sent it. Returns the messages sent to the driver and
-        every task's result (`ShardHost.step`'s, with its "level" and "shard"), in any
-        order."""
+        0's shard s on the messages `first[s]` (none: no rows) and its share of `reads`,
+        and every later task on the messages the levels before sent it. Returns the
+        messages sent to the driver and every task's result (`ShardHost.step`'s, with its
+        "level" and "shard"), in any order."""
         ...
 
 
@@ -57,7 +62,10 @@ class HostLevels:
         self.host = host
 
     def run(
-        self, requests: list[list[dict[str, Any]]], first: Mapping[int, pa.Table]
+        self,
+        requests: list[list[dict[str, Any]]],
+        first: Mapping[int, pa.Table],
+        reads: Mapping[str, TableReads] | None = None,
     ) -> tuple[list[pa.Table], list[dict[str, Any]]]:
         pending = {(0, s): m for s, m in first.items()}
         to_driver: list[pa.Table] = []
@@ -68,7 +76,7 @@ class HostLevels:
                 messages = pending.pop((level, s), None)
                 if messages is None:
                     messages = encode({}, FROM_DRIVER)
-                out, result = self.host.step(request, messages)
+                out, result = self.host.step(request, messages, reads if level == 0 else None)
                 outputs.append(out)
                 results.append({"level": level, "shard": s, **result})
             for (lv, s), messages in by_destination(outputs).items():
@@ -119,6 +127,7 @@ class PartitionedDataflow:
         self.step_id = 0
         self.first = True
         self.last_metrics: list[dict[str, Any]] = []
+        self.last_reads: dict[str, MicroBatch] = {}  # per table level 0 read: the last step's
         self.retain = retain
         self.outputs = None if outputs is None else sorted(outputs)
         self._kept: Named | None = None  # what the last step or sweep kept
@@ -127,8 +136,13 @@ class PartitionedDataflow:
     def fingerprint(self) -> str:
         return self.flow.fingerprint
 
-    def step(self, deltas: Mapping[str, pa.Table | pa.RecordBatch]) -> dict[str, pa.Table]:
-        """Every view's delta for these input deltas, as `Dataflow.step` gives it."""
+    def step(
+        self,
+        deltas: Mapping[str, pa.Table | pa.RecordBatch],
+        reads: Mapping[str, TableReads] | None = None,
+    ) -> dict[str, pa.Table]:
+        """Every view's delta for these input deltas and the tables level 0's tasks read
+        (`reads`, whose figures are in `last_reads` then), as `Dataflow.step` gives it."""
         step = self.step_id + 1
         watermarks = self.flow.watermarks.state()
         given = {name: weighted(t) for name, t in deltas.items()}
@@ -169,7 +183,7 @@ class PartitionedDataflow:
             ]
             for level in range(self.part.levels)
         ]
-        to_driver, results = self.levels.run(requests, pending)
+        to_driver, results = self.levels.run(requests, pending, reads)
         metrics = []
         touched: set[tuple[str, int]] = set()
         for r in sorted(results, key=lambda r: (int(r["level"]), int(r["shard"]))):
@@ -179,6 +193,7 @@ class PartitionedDataflow:
                 checkpoints[op][int(r["shard"])] = uid
             metrics.append({"level": r["level"], "shard": r["shard"], **r["metrics"]})
         got = decode(pa.concat_tables(to_driver)) if to_driver else {}
+        self.last_reads = gathered(reads or {}, [r.get("read", {}) for r in results], got)
         self._advance(watermarks, got.get(WATERMARKS, []))
         out = {}
         for name, view in self.flow.views.items():

@@ -28,6 +28,9 @@ class ShardFigures:
         # Per operator, per shard: [rows in, rows out, ms] summed, and [rows, bytes] now.
         self._counts: dict[str, list[list[float]]] = {}
         self._state: dict[str, list[list[int]]] = {}
+        # Per shard: its state batches in memory at the end of the last step (the largest
+        # of its level tasks': each task closes its operator-shards when it ends).
+        self.memory = [0] * shards
         for op in operators:
             self._operator(op)
 
@@ -38,8 +41,10 @@ class ShardFigures:
 
     def add(self, tasks: Iterable[Mapping[str, Any]]) -> None:
         """One step's shard tasks' metrics (`PartitionedDataflow.last_metrics`)."""
+        memory = [0] * self.shards
         for task in tasks:
             s = int(task["shard"])
+            memory[s] = max(memory[s], int(task.get("memory_bytes", 0)))
             for op, m in task.get("operators", {}).items():
                 self._operator(op)
                 c = self._counts[op][s]
@@ -47,6 +52,7 @@ class ShardFigures:
                 c[1] += int(m["rows_out"])
                 c[2] += float(m["ms"])
                 self._state[op][s] = [int(m["state_rows"]), int(m["state_bytes"])]
+        self.memory = memory
 
     def state(self) -> dict[str, list[list[int]]]:
         """Every operator-shard's state figures now (JSON, for a checkpoint's metadata)."""

@@ -62,6 +62,7 @@ def rescale(
     step = int(manifest["step"])
     operators: dict[str, list[str | None]] = {}
     owner = empty_key_shard(shards, groups)
+    os.makedirs(states.root, exist_ok=True)  # a stateless pipeline's shards made none
     with tempfile.TemporaryDirectory(prefix="spindle-rescale-", dir=states.root) as tmp:
         for op_id, bases in manifest["operators"].items():
             keys = part.state_keys(op_id)

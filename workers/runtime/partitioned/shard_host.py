@@ -23,16 +23,17 @@ from typing import Any
 import pyarrow as pa
 
 from spindle_sql.dataflow import Dataflow
-from spindle_sql.partitioning import WATERMARKS, Partitioning
-from spindle_sql.shard_level import LevelStep
+from spindle_sql.partitioning import DRIVER, WATERMARKS, Partitioning, table_port
+from spindle_sql.shard_level import LevelStep, concat
 from storage_engine import EngineSettings
 from storage_engine.circuit import Operator, operator_state
-from storage_engine.circuit.operator import OperatorCounters
+from storage_engine.circuit.operator import OperatorCounters, weighted
 from storage_engine.fileio import FileLayer
 from storage_engine.objstore import ObjectStoreLike
 
 from .collection import sweep
 from .messages import decode, encode
+from .reads import TableReads, bad_port, read_task
 from .shard_state import ShardStates
 
 
@@ -72,12 +73,17 @@ class ShardHost:
         return got
 
     def step(
-        self, request: Mapping[str, Any], messages: pa.Table
+        self,
+        request: Mapping[str, Any],
+        messages: pa.Table,
+        reads: Mapping[str, TableReads] | None = None,
     ) -> tuple[pa.Table, dict[str, Any]]:
         """One level of one step on one shard: (messages out, {"checkpoints": {operator id:
-        uuid or None}, "metrics": {"ms", "rows_in", "collected", "operators": {operator id:
-        {"rows_in", "rows_out", "ms", "state_rows", "state_bytes"}}}}), per operator it stepped
-        (`_operator_figures`)."""
+        uuid or None}, "metrics": {"ms", "rows_in", "collected", "memory_bytes" (the shard's
+        state batches in memory after the commit), "operators": {operator id:
+        {"rows_in", "rows_out", "ms", "state_rows", "state_bytes"}}}, "read": {table:
+        figures}}), per operator it stepped (`_operator_figures`). Level 0's task also reads
+        its share of `reads` (`reads.py`)."""
         started = time.perf_counter()
         plan, shard = str(request["plan"]), int(request["shard"])
         level, step = int(request["level"]), int(request["step"])
@@ -89,6 +95,14 @@ class ShardHost:
                 f"level {level} has the operators {expected}, the request names {sorted(bases)}"
             )
         inputs = decode(messages)
+        read: dict[str, dict[str, Any]] = {}
+        bad: dict[str, pa.Table] = {}
+        if level == 0 and reads:
+            rows, read, bad = read_task(reads, shard)
+            for name, table in rows.items():
+                port = table_port(name)
+                given = weighted(table)
+                inputs[port] = concat([inputs[port], given]) if port in inputs else given
         task = LevelStep(
             part,
             level,
@@ -116,11 +130,14 @@ class ShardHost:
                 self.states.discard(i, shard)
             raise
         state = {i: operator_state(self.states.location(i, shard), [i])[i] for i in task.touched}
+        memory = self.states.memory(shard)
         collected = 0
         keep = request.get("keep")
         if keep is not None:
             kept = {(i, shard): {*keep.get(i, ()), checkpoints[i]} for i in task.touched}
             collected = sweep(self.states, kept, list(kept), below_step=step)
+        for table, rows in bad.items():
+            routed.setdefault((DRIVER, shard), {})[bad_port(table)] = rows
         out = encode(routed, shard)
         rows_in = sum(t.num_rows for p, t in inputs.items() if p != WATERMARKS)
         ms = (time.perf_counter() - started) * 1000
@@ -128,9 +145,10 @@ class ShardHost:
             "ms": ms,
             "rows_in": rows_in,
             "collected": collected,
+            "memory_bytes": memory,
             "operators": _operator_figures(ops, before, state, ms),
         }
-        return out, {"checkpoints": checkpoints, "metrics": metrics}
+        return out, {"checkpoints": checkpoints, "metrics": metrics, "read": read}
 
     def evict(self) -> None:
         """Close every open operator-shard (the next steps open their bases again)."""

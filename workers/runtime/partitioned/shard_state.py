@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import tenacity
 
-from storage_engine import EngineSettings, StorageLocation
+from storage_engine import EngineSettings, MemoryBudget, StorageLocation
 from storage_engine.circuit.circuit import FINGERPRINTS_KEY, STATE_KEY
 from storage_engine.circuit.operator import Operator
 from storage_engine.errors import CheckpointNotFoundError, LockedError, StorageError
@@ -71,11 +71,25 @@ class ShardStates:
         self.settings = settings or EngineSettings()
         self.fs = fs or PosixFileLayer()
         self._open: dict[tuple[str, int], _Open] = {}
+        # Per shard: the memory budget its operators' locations share (the spec's
+        # `engine.memory_budget` is a shard's).
+        self._budgets: dict[int, MemoryBudget] = {}
         self.opened = 0  # locations opened (not found open): for tests and metrics
         self.lock_wait_s = LOCK_WAIT_S
 
     def path(self, op_id: str, shard: int) -> str:
         return os.path.join(self.root, "shards", op_id, str(shard))
+
+    def memory(self, shard: int) -> int:
+        """Bytes of the shard's state batches in memory in this process."""
+        budget = self._budgets.get(shard)
+        return 0 if budget is None else budget.used
+
+    def _budget(self, shard: int) -> MemoryBudget:
+        budget = self._budgets.get(shard)
+        if budget is None:
+            budget = self._budgets[shard] = MemoryBudget(self.settings.memory_budget_bytes)
+        return budget
 
     def _store(self, op_id: str, shard: int) -> ObjectStoreLike | None:
         if self.store is None:
@@ -175,7 +189,7 @@ class ShardStates:
         if store is None:
             if not self._has_manifest(path):
                 return None
-            return self._open_local(path, "", None, None)
+            return self._open_local(path, shard, "", None, None)
         if not self._has_manifest(path):
             _, remote = read_remote_manifest(store)
             if not remote.checkpoints:
@@ -189,20 +203,20 @@ class ShardStates:
         local copy made current first; the caller closes it."""
         path, store = self.path(op_id, shard), self._store(op_id, shard)
         if store is None:
-            return self._open_local(path, fingerprint, base, None)
+            return self._open_local(path, shard, fingerprint, base, None)
         try:
             if not self._has_manifest(path):
                 self._pull(store, path, base)
             else:
-                self._forget_unstored(path, store)
-            return self._open_local(path, fingerprint, base, store)
+                self._forget_unstored(path, shard, store)
+            return self._open_local(path, shard, fingerprint, base, store)
         except (CheckpointNotFoundError, DivergedError):
             # The local copy is stale (the shard ran elsewhere since): it is only a cache.
             self.fs.rmtree(path)
             self._pull(store, path, base)
-            return self._open_local(path, fingerprint, base, store)
+            return self._open_local(path, shard, fingerprint, base, store)
 
-    def _forget_unstored(self, path: str, store: ObjectStoreLike) -> None:
+    def _forget_unstored(self, path: str, shard: int, store: ObjectStoreLike) -> None:
         """Delete the local copy's checkpoints that the store does not hold: with a store,
         a shard checkpoint counts once it is there, so these are a failed task's or were
         collected meanwhile; opening with the store would upload them again."""
@@ -211,14 +225,19 @@ class ShardStates:
         local = Manifest.from_json(read_doc(self.fs, os.path.join(path, MANIFEST)), path)
         extra = [c.uuid for c in local.checkpoints if c.uuid not in stored]
         if extra:
-            loc = self._open_local(path, "", None, None)
+            loc = self._open_local(path, shard, "", None, None)
             try:
                 loc.delete_checkpoints(extra)
             finally:
                 loc.close()
 
     def _open_local(
-        self, path: str, fingerprint: str, base: str | None, store: ObjectStoreLike | None
+        self,
+        path: str,
+        shard: int,
+        fingerprint: str,
+        base: str | None,
+        store: ObjectStoreLike | None,
     ) -> StorageLocation:
         return StorageLocation.open(
             path,
@@ -227,6 +246,7 @@ class ShardStates:
             settings=self.settings,
             fs=self.fs,
             remote=store,
+            budget=self._budget(shard),
         )
 
     def _has_manifest(self, path: str) -> bool:

@@ -1,9 +1,9 @@
 """A partitioned step's levels as Spark stages (issue 50): `SparkLevels` runs what
 `coordinator.HostLevels` runs in one process, as one Spark job.
 
-The driver makes one DataFrame of level 0's messages (the step's input, split by shard in
-the driver for now: executors reading input splits themselves is the next slice) and of
-every level's requests, one message per (level, shard) on the port `REQUEST`. Then, for
+The driver makes one DataFrame of level 0's messages (input the driver read, split by
+shard; level 0's tasks read the rest from their splits, `reads.py`) and of every level's
+requests, one message per (level, shard) on the port `REQUEST`. Then, for
 each level, the rows are repartitioned so that shard s's rows land in partition s, and
 `mapInArrow` runs `ShardHost.step` on the level's rows of its partition: its request and
 the messages sent to it. The task's messages go on to the next stage; its result (the
@@ -41,10 +41,12 @@ from pyspark.sql import functions as F
 
 from spindle_sql.dataflow import Dataflow
 from spindle_sql.partitioning import DRIVER, Partitioning
+from storage_engine import EngineSettings
 from storage_engine.objstore import DirectoryObjectStore, ObjectStore, ObjectStoreLike
 
 from .messages import FROM_DRIVER, SCHEMA
 from .prefixed_store import PrefixedStore
+from .reads import TableReads
 from .shard_host import ShardHost
 
 StoreRecipe = Callable[[], ObjectStoreLike]
@@ -109,19 +111,26 @@ class SparkLevels:
         factory: Callable[[], Dataflow],
         root: str,
         store: ObjectStoreLike | None = None,
+        settings: EngineSettings | None = None,
     ) -> None:
         self.spark = spark
         self.factory = factory
         self.root = root
+        self.settings = settings or EngineSettings()
         self.store = store_recipe(store) if store is not None else None
         self.plan = Partitioning(factory()).identity
 
     def run(
-        self, requests: list[list[dict[str, Any]]], first: Mapping[int, pa.Table]
+        self,
+        requests: list[list[dict[str, Any]]],
+        first: Mapping[int, pa.Table],
+        reads: Mapping[str, TableReads] | None = None,
     ) -> tuple[list[pa.Table], list[dict[str, Any]]]:
         shards = len(requests[0])
         salt = salts(self.spark, shards)
-        parts = [_salted(m, salt) for m in first.values()]
+        # No empty part: Spark 4.0's createDataFrame of an Arrow table whose first chunk is
+        # empty gave no rows at all.
+        parts = [_salted(m, salt) for m in first.values() if m.num_rows]
         asks = [
             (lv, s, json.dumps(r)) for lv, tasks in enumerate(requests) for s, r in enumerate(tasks)
         ]
@@ -140,7 +149,17 @@ class SparkLevels:
         )
         df: DataFrame = self.spark.createDataFrame(pa.concat_tables(parts))
         for level in range(len(requests)):
-            task = partial(_task, level, self.plan, self.factory, self.root, self.store, salt)
+            task = partial(
+                _task,
+                level,
+                self.plan,
+                self.factory,
+                self.root,
+                self.store,
+                self.settings,
+                salt,
+                dict(reads or {}) if level == 0 else None,
+            )
             df = df.repartition(shards, SALT).mapInArrow(task, _DDL)
         got = df.toArrow()
         port = np.asarray(got.column("port").to_pylist(), dtype=object)
@@ -160,11 +179,16 @@ def _salted(messages: pa.Table, salt: list[int]) -> pa.Table:
     return messages.cast(SCHEMA).append_column(pa.field(SALT, pa.int64(), False), pa.array(s))
 
 
-def _host(root: str, store: StoreRecipe | None) -> ShardHost:
+def _host(root: str, store: StoreRecipe | None, settings: EngineSettings) -> ShardHost:
+    """This process's host of the shards under `root`: a new one when the run's engine
+    settings changed (a restart with another `engine` in its spec)."""
     with _lock:
         host = _hosts.get(root)
+        if host is not None and host.states.settings != settings:
+            host.close()
+            host = None
         if host is None:
-            host = _hosts[root] = ShardHost(root, store() if store is not None else None)
+            host = _hosts[root] = ShardHost(root, store() if store is not None else None, settings)
         return host
 
 
@@ -174,7 +198,9 @@ def _task(
     factory: Callable[[], Dataflow],
     root: str,
     store: StoreRecipe | None,
+    settings: EngineSettings,
     salt: list[int],
+    reads: Mapping[str, TableReads] | None,
     batches: Iterator[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
     """One Spark task of `level`: its shard's step, the other rows passed on."""
@@ -198,10 +224,10 @@ def _task(
         )
     request = json.loads(asks.column("data")[0].as_py())
     messages = here.filter(pa.compute.invert(is_request)).select(SCHEMA.names).cast(SCHEMA)
-    host = _host(root, store)
+    host = _host(root, store, settings)
     host.register(plan, factory)
     try:
-        out, result = host.step(request, messages)
+        out, result = host.step(request, messages, reads)
     finally:
         host.evict()
     yield from _salted(out, salt).to_batches()

@@ -97,6 +97,14 @@ export function Overview() {
           </dd>
         </div>
         <div>
+          <dt title="state batches in memory after the newest step, of the spec's engine.memory_budget (shards summed); the rest is in files">
+            Memory
+          </dt>
+          <dd data-testid="memory-value">
+            {last?.memory_budget_bytes ? `${formatBytes(last.memory_bytes)} of ${formatBytes(last.memory_budget_bytes)}` : "—"}
+          </dd>
+        </div>
+        <div>
           <dt>Dead letters</dt>
           <dd>{formatCount(last?.dead_letters)}</dd>
         </div>
@@ -170,6 +178,7 @@ export function Overview() {
             <YAxis tickFormatter={(v: number) => formatBytes(v)} width={72} {...axisProps} />
             <Tooltip {...tooltipProps} labelFormatter={tsLabel} formatter={(v) => formatBytes(Number(v))} />
             <Area name="state bytes" dataKey="state_bytes" stroke={COLORS.state} fill={COLORS.state} fillOpacity={0.3} isAnimationActive={false} />
+            <Area name="in memory" dataKey="memory_bytes" stroke={COLORS.engine} fill={COLORS.engine} fillOpacity={0.3} isAnimationActive={false} />
           </AreaChart>
         </ChartCard>
       </div>
