@@ -1,7 +1,10 @@
 """The job's side of the control plane: a thread in the Spark driver process that, every
 operation_poll_s, reports its run's steps and heartbeat, follows the pipeline's desired
-state (pause, resume, stop, the automatic commit interval), performs the pipeline's pending
-operations between steps, and keeps the checkpoint mirror. It talks to the control plane
+state (pause, resume, stop, the automatic commit interval), hands the pipeline's pending
+operations to a second thread that performs them between steps, and keeps the checkpoint
+mirror. Operations have their own thread because a commit or a gc waits for a step
+boundary, and a partitioned step can outlast the heartbeat timeout: the heartbeat must not
+wait with it. It talks to the control plane
 only through the `control_plane.ControlPlane` it is given (over the database or the REST
 API).
 
@@ -54,6 +57,13 @@ class JobControl:
         self._metrics: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # Claimed operations, performed one at a time, in order, by the operations thread;
+        # none is claimed while one is queued or in flight.
+        self._ops: queue.SimpleQueue[Claimed] = queue.SimpleQueue()
+        self._idle = threading.Event()
+        self._idle.set()
+        self._ops_thread: threading.Thread | None = None
+        self._offsets_lock = threading.Lock()
         self._parent = os.getppid()
         self.runner: Runner | None = None
         # A checkpoint's metadata never changes: read once per checkpoint, not per mirror.
@@ -74,12 +84,17 @@ class JobControl:
         skipped = [Skipped(c.uuid, c.reason) for c in runner.skipped]
         self._follow(self.plane.opened(Opened(runner.step, restored, skipped, self._checkpoints())))
         self._thread = threading.Thread(target=self._loop, name="spindle-control", daemon=True)
+        self._ops_thread = threading.Thread(
+            target=self._operations, name="spindle-operations", daemon=True
+        )
+        self._ops_thread.start()
         self._thread.start()
 
     def close(self) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        for t in (self._ops_thread, self._thread):  # an operation's finish before the last report
+            if t is not None:
+                t.join(timeout=10)
         if self.runner is not None:
             self.plane.report(self._report(heartbeat=True, checkpoints=self._checkpoints()))
 
@@ -102,10 +117,28 @@ class JobControl:
                 if beat:
                     last_beat = now
                 mirrored = now_cps
-                for op in self.plane.claim():
-                    self._perform(op)
+                if self._idle.is_set():
+                    claimed = self.plane.claim()
+                    if claimed:
+                        self._idle.clear()
+                        for op in claimed:
+                            self._ops.put(op)
             except Exception:  # the control plane may be briefly unreachable: keep trying
                 log.exception("control loop")
+
+    def _operations(self) -> None:
+        while not self._stop.is_set():
+            try:
+                op = self._ops.get(timeout=self.poll_s)
+            except queue.Empty:
+                continue
+            try:
+                self._perform(op)
+            except Exception:  # finishing it failed: the control plane reports it stale
+                log.exception("operation %s", op.id)
+            finally:
+                if self._ops.empty():
+                    self._idle.set()
 
     def _report(self, heartbeat: bool, checkpoints: Checkpoints | None = None) -> Report:
         """The step now and the records queued since the last report (a record with an
@@ -196,8 +229,9 @@ class JobControl:
             # the first table's offset.
             return written_offsets(loc.checkpoint_metadata(uuid), lambda: spec.source.table)
 
-        self._offsets = {i.uuid: offsets_of(i.uuid) for i in listed}
-        offsets = {u: o for u, o in self._offsets.items() if o is not None}
+        with self._offsets_lock:  # both threads mirror
+            self._offsets = {i.uuid: offsets_of(i.uuid) for i in listed}
+            offsets = {u: o for u, o in self._offsets.items() if o is not None}
         return Checkpoints(listed, offsets, remote)
 
 

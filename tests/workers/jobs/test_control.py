@@ -5,6 +5,8 @@ included."""
 
 from __future__ import annotations
 
+import datetime as dt
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -17,14 +19,20 @@ from backend.migrate import upgrade
 from backend.models import (
     DesiredState,
     MetricSample,
+    Operation,
+    OperationKind,
+    OperationStatus,
     Pipeline,
     PipelineState,
     RetentionPolicy,
     Run,
     RunState,
 )
+from backend.services import operations
 from workers.jobs.control_db import DatabaseControlPlane
 from workers.runtime.control import JobControl
+
+from ...polling import wait_until
 
 
 @pytest.fixture
@@ -83,3 +91,56 @@ def test_the_auto_commit_interval_follows_the_policy_row(db: Database, control: 
             policy.auto_commit_interval_s = interval
         control._follow(control.plane.report(control._report(heartbeat=False)))
         assert runner.checkpoints.auto_commit_s == interval
+
+
+def test_heartbeats_go_on_while_an_operation_waits_for_a_step(
+    db: Database, control: JobControl
+) -> None:
+    """A commit waits for the next step boundary, and a partitioned step can outlast the
+    heartbeat timeout: the run must not look dead meanwhile, and the commit still ends."""
+    released = threading.Event()
+
+    class _Handle:
+        def wait_local(self) -> str:
+            released.wait(30)
+            return "cp-1"
+
+    runner: Any = SimpleNamespace(
+        step=4,
+        paused=False,
+        skipped=[],
+        spec=SimpleNamespace(source=SimpleNamespace(table="t")),
+        loc=SimpleNamespace(restored=None, remote=None, list_checkpoints=lambda: []),
+        checkpoints=SimpleNamespace(auto_commit_s=None, request=lambda _id: (_Handle(), 5)),
+    )
+    plane = control.plane
+    assert isinstance(plane, DatabaseControlPlane)
+    with db.session() as s:
+        p = s.get(Pipeline, plane.pipeline_id)
+        assert p is not None
+        op_id = operations.create(s, p, OperationKind.commit, {"identifier": None}).id
+
+    def beat() -> dt.datetime | None:
+        with db.session() as s:
+            run = s.get(Run, plane.run_id)
+            assert run is not None
+            return run.heartbeat_at
+
+    def status() -> OperationStatus:
+        with db.session() as s:
+            op = s.get(Operation, op_id)
+            assert op is not None
+            return op.status
+
+    control.opened(runner)
+    try:
+        wait_until(lambda: status() == OperationStatus.running, 10, "the commit claimed")
+        first = beat()
+        assert first is not None
+        wait_until(lambda: (beat() or first) > first, 10, "a heartbeat during the commit")
+        assert status() == OperationStatus.running
+        released.set()
+        wait_until(lambda: status() == OperationStatus.succeeded, 10, "the commit to end")
+    finally:
+        released.set()
+        control.close()
