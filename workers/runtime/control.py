@@ -26,6 +26,8 @@ import threading
 import time
 from typing import Any
 
+import tenacity
+
 from pipeline_spec.exits import EXIT_INTERRUPTED, EXIT_RELAUNCH, EXIT_STOPPED
 from pipeline_spec.offsets import written_offsets
 from storage_engine import retention
@@ -63,7 +65,9 @@ class JobControl:
         self._idle = threading.Event()
         self._idle.set()
         self._ops_thread: threading.Thread | None = None
-        self._offsets_lock = threading.Lock()
+        # One call to the control plane at a time, its checkpoints read under it: two
+        # mirrors of the same new checkpoint at once would both insert it.
+        self._plane_lock = threading.Lock()
         self._parent = os.getppid()
         self.runner: Runner | None = None
         # A checkpoint's metadata never changes: read once per checkpoint, not per mirror.
@@ -110,15 +114,18 @@ class JobControl:
                     os._exit(EXIT_INTERRUPTED)
                 now = time.monotonic()
                 beat = now - last_beat >= self.heartbeat_s
-                now_cps = self._mirror_key()
-                # Mirrored when the job's own policy committed or gc'd.
-                changed = self._checkpoints() if now_cps != mirrored else None
-                self._follow(self.plane.report(self._report(beat, changed)))
+                with self._plane_lock:
+                    now_cps = self._mirror_key()
+                    # Mirrored when the job's own policy committed or gc'd.
+                    changed = self._checkpoints() if now_cps != mirrored else None
+                    desired = self.plane.report(self._report(beat, changed))
+                self._follow(desired)
                 if beat:
                     last_beat = now
                 mirrored = now_cps
                 if self._idle.is_set():
-                    claimed = self.plane.claim()
+                    with self._plane_lock:
+                        claimed = self.plane.claim()
                     if claimed:
                         self._idle.clear()
                         for op in claimed:
@@ -134,8 +141,8 @@ class JobControl:
                 continue
             try:
                 self._perform(op)
-            except Exception:  # finishing it failed: the control plane reports it stale
-                log.exception("operation %s", op.id)
+            except Exception:  # finishing it failed, again and again
+                log.exception("operation %s: could not report its end", op.id)
             finally:
                 if self._ops.empty():
                     self._idle.set()
@@ -175,7 +182,15 @@ class JobControl:
             result = self._do(r, op)
         except Exception as e:
             error = f"{type(e).__name__}: {e}"
-        self.plane.finish(op.id, Finished(result, error, self._checkpoints()))
+        # The control plane may be briefly unreachable; an operation never finished fails
+        # when the run ends (the control plane's orphans).
+        for attempt in tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(5),
+            wait=tenacity.wait_exponential(multiplier=0.2, max=5),
+            reraise=True,
+        ):
+            with attempt, self._plane_lock:
+                self.plane.finish(op.id, Finished(result, error, self._checkpoints()))
 
     def _do(self, r: Runner, op: Claimed) -> dict[str, Any] | None:
         kind, params = op.kind, op.params
@@ -229,9 +244,8 @@ class JobControl:
             # the first table's offset.
             return written_offsets(loc.checkpoint_metadata(uuid), lambda: spec.source.table)
 
-        with self._offsets_lock:  # both threads mirror
-            self._offsets = {i.uuid: offsets_of(i.uuid) for i in listed}
-            offsets = {u: o for u, o in self._offsets.items() if o is not None}
+        self._offsets = {i.uuid: offsets_of(i.uuid) for i in listed}
+        offsets = {u: o for u, o in self._offsets.items() if o is not None}
         return Checkpoints(listed, offsets, remote)
 
 
