@@ -59,6 +59,7 @@ from .operators import (
 from .paths import OBJECT_SCHEME, inside_object_roots, is_object_path, resolve_path
 from .sinks import DeltaSink, DiscardSink, FilesSink, PostgresSink, Sink, ViewSink
 from .sources import DatagenSource, FilesSource, InputSource, LogSource, Source
+from .udfs import UdfDeclaration, Udfs
 
 # Where a part of a spec is, as the spec was written: ("tables", 0), ("source",), ...
 Location = tuple[str | int, ...]
@@ -125,6 +126,11 @@ class PipelineSpec(_Model):
         description="CREATE VIEW name AS SELECT ... statements (Spark SQL) over the input "
         "tables (`tables`, docs/sql.md); sinks write views",
     )
+    udfs: Udfs | None = Field(
+        None,
+        description="Python functions views may call (docs/sql.md, Python UDFs); only "
+        "admins register pipelines with them",
+    )
     sinks: list[Sink] = Field(default_factory=list)
     checkpoint: CheckpointPolicy = Field(default_factory=CheckpointPolicy)
     retention: RetentionPolicy = Field(default_factory=RetentionPolicy)
@@ -168,6 +174,8 @@ class PipelineSpec(_Model):
                 raise ValueError(f"tables: table names must be unique, repeated: {dup}")
             # The views, and the sinks' `from`, are checked by the SQL planner (sql package).
             return self
+        if self.udfs is not None:
+            raise ValueError("udfs: functions are called by sql views")
         if self.parallelism != 1:
             raise ValueError("parallelism: partitioned state needs sql (views)")
         if len(self.tables) > 1:
@@ -233,6 +241,8 @@ class PipelineSpec(_Model):
         was written to give it (`("tables", 0)`, `("sinks", 2)`...), and the path."""
         parts: list[tuple[Location, Part]] = [*self._input_locations()]
         parts += [(("sinks", i), s) for i, s in enumerate(self.sinks)]
+        if self.udfs is not None:
+            parts.append((("udfs",), self.udfs))
         return [(loc, part, path) for loc, part in parts if (path := part.file_path()) is not None]
 
 
@@ -361,6 +371,8 @@ __all__ = [
     "StreamSpec",
     "Transform",
     "Trigger",
+    "UdfDeclaration",
+    "Udfs",
     "ViewSink",
     "WindowAggregateOp",
     "inside_object_roots",

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
 import pyarrow as pa
 import sqlglot
@@ -17,7 +18,7 @@ from pipeline_spec.types import arrow_type
 
 from . import functions as F
 from .errors import Problem, SqlError
-from .expr import Call, Case, Cast, Column, Expr, Literal
+from .expr import Call, Case, Cast, Column, Expr, Literal, UdfCall
 from .functions.base import TIMESTAMP
 from .intervals import IntervalError, interval
 from .parse import Script
@@ -392,6 +393,9 @@ class Compiler:
         if isinstance(node, exp.Anonymous):
             name = str(node.this).lower()
             args = list(node.expressions)
+            udf = self.script.udfs.get(name)
+            if udf is not None:
+                return self._udf(node, udf, [self(a) for a in args])
         else:
             name = _ALIASES.get(node.key, node.key)
             for k in node.arg_types:  # grammar.py allows only the arguments that are these
@@ -404,6 +408,27 @@ class Compiler:
         if function is not None and not function.public:
             raise self.error(node, f"function {name!r} is not supported in views (docs/sql.md)")
         return self.call(node, name, [self(a) for a in args])
+
+    def _udf(self, node: exp.Expr, udf: Any, args: list[Expr]) -> UdfCall:
+        """A call of a Python UDF: its arguments cast to the declared types where Spark
+        would cast implicitly (a wider number, a NULL), refused otherwise."""
+        if len(args) != len(udf.args):
+            raise self.error(
+                node, f"{udf.name}: takes {len(udf.args)} arguments, as declared ({len(args)})"
+            )
+        cast = []
+        for i, (a, want) in enumerate(zip(args, udf.args, strict=True)):
+            try:
+                ok = a.type == want or F.common_type([a.type, want]) == want
+            except F.FunctionTypeError:
+                ok = False
+            if not ok:
+                got, declared = F.spark_name(a.type), F.spark_name(want)
+                raise self.error(
+                    node, f"{udf.name}: argument {i + 1} is {got}, declared {declared}"
+                )
+            cast.append(_cast_to(a, want))
+        return UdfCall(udf, tuple(cast), udf.result)
 
 
 def _cast_to(e: Expr, t: pa.DataType) -> Expr:

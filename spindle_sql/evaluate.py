@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .expr import Call, Case, Cast, Column, Expr, Literal
+from .expr import Call, Case, Cast, Column, Expr, Literal, UdfCall
 from .functions import FUNCTIONS, EvaluationError, Val, cast_value, common_type
 from .functions.base import (
     TIMESTAMP,
@@ -94,6 +94,8 @@ def _eval(e: Expr, rows: _Rows) -> Val:
         return cast_value(_eval(e.arg, rows), e.type)
     if isinstance(e, Case):
         return _case(e, rows)
+    if isinstance(e, UdfCall):
+        return e.udf([_eval(a, rows) for a in e.args], rows.n)
     return _call(e, rows)
 
 
@@ -232,6 +234,8 @@ def may_raise(e: Expr) -> bool:
     if isinstance(e, Case):
         parts = [x for w in e.whens for x in w] + ([e.otherwise] if e.otherwise else [])
         return any(may_raise(p) for p in parts)
+    if isinstance(e, UdfCall):  # user code may raise on any row
+        return True
     f = FUNCTIONS.get(e.fn)
     return f is None or not f.safe or any(may_raise(a) for a in e.args)
 

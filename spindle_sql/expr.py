@@ -52,7 +52,17 @@ class Cast:
     type: pa.DataType
 
 
-Expr = Column | Literal | Call | Case | Cast
+@dataclass(frozen=True)
+class UdfCall:
+    """A Python UDF (`udfs.Udf`: its declaration, digest and, in a pipeline's process, its
+    code) applied to `args`, each already of the declared argument type."""
+
+    udf: Any  # udfs.Udf (typed loosely: udfs imports the function library)
+    args: tuple[Expr, ...]
+    type: pa.DataType
+
+
+Expr = Column | Literal | Call | Case | Cast | UdfCall
 
 
 def columns(e: Expr) -> set[str]:
@@ -61,7 +71,7 @@ def columns(e: Expr) -> set[str]:
         return {e.name}
     if isinstance(e, Literal):
         return set()
-    if isinstance(e, Call):
+    if isinstance(e, Call | UdfCall):
         return set().union(*(columns(a) for a in e.args)) if e.args else set()
     if isinstance(e, Cast):
         return columns(e.arg)
@@ -69,4 +79,4 @@ def columns(e: Expr) -> set[str]:
     return out | (columns(e.otherwise) if e.otherwise is not None else set())
 
 
-__all__ = ["Call", "Case", "Cast", "Column", "Expr", "Literal", "columns"]
+__all__ = ["Call", "Case", "Cast", "Column", "Expr", "Literal", "UdfCall", "columns"]

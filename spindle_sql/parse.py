@@ -12,7 +12,8 @@ argument.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import sqlglot
@@ -55,10 +56,12 @@ class View:
 
 @dataclass(frozen=True)
 class Script:
-    """The parsed SQL: views in text order, and the text (for positions of nodes)."""
+    """The parsed SQL: views in text order, and the text (for positions of nodes); the
+    Python functions its views may call (`udfs.Udf` by name: the spec's, `spec.plan_spec`)."""
 
     text: str
     views: list[View]
+    udfs: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def at(self, node: exp.Expr) -> tuple[int, int]:
         """(line, column) of a node of one of the views' queries (0, 0 if unknown)."""

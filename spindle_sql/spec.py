@@ -5,17 +5,25 @@ the spec's (`SpecError`), at field `sql` with the line and column in the message
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
+import sqlglot
+from sqlglot import exp
 
 from pipeline_spec import model as S
 from pipeline_spec.types import arrow_type
+from pipeline_spec.udfs import digest
 
 from .dataflow import Dataflow
 from .errors import SqlError
+from .functions import FUNCTIONS
 from .parse import parse
 from .planner import PlannedView, plan
+from .udfs import Udf, declared
 from .watermarks import EventTime
 
 
@@ -50,12 +58,21 @@ def table_schema(source: S.InputSource, where: str = "source") -> pa.Schema:
     return pa.schema(fields)
 
 
-def plan_spec(spec: S.PipelineSpec) -> SqlPlan:
-    """The spec's views planned over its input tables; SpecError naming every problem."""
+def plan_spec(
+    spec: S.PipelineSpec,
+    udf_source: str | None = None,
+    udf_impls: Mapping[str, Callable[..., Any]] | None = None,
+) -> SqlPlan:
+    """The spec's views planned over its input tables; SpecError naming every problem.
+
+    With `udfs`, the module's source (`udf_source`; the spec's own `code` if not given)
+    goes into the operators' fingerprints, and views call `udf_impls` (the runtime's
+    loaded functions; without them, a call fails when evaluated: planning only)."""
     assert spec.sql is not None
     tables = {src.table: table_schema(src, where) for where, src in spec.input_fields()}
+    udfs = _udfs(spec, udf_source, udf_impls)
     try:
-        views = plan(parse(spec.sql), tables)
+        views = plan(dataclasses.replace(parse(spec.sql), udfs=udfs), tables)
     except SqlError as e:
         raise S.SpecError([("sql", str(p)) for p in e.problems]) from None
     errors = [
@@ -83,6 +100,29 @@ def plan_spec(spec: S.PipelineSpec) -> SqlPlan:
         except SqlError as e:
             raise S.SpecError([("sql", str(p)) for p in e.problems]) from None
     return SqlPlan(tables, views, event_time)
+
+
+def _udfs(
+    spec: S.PipelineSpec,
+    source: str | None,
+    impls: Mapping[str, Callable[..., Any]] | None,
+) -> dict[str, Udf]:
+    u = spec.udfs
+    if u is None:
+        return {}
+    errors = [
+        (f"udfs.functions.{i}.name", f"{f.name!r} is a built-in function of Spark SQL")
+        for i, f in enumerate(u.functions)
+        if f.name in FUNCTIONS
+        or not isinstance(sqlglot.parse_one(f"{f.name}(1)", read="spark"), exp.Anonymous)
+    ]
+    if errors:
+        raise S.SpecError(errors)
+    code = source if source is not None else (u.code or "")
+    signatures = [
+        (f.name, [arrow_type(t) for t in f.args], arrow_type(f.returns)) for f in u.functions
+    ]
+    return declared(signatures, digest(code), impls)
 
 
 def _event_time(et: S.EventTime, schema: pa.Schema, where: str) -> EventTime:

@@ -62,6 +62,7 @@ from .restore import StateError
 from .run_builder import open_runner
 from .runner import TAKEOVER_LOCK_WAIT_S, Runner
 from .session import Timeline, process_start_time
+from .udfs import UDF_ERROR_HEADING, udf_failure
 
 app = typer.Typer(help="Run a Spindle pipeline on Spark.", no_args_is_help=True)
 
@@ -244,6 +245,15 @@ def run_cmd(
         except FencedError as e:
             typer.echo(f"{FENCED_HEADING} {e}", err=True)
             raise typer.Exit(EXIT_FENCED) from None
+        except Exception as e:
+            failed = udf_failure(e)
+            if failed is None:
+                raise
+            # The function's traceback, then the one line the run's reason shows; a crash,
+            # restarted as any other (pipelines.md: restarts) until the pipeline fails.
+            typer.echo(failed[1].rstrip(), err=True)
+            typer.echo(f"{UDF_ERROR_HEADING} {failed[0]}", err=True)
+            raise typer.Exit(1) from None
         code = runner.exit_code or EXIT_STOPPED
         # A checkpoint on the way out, unless a stop said not to or a restore discards it.
         commit = final_checkpoint if control is None else code == EXIT_INTERRUPTED

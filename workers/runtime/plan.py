@@ -23,6 +23,7 @@ from spindle_sql.operators import plan_operators
 from spindle_sql.spec import SqlPlan, plan_spec
 from storage_engine.circuit import CircuitError
 
+from . import udfs
 from .connectors.registry import source_kind
 from .dataflow_run import DataflowRun
 from .partitioned_run import PartitionedRun
@@ -114,7 +115,8 @@ def arrow_schema(schema: StructType) -> pa.Schema:
 
 
 def plan(spark: SparkSession, spec: S.PipelineSpec) -> Plan:
-    """Check every column reference against the source schema and build the dataflow."""
+    """Check every column reference against the source schema and build the dataflow.
+    A UDF module runs now: its code is inline (`pipeline_spec.udf_source.inline`)."""
     src = source_schema(spark, spec.source)
     t = spec.transform
     stream = _analyse(spark, src, t.where, t.select, "transform")
@@ -124,7 +126,7 @@ def plan(spark: SparkSession, spec: S.PipelineSpec) -> Plan:
     sql: SqlPlan | None = None
     more: dict[str, pa.Schema] = {}
     if spec.sql is not None:
-        sql = plan_spec(spec)
+        sql = plan_spec(spec, udf_impls=udfs.load(spec))
         if sql.schema.names != stream_arrow.names:
             raise S.SpecError([("source.schema", f"Spark reads {stream_arrow.names}")])
         more = {name: schema for name, schema in sql.tables.items() if name != sql.table}
@@ -170,7 +172,8 @@ def _sql_flow(sql: SqlPlan) -> Dataflow:
 def sql_dataflow(spec_json: str) -> Dataflow:
     """The dataflow of the SQL spec `spec_json` (its JSON), as a partitioned run's
     executors build it."""
-    return _sql_flow(plan_spec(S.PipelineSpec.model_validate_json(spec_json)))
+    spec = S.PipelineSpec.model_validate_json(spec_json)
+    return _sql_flow(plan_spec(spec, udf_impls=udfs.load(spec)))
 
 
 def _operators(

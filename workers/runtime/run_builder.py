@@ -30,6 +30,7 @@ from pyspark.sql import SparkSession
 
 from pipeline_spec import model as S
 from pipeline_spec.offsets import Offset, count, total
+from pipeline_spec.udf_source import inline as inline_udfs
 from storage_engine import EngineSettings
 from storage_engine.objstore import ObjectStoreLike
 
@@ -86,6 +87,7 @@ def open_runner(
             raise S.SpecError(errors)
     # Input files must resolve inside these too (os.pathsep-joined; "": anywhere).
     roots = os.pathsep.join(files_roots or [])
+    spec = inline_udfs(spec, [Path(r) for r in files_roots or [base_dir]])
     tl = timeline or Timeline()
     spark = spark or spark_session(f"spindle:{spec.name}")
     tl.mark("spark_session")

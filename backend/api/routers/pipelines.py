@@ -14,13 +14,14 @@ from sqlalchemy.orm import Session
 from pipeline_spec.model import DROP_STATE_RE, PipelineSpec
 from storage_engine.objstore import open_object_store
 
-from ...errors import Conflict, InvalidSpec, NotFound
+from ...errors import Conflict, Forbidden, InvalidSpec, NotFound
 from ...models import (
     Checkpoint,
     OperationKind,
     Pipeline,
     PipelineState,
     RetentionPolicy,
+    Role,
     Run,
 )
 from ...schemas.common import INT32_MAX
@@ -37,6 +38,7 @@ from ...schemas.pipelines import (
 from ...services import lifecycle, specs
 from ...services import operations as ops
 from ...services.logs import tail
+from ...services.tokens import Caller
 from ..deps import DB, Admin, Ctx, Operator, Viewer, pipeline_by_name
 from ..read_cache import cached_read
 from .operations import operation_out
@@ -82,10 +84,22 @@ def validate(body: PipelineCreate, ctx: Ctx, _: Viewer) -> SpecValidation:
     return SpecValidation(valid=True, name=spec.name)
 
 
+def _may_register(caller: Caller, doc: dict[str, Any]) -> None:
+    """A spec with `udfs` runs its Python code in the pipeline's processes: only admins
+    register one (validating it, which never runs it, is anyone's)."""
+    if doc.get("udfs") is not None and caller.role.rank < Role.admin.rank:
+        raise Forbidden(
+            "a pipeline with udfs runs Python code: registering one needs the admin role; "
+            f"the token has {caller.role.value}",
+            errors=[("spec.udfs", "needs the admin role")],
+        )
+
+
 @router.post("", response_model=PipelineOut, status_code=201)
-def create(body: PipelineCreate, ctx: Ctx, s: DB, _: Operator) -> PipelineOut:
+def create(body: PipelineCreate, ctx: Ctx, s: DB, caller: Operator) -> PipelineOut:
     """Register a pipeline from its spec (stopped; `start` runs it). The spec's errors name their
-    fields."""
+    fields. A spec with `udfs` needs the admin role."""
+    _may_register(caller, body.spec)
     spec = specs.validate(body.spec, ctx.settings.roots, ctx.settings.object_roots)
     name = spec.name
     if s.scalar(select(Pipeline.id).where(Pipeline.name == name)) is not None:
@@ -140,9 +154,11 @@ async def get(name: Name, request: Request, ctx: Ctx, _: Viewer) -> Response:
 
 
 @router.put("/{name}", response_model=PipelineOut)
-def replace(name: Name, body: PipelineUpdate, ctx: Ctx, s: DB, _: Operator) -> PipelineOut:
-    """Replace the spec of a stopped pipeline (the name stays)."""
+def replace(name: Name, body: PipelineUpdate, ctx: Ctx, s: DB, caller: Operator) -> PipelineOut:
+    """Replace the spec of a stopped pipeline (the name stays). A spec with `udfs` needs
+    the admin role."""
     p = pipeline_by_name(s, name)
+    _may_register(caller, body.spec)
     spec = specs.validate(body.spec, ctx.settings.roots, ctx.settings.object_roots)
     if spec.name != name:
         raise InvalidSpec("the name cannot change", errors=[("spec.name", f"must stay {name!r}")])
