@@ -9,6 +9,7 @@ from .operator import CircuitError, Operator
 from .over import RowsOver
 from .session import SessionWindows
 from .top_n import TopN
+from .upsert import Upsert
 from .window import WindowAggregate
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "SessionWindows",
     "Stepper",
     "TopN",
+    "Upsert",
     "WindowAggregate",
     "operator_state",
 ]

@@ -1,0 +1,133 @@
+"""Upsert: a keyed table's changes, given as upserts and deletes by key, as the Z-set of its
+rows' changes (issue 52: inputs whose rows are updated and deleted upstream).
+
+Input: one row per event, in arrival order within the step: the key columns, the value
+columns, `DELETED` (true: delete the key's row; its values are ignored) and `SEQ` (the
+event's order: of two events of one key in a step, the later wins). Weights are ignored:
+an event happens once.
+
+State `<id>.rows`: the live row of every key (keys, then values), weight 1.
+
+A step keeps each key's last event, reads those keys' live rows (one vectorised seek) and
+emits each old row with -1 and each upserted row with +1 (an upsert that repeats the live
+row cancels out). A delete of a key without a live row changes nothing; the step's such
+deletes are kept for the caller (`take_unmatched`: dead letters).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..batch import Batch
+from ..location import StorageLocation
+from ..schema import WEIGHT, ZSetSchema
+from ..spine import Spine
+from .operator import CircuitError, Operator, empty_delta, require_columns, to_table
+
+DELETED = "__deleted"
+SEQ = "__seq"
+
+
+class Upsert(Operator):
+    def __init__(
+        self,
+        op_id: str,
+        input_schema: pa.Schema,
+        key: Sequence[str],
+        input: str = "source",
+    ) -> None:
+        super().__init__(op_id, [input])
+        if not key:
+            raise CircuitError(f"{op_id}: an upsert needs key columns")
+        require_columns(op_id, input_schema, [*key, DELETED, SEQ], "key")
+        if input_schema.field(DELETED).type != pa.bool_():
+            raise CircuitError(f"{op_id}: {DELETED} is a boolean column")
+        self.key = list(key)
+        self.values = [n for n in input_schema.names if n not in (*key, DELETED, SEQ, WEIGHT)]
+        fields = {f.name: f for f in input_schema}
+        self._zs = ZSetSchema(
+            tuple(fields[k] for k in self.key), tuple(fields[v] for v in self.values)
+        )
+        self._schema = pa.schema([*self._zs.keys, *self._zs.values])
+        self._rows: Spine | None = None
+        self._unmatched: list[pa.Table] = []
+
+    @property
+    def output_schema(self) -> pa.Schema:
+        return self._schema
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "kind": "upsert",
+            "id": self.id,
+            "input": self.inputs[0],
+            "key": [(f.name, str(f.type)) for f in self._zs.keys],
+            "values": [(f.name, str(f.type)) for f in self._zs.values],
+        }
+
+    def open(self, location: StorageLocation, state: Mapping[str, Any]) -> None:
+        self._rows = location.spine(self.spine_name("rows"), self._zs)
+
+    def step(self, deltas: Mapping[str, pa.Table]) -> pa.Table:
+        assert self._rows is not None
+        events = deltas[self.inputs[0]]
+        if events.num_rows == 0:
+            return empty_delta(self._schema)
+        ordered = events.take(pc.sort_indices(events, [(SEQ, "ascending")]))
+        last = _last_per_key(ordered, self.key)
+        old = to_table(self._rows.seek(last.select(self.key)))
+        upserted = last.filter(pc.invert(last.column(DELETED))).select(self._schema.names)
+        parts = [
+            old.set_column(old.schema.get_field_index(WEIGHT), WEIGHT, _weights(old, -1)),
+            upserted.append_column(WEIGHT, _weights(upserted, 1)),
+        ]
+        change = Batch.from_arrow(self._zs, pa.concat_tables(parts))
+        if pc.any(ordered.column(DELETED)).as_py():
+            self._unmatched.append(_unmatched_deletes(ordered, old, self.key, self._schema))
+        self._rows.insert(change)
+        return to_table(change)
+
+    def take_unmatched(self) -> pa.Table:
+        """The deletes of keys that had no row, since the last call (key and value columns
+        as the events gave them)."""
+        out = pa.concat_tables([*self._unmatched, self._schema.empty_table()])
+        self._unmatched = []
+        return out
+
+    def metrics(self) -> dict[str, Any]:
+        assert self._rows is not None
+        return {"rows": self._rows.stats().rows}
+
+
+def _weights(t: pa.Table, w: int) -> pa.Array:
+    return pa.array(np.full(t.num_rows, w, dtype=np.int64), pa.int64())
+
+
+def _last_per_key(ordered: pa.Table, key: Sequence[str]) -> pa.Table:
+    """Each key's last event of `ordered` (events in `SEQ` order)."""
+    ordered = ordered.append_column("__i", pa.array(np.arange(ordered.num_rows), pa.int64()))
+    last = ordered.group_by(list(key), use_threads=False).aggregate([("__i", "max")])
+    return ordered.take(last.column("__i_max")).drop_columns(["__i"])
+
+
+def _unmatched_deletes(
+    ordered: pa.Table, old: pa.Table, key: Sequence[str], schema: pa.Schema
+) -> pa.Table:
+    """The deletes of `ordered` (events in `SEQ` order) whose key had no row when they came:
+    none before the step (`old`: the live rows of the step's keys) nor from an earlier event
+    of the step. Keys compare NULL equal to NULL, as the spine's do."""
+    live = dict.fromkeys(zip(*(old.column(k).to_pylist() for k in key), strict=True), True)
+    keys = zip(*(ordered.column(k).to_pylist() for k in key), strict=True)
+    hit = []
+    for k, deleted in zip(keys, ordered.column(DELETED).to_pylist(), strict=True):
+        hit.append(bool(deleted) and not live.get(k, False))
+        live[k] = not deleted
+    return ordered.filter(pa.array(hit, pa.bool_())).select(schema.names)
+
+
+__all__ = ["DELETED", "SEQ", "Upsert"]
