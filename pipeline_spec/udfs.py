@@ -38,10 +38,11 @@ class UdfDeclaration(SpecModel):
 
     name: str = Field(pattern=UDF_NAME_RE, description="the name views call it by")
     args: list[SqlType] = Field(
-        default_factory=list,
+        min_length=1,
         max_length=32,
-        description=f"each argument's Spark SQL type ({TYPE_NAMES_DOC}); "
-        "a call's arguments are cast to them where Spark would widen implicitly",
+        description=f"each argument's Spark SQL type ({TYPE_NAMES_DOC}), at least one (a "
+        "function of nothing is a constant); a call's arguments are cast to them where "
+        "Spark would widen implicitly",
     )
     returns: SqlType = Field(description="the result's Spark SQL type")
     kind: Literal["scalar"] = Field(

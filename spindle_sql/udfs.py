@@ -72,7 +72,7 @@ class Udf:
         arrays = [pa.repeat(v, n) if isinstance(v, pa.Scalar) else v for v in vals]
         try:
             out = self.impl(*arrays)
-        except Exception as e:
+        except (Exception, SystemExit) as e:  # sys.exit() must not end the pipeline's process
             raise self._failed(arrays, e) from None
         return self._checked(out, n)
 
@@ -95,7 +95,7 @@ class Udf:
             out = pa.nulls(n, self.result)
         return out
 
-    def _failed(self, arrays: list[pa.Array], e: Exception) -> UdfError:
+    def _failed(self, arrays: list[pa.Array], e: BaseException) -> UdfError:
         """The error of a batch the function raised on: on the first row that raises alone
         if one does (a vectorised function cannot say which row it failed on)."""
         detail = "".join(traceback.format_exception(e))
@@ -105,7 +105,7 @@ class Udf:
             row = [a.slice(i, 1) for a in arrays]
             try:
                 self.impl(*row)
-            except Exception as one:
+            except (Exception, SystemExit) as one:
                 values = ", ".join(repr(a[0].as_py()) for a in row)
                 detail = "".join(traceback.format_exception(one, chain=False))
                 message = f"udf {self.name} failed on row ({values}): {type(one).__name__}: {one}"

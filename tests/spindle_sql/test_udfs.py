@@ -58,6 +58,12 @@ def not_an_array(s):
     return s.to_pylist()
 
 
+def leaves(s):
+    import sys
+
+    sys.exit(0)
+
+
 def noisy(x):
     return pa.array([v + random.random() for v in x.to_pylist()])
 '''
@@ -70,6 +76,7 @@ DECLARED = [
     {"name": "wrong_type", "args": ["string"], "returns": "string"},
     {"name": "not_an_array", "args": ["string"], "returns": "string"},
     {"name": "noisy", "args": ["double"], "returns": "double"},
+    {"name": "leaves", "args": ["string"], "returns": "string"},
 ]
 
 
@@ -178,6 +185,22 @@ def test_the_module_is_checked_by_parsing_it(code: str, message: str) -> None:
         _spec("CREATE VIEW v AS SELECT f(k) FROM t", code, decl)
 
 
+def test_a_module_that_raises_or_exits_as_it_loads_is_a_spec_error() -> None:
+    decl = [{"name": "f", "args": ["string"], "returns": "string"}]
+    for top in ("raise RuntimeError('no config')", "import sys; sys.exit(3)"):
+        spec = _spec(
+            "CREATE VIEW v AS SELECT f(k) FROM t", f"{top}\n\ndef f(s):\n    return s\n", decl
+        )
+        with pytest.raises(SpecError, match="udfs: the module raised"):
+            load(spec)
+    with pytest.raises(SpecError, match=r"udfs\.functions\.0\.args"):
+        _spec(
+            "CREATE VIEW v AS SELECT k FROM t",
+            "def f():\n    return 1\n",
+            [{"name": "f", "args": [], "returns": "int"}],
+        )
+
+
 def test_parsing_never_runs_the_module(tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     code = f"open({str(marker)!r}, 'w').write('ran')\n\ndef f(s):\n    return s\n"
@@ -197,6 +220,8 @@ def test_parsing_never_runs_the_module(tmp_path: Path) -> None:
         ("too_short", "udf too_short returned 3 values for 4 rows"),
         ("wrong_type", "udf wrong_type returned int32 values: it is declared to return string"),
         ("not_an_array", "udf not_an_array returned a list: it must return a pyarrow Array"),
+        # sys.exit(0) in a UDF must not look like a pipeline that stopped cleanly.
+        ("leaves", r"udf leaves failed on row \('a'\): SystemExit: 0"),
     ],
 )
 def test_a_failing_udf_fails_the_step_naming_it(fn: str, message: str, tmp_path: Path) -> None:

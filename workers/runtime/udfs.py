@@ -53,7 +53,7 @@ def _run(name: str, code: str) -> types.ModuleType:
     module.__file__ = filename
     try:
         exec(compile(code, filename, "exec"), module.__dict__)
-    except Exception as e:
+    except (Exception, SystemExit) as e:
         raise S.SpecError([("udfs", f"the module raised {type(e).__name__}: {e}")]) from None
     sys.modules[name] = module  # once per process: executors plan again for every task
     return module
