@@ -41,7 +41,7 @@ export interface paths {
         /**
          * Create
          * @description Register a pipeline from its spec (stopped; `start` runs it). The spec's errors name their
-         *     fields.
+         *     fields. A spec with `udfs` needs the admin role.
          */
         post: operations["create_api_v1_pipelines_post"];
         delete?: never;
@@ -84,7 +84,8 @@ export interface paths {
         get: operations["get_api_v1_pipelines__name__get"];
         /**
          * Replace
-         * @description Replace the spec of a stopped pipeline (the name stays).
+         * @description Replace the spec of a stopped pipeline (the name stays). A spec with `udfs` needs
+         *     the admin role.
          */
         put: operations["replace_api_v1_pipelines__name__put"];
         post?: never;
