@@ -34,6 +34,10 @@ class InputLogged(Protocol):
         """Where the log lives in the pipeline's storage location `storage`."""
         ...
 
+    def upserted(self) -> tuple[tuple[str, ...], str] | None:
+        """Its key columns and op column if its records upsert and delete by key."""
+        ...
+
 
 class Part(SpecModel):
     """An input table's source or a sink in the spec."""
@@ -62,6 +66,11 @@ class SourceModel(Part):
     def input_log(self) -> InputLogged | None:
         """The pipeline's own input log this table reads (None: its input is not kept by
         the pipeline, nor pushed to it)."""
+        return None
+
+    def upserted(self) -> tuple[tuple[str, ...], str] | None:
+        """For a table fed by upserts and deletes by key: its key columns and the column
+        saying which a record is (None: every record inserts a row)."""
         return None
 
 

@@ -172,6 +172,8 @@ class PipelineSpec(_Model):
             dup = sorted({n for n in names if names.count(n) > 1})
             if dup:
                 raise ValueError(f"tables: table names must be unique, repeated: {dup}")
+            if self.parallelism > 1 and any(s.upserted() for s in self.input_sources()):
+                raise ValueError("parallelism: tables fed by upserts run at parallelism 1 for now")
             # The views, and the sinks' `from`, are checked by the SQL planner (sql package).
             return self
         if self.udfs is not None:
@@ -182,6 +184,8 @@ class PipelineSpec(_Model):
             raise ValueError("tables: several input tables need sql (views over them)")
         if isinstance(self.source, KafkaSource):
             raise ValueError("source: a kafka source needs sql (views over its table)")
+        if self.source.upserted() is not None:
+            raise ValueError("source.upsert: a table fed by upserts needs sql (views over it)")
         if self.source.event_time is not None:
             raise ValueError(
                 "source.event_time: tables of sql pipelines have one; operators take "

@@ -7,7 +7,7 @@ import os
 from typing import Annotated, ClassVar, Literal
 
 import pyarrow as pa
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from .datagen import DATAGEN_SCHEMAS
 from .fields import (
@@ -19,6 +19,7 @@ from .fields import (
     TABLE_RE,
     EventTime,
     FilePath,
+    SpecModel,
 )
 from .kafka import KafkaSource
 from .kinds import InputLogged, SourceModel
@@ -85,6 +86,19 @@ class FilesSource(SourceModel):
         return self.path
 
 
+class UpsertMode(SpecModel):
+    """Records that upsert or delete a row by key, not insert one (docs/connectors.md,
+    Upserts)."""
+
+    key: list[str] = Field(min_length=1, max_length=32, description="the key columns")
+    op_column: str = Field(
+        "op",
+        pattern=TABLE_RE,
+        description="the records' column saying what each is: `delete` or `d` (any case) "
+        "deletes the key's row; absent, NULL or `upsert` upserts it",
+    )
+
+
 class LogSource(SourceModel):
     """The engine's input log of records pushed through the ingest API."""
 
@@ -98,17 +112,41 @@ class LogSource(SourceModel):
         description=f"column -> type, one of {TYPE_NAMES_DOC}",
     )
     max_records_per_step: int = Field(100_000, gt=0, le=MAX_ROWS)
+    upsert: UpsertMode | None = Field(
+        None, description="records upsert and delete rows by key instead of inserting them"
+    )
 
     @field_validator("schema_")
     @classmethod
     def _types(cls, v: dict[str, str]) -> dict[str, str]:
         return check_types(v)
 
+    @model_validator(mode="after")
+    def _upsert(self) -> LogSource:
+        u = self.upsert
+        if u is None:
+            return self
+        missing = [k for k in u.key if k not in self.schema_]
+        if missing:
+            raise ValueError(f"upsert.key: {missing} are not columns of the schema")
+        if u.op_column in self.schema_:
+            raise ValueError(f"upsert.op_column: {u.op_column!r} is a column of the schema")
+        if self.event_time is not None:
+            raise ValueError("event_time: an upserted table has none (an update is never late)")
+        return self
+
     def columns(self) -> dict[str, str]:
-        return self.schema_
+        """The schema's columns, and an upserted table's op column last."""
+        if self.upsert is None:
+            return self.schema_
+        return {**self.schema_, self.upsert.op_column: "string"}
+
+    def upserted(self) -> tuple[tuple[str, ...], str] | None:
+        u = self.upsert
+        return None if u is None else (tuple(u.key), u.op_column)
 
     def arrow_schema(self) -> pa.Schema:
-        return arrow_schema(self.schema_)
+        return arrow_schema(self.columns())
 
     def log_dir(self, storage: str | os.PathLike[str]) -> str:
         """Where the stream's input log lives: in the pipeline's storage location (the
@@ -122,4 +160,4 @@ class LogSource(SourceModel):
 InputSource = DatagenSource | FilesSource | LogSource | KafkaSource
 Source = Annotated[InputSource, Field(discriminator="kind")]
 
-__all__ = ["DatagenSource", "FilesSource", "InputSource", "LogSource", "Source"]
+__all__ = ["DatagenSource", "FilesSource", "InputSource", "LogSource", "Source", "UpsertMode"]

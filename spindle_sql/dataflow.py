@@ -44,6 +44,7 @@ from storage_engine.circuit import (
     GroupAggregate,
     Join,
     OperatorMetrics,
+    Upsert,
 )
 from storage_engine.circuit.operator import consolidate, empty_delta, fingerprint, weighted
 from storage_engine.schema import WEIGHT
@@ -462,6 +463,19 @@ class Dataflow:
 
     def operator_metrics(self) -> dict[str, OperatorMetrics]:
         return self.circuit.operator_metrics()
+
+    def take_unmatched(self) -> dict[str, pa.Table]:
+        """Per upserted table, the deletes of keys without a row since the last call (the
+        table's key and value columns, under its names)."""
+        out = {}
+        for node_id, st in self._stateful.items():
+            if isinstance(st.op, Upsert):
+                node = next(n for n in self._order if id(n) == node_id)
+                assert isinstance(node, P.Upsert)
+                names = dict(zip(st.columns[0], node.input.schema.names, strict=True))
+                rows = st.op.take_unmatched()
+                out[node.table] = rows.rename_columns([names[n] for n in rows.column_names])
+        return out
 
 
 __all__ = ["Dataflow"]

@@ -95,6 +95,8 @@ def _describe(node: P.Node) -> tuple[str, str]:
         return "join", f"join on {len(node.left_keys)} keys"
     if isinstance(node, P.Distinct):
         return "distinct", "distinct"
+    if isinstance(node, P.Upsert):
+        return "upsert", f"upsert by {len(node.keys)} keys"
     if isinstance(node, P.TopN):
         return "top_n", f"top {node.limit}"
     if isinstance(node, P.RowsOver):

@@ -32,6 +32,7 @@ from storage_engine.circuit import (
     RowsOver,
     SessionWindows,
     TopN,
+    Upsert,
     WindowAggregate,
 )
 from storage_engine.schema import WEIGHT
@@ -132,6 +133,8 @@ class Layout:
                 **({sides[1]: rb[rk]} if rk in rb else {}),
             }
             return Stateful(op, sides, (left.names, right.names), leads=leads)
+        if isinstance(node, P.Upsert):
+            return self._upsert(node)
         stateful = P.Aggregate | P.WindowAggregate | P.TopN | P.RowsOver | P.Sessions | P.Distinct
         if not isinstance(node, stateful):
             return None
@@ -196,6 +199,15 @@ class Layout:
             op = Distinct(self._id(view, "distinct", counter), schema, columns, input=inp)
             output = schema.names if columns else None
         return Stateful(op, (inp,), (schema.names,), output, leads)
+
+    def _upsert(self, node: P.Upsert) -> Stateful:
+        """A table's upsert operator: named for the table, not a view (every view reading
+        the table shares it), its output in the table's column order."""
+        schema, c = self._columns(node.input.schema, "c")
+        inp = self._input(node.input, "in")
+        op = Upsert(f"{node.table}.upsert", schema, [c[k] for k in node.keys], c[node.op], inp)
+        output = [c[f.name] for f in node.schema]
+        return Stateful(op, (inp,), (schema.names,), output)
 
     def join_value(self, node: P.Join, op: Join, out: pa.Table) -> pa.Table:
         """The engine's join leaves out the right side's key columns (equal to the left's)

@@ -12,7 +12,7 @@ aggregated columns, window and session times.
 No operator's state may depend on which views the sinks read today: a later run with other
 sinks restores it. So an operator that keeps rows in state (`Join`, `Sessions`) keeps live
 every column that any view, read or not, could compute from its output (found by a first
-walk from every view's whole output), and `Distinct`, `TopN` and `RowsOver` keep every
+walk from every view's whole output), and `Distinct`, `TopN`, `RowsOver` and `Upsert` keep every
 input column (whether two rows are one, or which of two tied rows ranks first, depends on
 all of them).
 An aggregate's state is its groups' keys and accumulators: complete either way. Views
@@ -105,7 +105,7 @@ class _Walk:
             return set(node.keys) | {a.column for a in node.aggs if a.column is not None}
         if isinstance(node, P.Negate):
             return have
-        assert isinstance(node, P.Distinct | P.TopN | P.RowsOver)
+        assert isinstance(node, P.Distinct | P.TopN | P.RowsOver | P.Upsert)
         return set(node.input.schema.names)
 
 

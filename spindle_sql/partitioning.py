@@ -217,6 +217,8 @@ def _keys(node: P.Node, k: int) -> tuple[str, ...]:
         return node.partition
     if isinstance(node, P.Distinct):
         return tuple(node.input.schema.names)
+    if isinstance(node, P.Upsert):
+        return node.keys
     if isinstance(node, P.WindowAggregate):
         return ()  # its own watermark: see the module's docstring
     raise TypeError(f"no partitioning for {type(node).__name__}")

@@ -29,6 +29,21 @@ class Scan:
 
 
 @dataclass(frozen=True)
+class Upsert:
+    """A table fed by upserts and deletes by key (`input`: its scan, with the `op` column):
+    the table's live rows, without `op` (the engine's `Upsert`)."""
+
+    input: Node
+    table: str
+    keys: tuple[str, ...]
+    op: str
+
+    @property
+    def schema(self) -> pa.Schema:
+        return pa.schema([f for f in self.input.schema if f.name != self.op])
+
+
+@dataclass(frozen=True)
 class ViewRef:
     """The output of another view (planned once, shared)."""
 
@@ -258,6 +273,7 @@ Node = (
     | RowsOver
     | Negate
     | UnionAll
+    | Upsert
 )
 
 
@@ -287,6 +303,7 @@ __all__ = [
     "Sessions",
     "TopN",
     "UnionAll",
+    "Upsert",
     "ViewRef",
     "WindowAggregate",
     "Windows",

@@ -33,6 +33,7 @@ from .plan import (
     Scan,
     Sessions,
     UnionAll,
+    Upsert,
     ViewRef,
     Windows,
 )
@@ -58,9 +59,18 @@ class Planner:
     """Plans a script's views against the input tables' schemas (their columns' user names
     and Arrow types)."""
 
-    def __init__(self, script: Script, tables: Mapping[str, pa.Schema]) -> None:
+    def __init__(
+        self,
+        script: Script,
+        tables: Mapping[str, pa.Schema],
+        upserts: Mapping[str, tuple[tuple[str, ...], str]] | None = None,
+    ) -> None:
         self.script = script
         self.tables = {name.lower(): schema for name, schema in tables.items()}
+        # Tables fed by upserts and deletes: their keys and op column, and the one node
+        # every read of the table shares (its state is the table's, whoever reads it).
+        self._upserts = {name.lower(): u for name, u in (upserts or {}).items()}
+        self._upsert_nodes: dict[str, Node] = {}
         self.views: dict[str, PlannedView] = {}
         self._failed: set[str] = set()  # views with a problem: readers of them say nothing
         # Bounds on ranks (`rn <= N`) of the query whose FROM is being planned, for the
@@ -380,9 +390,9 @@ class Planner:
                 names = self._column_names(item, list(v.names))
                 return self._renamed(ViewRef(name, v.root.schema), names, qualifier)
             if name in self.tables:
-                schema = self.tables[name]
-                names = self._column_names(item, [c.lower() for c in schema.names])
-                return self._renamed(Scan(name, schema), names, qualifier)
+                node = self._table(name)
+                names = self._column_names(item, [c.lower() for c in node.schema.names])
+                return self._renamed(node, names, qualifier)
             known = sorted([*self.tables, *self.views])
             raise self._error(
                 item, f"unknown table or view {name!r} (known: {', '.join(known) or 'none'})"
@@ -392,6 +402,16 @@ class Planner:
             names = self._column_names(item, [f.name for f in rel.fields])
             return self._renamed(rel.node, names, alias)
         raise self._error(item, f"{item.sql(dialect='spark')!r}: not supported in FROM")
+
+    def _table(self, name: str) -> Node:
+        """An input table's rows: its scan, or an upserted table's live rows."""
+        scan = Scan(name, self.tables[name])
+        if name not in self._upserts:
+            return scan
+        if name not in self._upsert_nodes:
+            keys, op = self._upserts[name]
+            self._upsert_nodes[name] = Upsert(scan, name, keys, op)
+        return self._upsert_nodes[name]
 
     def _column_names(self, item: exp.Expr, names: list[str]) -> list[str]:
         """`names`, or the column names an alias gives (`AS x (a, b)`)."""
@@ -446,9 +466,14 @@ def _output_name(item: exp.Expr) -> str:
     return item.sql(dialect="spark").lower()
 
 
-def plan(script: Script, tables: Mapping[str, pa.Schema]) -> dict[str, PlannedView]:
-    """Every view of `script` planned over input tables of these schemas."""
-    return Planner(script, tables).plan()
+def plan(
+    script: Script,
+    tables: Mapping[str, pa.Schema],
+    upserts: Mapping[str, tuple[tuple[str, ...], str]] | None = None,
+) -> dict[str, PlannedView]:
+    """Every view of `script` planned over input tables of these schemas; `upserts`: the
+    tables fed by upserts and deletes, their key columns and op column."""
+    return Planner(script, tables, upserts).plan()
 
 
 __all__ = ["PlannedView", "Planner", "plan"]

@@ -71,8 +71,9 @@ def plan_spec(
     assert spec.sql is not None
     tables = {src.table: table_schema(src, where) for where, src in spec.input_fields()}
     udfs = _udfs(spec, udf_source, udf_impls)
+    upserts = {src.table: u for _, src in spec.input_fields() if (u := src.upserted()) is not None}
     try:
-        views = plan(dataclasses.replace(parse(spec.sql), udfs=udfs), tables)
+        views = plan(dataclasses.replace(parse(spec.sql), udfs=udfs), tables, upserts)
     except SqlError as e:
         raise S.SpecError([("sql", str(p)) for p in e.problems]) from None
     errors = [

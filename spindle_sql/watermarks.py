@@ -93,6 +93,8 @@ def column_bounds(
         return {node.end: _shift(first[node.time], 1)} if node.time in first else {}
     if isinstance(node, P.Aggregate):
         return {k: first[k] for k in node.keys if k in first}
+    if isinstance(node, P.Upsert):
+        return {}  # an upsert of an old key's row is never late (event times are refused)
     if isinstance(node, P.WindowAggregate):
         return {}  # its own watermark closes its windows (an operator spec's, no table's)
     if isinstance(node, P.TopN | P.RowsOver):

@@ -1,10 +1,10 @@
 """Upsert: a keyed table's changes, given as upserts and deletes by key, as the Z-set of its
 rows' changes (issue 52: inputs whose rows are updated and deleted upstream).
 
-Input: one row per event, in arrival order within the step: the key columns, the value
-columns, `DELETED` (true: delete the key's row; its values are ignored) and `SEQ` (the
-event's order: of two events of one key in a step, the later wins). Weights are ignored:
-an event happens once.
+Input: one row per event, in arrival order within the step (of two events of one key, the
+later wins): the key columns, the value columns and an `op` column, a string: one of
+`DELETE_OPS` (any case) deletes the key's row, its values ignored; anything else, NULL
+included, upserts it. Weights are ignored: an event happens once.
 
 State `<id>.rows`: the live row of every key (keys, then values), weight 1.
 
@@ -29,8 +29,9 @@ from ..schema import WEIGHT, ZSetSchema
 from ..spine import Spine
 from .operator import CircuitError, Operator, empty_delta, require_columns, to_table
 
-DELETED = "__deleted"
-SEQ = "__seq"
+DELETE_OPS = ("delete", "d")
+_DELETES = pa.array(DELETE_OPS, pa.string())
+_DELETED = "__deleted"  # the events' delete flag, while a step sorts them out
 
 
 class Upsert(Operator):
@@ -39,16 +40,19 @@ class Upsert(Operator):
         op_id: str,
         input_schema: pa.Schema,
         key: Sequence[str],
+        op: str,
         input: str = "source",
     ) -> None:
         super().__init__(op_id, [input])
         if not key:
             raise CircuitError(f"{op_id}: an upsert needs key columns")
-        require_columns(op_id, input_schema, [*key, DELETED, SEQ], "key")
-        if input_schema.field(DELETED).type != pa.bool_():
-            raise CircuitError(f"{op_id}: {DELETED} is a boolean column")
-        self.key = list(key)
-        self.values = [n for n in input_schema.names if n not in (*key, DELETED, SEQ, WEIGHT)]
+        require_columns(op_id, input_schema, [*key, op], "key")
+        if not pa.types.is_string(input_schema.field(op).type):
+            raise CircuitError(f"{op_id}: the op column {op!r} is a string column")
+        if op in key:
+            raise CircuitError(f"{op_id}: the op column {op!r} is not a key column")
+        self.key, self.op = list(key), op
+        self.values = [n for n in input_schema.names if n not in (*key, op, WEIGHT)]
         fields = {f.name: f for f in input_schema}
         self._zs = ZSetSchema(
             tuple(fields[k] for k in self.key), tuple(fields[v] for v in self.values)
@@ -68,6 +72,7 @@ class Upsert(Operator):
             "input": self.inputs[0],
             "key": [(f.name, str(f.type)) for f in self._zs.keys],
             "values": [(f.name, str(f.type)) for f in self._zs.values],
+            "op": self.op,
         }
 
     def open(self, location: StorageLocation, state: Mapping[str, Any]) -> None:
@@ -78,16 +83,17 @@ class Upsert(Operator):
         events = deltas[self.inputs[0]]
         if events.num_rows == 0:
             return empty_delta(self._schema)
-        ordered = events.take(pc.sort_indices(events, [(SEQ, "ascending")]))
+        deleted = pc.fill_null(pc.is_in(pc.utf8_lower(events.column(self.op)), _DELETES), False)
+        ordered = events.append_column(_DELETED, deleted)
         last = _last_per_key(ordered, self.key)
         old = to_table(self._rows.seek(last.select(self.key)))
-        upserted = last.filter(pc.invert(last.column(DELETED))).select(self._schema.names)
+        upserted = last.filter(pc.invert(last.column(_DELETED))).select(self._schema.names)
         parts = [
             old.set_column(old.schema.get_field_index(WEIGHT), WEIGHT, _weights(old, -1)),
             upserted.append_column(WEIGHT, _weights(upserted, 1)),
         ]
         change = Batch.from_arrow(self._zs, pa.concat_tables(parts))
-        if pc.any(ordered.column(DELETED)).as_py():
+        if pc.any(deleted).as_py():
             self._unmatched.append(_unmatched_deletes(ordered, old, self.key, self._schema))
         self._rows.insert(change)
         return to_table(change)
@@ -109,7 +115,7 @@ def _weights(t: pa.Table, w: int) -> pa.Array:
 
 
 def _last_per_key(ordered: pa.Table, key: Sequence[str]) -> pa.Table:
-    """Each key's last event of `ordered` (events in `SEQ` order)."""
+    """Each key's last event of `ordered` (events in their order)."""
     ordered = ordered.append_column("__i", pa.array(np.arange(ordered.num_rows), pa.int64()))
     last = ordered.group_by(list(key), use_threads=False).aggregate([("__i", "max")])
     return ordered.take(last.column("__i_max")).drop_columns(["__i"])
@@ -118,16 +124,16 @@ def _last_per_key(ordered: pa.Table, key: Sequence[str]) -> pa.Table:
 def _unmatched_deletes(
     ordered: pa.Table, old: pa.Table, key: Sequence[str], schema: pa.Schema
 ) -> pa.Table:
-    """The deletes of `ordered` (events in `SEQ` order) whose key had no row when they came:
+    """The deletes of `ordered` (events in order) whose key had no row when they came:
     none before the step (`old`: the live rows of the step's keys) nor from an earlier event
     of the step. Keys compare NULL equal to NULL, as the spine's do."""
     live = dict.fromkeys(zip(*(old.column(k).to_pylist() for k in key), strict=True), True)
     keys = zip(*(ordered.column(k).to_pylist() for k in key), strict=True)
     hit = []
-    for k, deleted in zip(keys, ordered.column(DELETED).to_pylist(), strict=True):
+    for k, deleted in zip(keys, ordered.column(_DELETED).to_pylist(), strict=True):
         hit.append(bool(deleted) and not live.get(k, False))
         live[k] = not deleted
     return ordered.filter(pa.array(hit, pa.bool_())).select(schema.names)
 
 
-__all__ = ["DELETED", "SEQ", "Upsert"]
+__all__ = ["DELETE_OPS", "Upsert"]

@@ -16,13 +16,12 @@ import pytest
 from storage_engine import EngineSettings, StorageLocation
 from storage_engine.circuit import Circuit
 from storage_engine.circuit.operator import CircuitError
-from storage_engine.circuit.upsert import DELETED, SEQ, Upsert
+from storage_engine.circuit.upsert import Upsert
 
 SETTINGS = EngineSettings(block_rows=32, merge_base_rows=32, merge_fanout=3)
 SCHEMA = pa.schema(
-    [("k", pa.int64()), ("tag", pa.string()), ("v", pa.float64()),
-     (DELETED, pa.bool_()), (SEQ, pa.int64())]
-)  # fmt: skip
+    [("k", pa.int64()), ("op", pa.string()), ("tag", pa.string()), ("v", pa.float64())]
+)
 Event = tuple[Any, str | None, float | None, bool]
 
 
@@ -39,17 +38,24 @@ def _events(rng: random.Random, n: int) -> list[Event]:
     ]
 
 
-def _table(events: list[Event], first_seq: int) -> pa.Table:
-    cols = list(zip(*events, strict=True)) if events else [[], [], [], []]
-    return pa.Table.from_arrays(
-        [*(pa.array(list(c), f.type) for c, f in zip(cols, SCHEMA, strict=False)),
-         pa.array(range(first_seq, first_seq + len(events)), pa.int64())],
-        schema=SCHEMA,
-    )  # fmt: skip
+def _table(events: list[Event], rng: random.Random) -> pa.Table:
+    """The events in order; a delete's op in any case, an upsert's any other op or NULL."""
+    ops = [
+        rng.choice(["delete", "D", "Delete"]) if e[3] else rng.choice(["u", "c", None])
+        for e in events
+    ]
+    return pa.table(
+        {
+            "k": pa.array([e[0] for e in events], pa.int64()),
+            "op": pa.array(ops, pa.string()),
+            "tag": pa.array([e[1] for e in events], pa.string()),
+            "v": pa.array([e[2] for e in events], pa.float64()),
+        }
+    )
 
 
 def _open(path: Path) -> tuple[Circuit, Upsert, StorageLocation]:
-    op = Upsert("u", SCHEMA, ["k"])
+    op = Upsert("u", SCHEMA, ["k"], "op")
     c = Circuit([op])
     loc = StorageLocation.open(str(path), fingerprint=c.fingerprint, settings=SETTINGS)
     c.open(loc)
@@ -76,12 +82,9 @@ def test_upsert_matches_the_model(tmp_path: Path, seed: int) -> None:
     model: dict[Any, tuple[Any, ...]] = {}
     out: Counter[tuple[Any, ...]] = Counter()
     saved: tuple[dict[Any, tuple[Any, ...]], Counter[tuple[Any, ...]]] = ({}, Counter())
-    seq = 0
 
     def step(i: int) -> None:
-        nonlocal seq
-        delta = circuit.step({"source": _table(steps[i], seq)})["u"]
-        seq += len(steps[i])
+        delta = circuit.step({"source": _table(steps[i], rng)})["u"]
         for r in delta.to_pylist():
             out[(r["k"], r["tag"], r["v"])] += r["__weight"]
         unmatched = op.take_unmatched()
@@ -105,6 +108,8 @@ def test_upsert_matches_the_model(tmp_path: Path, seed: int) -> None:
 
 def test_upsert_refuses_an_input_without_its_columns() -> None:
     with pytest.raises(CircuitError, match="key"):
-        Upsert("u", SCHEMA, [])
+        Upsert("u", SCHEMA, [], "op")
     with pytest.raises(CircuitError):
-        Upsert("u", pa.schema([("k", pa.int64())]), ["k"])
+        Upsert("u", pa.schema([("k", pa.int64())]), ["k"], "op")
+    with pytest.raises(CircuitError, match="string"):
+        Upsert("u", SCHEMA, ["k"], "v")

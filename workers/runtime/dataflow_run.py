@@ -84,6 +84,9 @@ class DataflowRun:
     def late_rows(self) -> int:
         return self.flow.late_rows()
 
+    def take_unmatched(self) -> dict[str, pa.Table]:
+        return self.flow.take_unmatched()
+
     def operator_metrics(self) -> dict[str, OperatorMetrics]:
         return self.flow.operator_metrics()
 

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 
 import pyarrow as pa
 
 from .connectors.source import Source
 
 DIRECTORY = "dead-letters"
+UNMATCHED = "a delete of a key that has no row"
 
 
 class DeadLetters:
@@ -32,11 +34,22 @@ class DeadLetters:
             if not n.startswith("step-") or int(n[5:17]) > step:
                 os.remove(os.path.join(self.directory, n))
 
-    def write(self, step: int, bad: dict[str, pa.Table | None]) -> int:
+    def write(
+        self,
+        step: int,
+        bad: dict[str, pa.Table | None],
+        unmatched: Mapping[str, pa.Table] | None = None,
+    ) -> int:
         """Write step `step`'s bad records (per table, the micro-batch's `bad` table, with
-        `__file`, `__lineno` and `__line`); how many there were."""
+        `__file`, `__lineno` and `__line`) and its deletes of keys without a row (per
+        upserted table, `Stepper.take_unmatched`); how many there were."""
         records = [
             r for t, b in bad.items() if b is not None for r in self._tables[t].dead_letters(t, b)
+        ]
+        records += [
+            {"table": t, "record": json.dumps(r, default=str), "reason": UNMATCHED}
+            for t, rows in (unmatched or {}).items()
+            for r in rows.to_pylist()
         ]
         if not records:
             return 0
@@ -48,4 +61,4 @@ class DeadLetters:
         return len(records)
 
 
-__all__ = ["DIRECTORY", "DeadLetters"]
+__all__ = ["DIRECTORY", "UNMATCHED", "DeadLetters"]

@@ -174,6 +174,9 @@ class PartitionedRun:
         part = self.coordinator
         return 0 if part is None else sum(part.flow.watermarks.late_rows.values())
 
+    def take_unmatched(self) -> dict[str, pa.Table]:
+        return {}  # tables fed by upserts run at parallelism 1 (pipeline_spec.model)
+
     def operator_metrics(self) -> dict[str, OperatorMetrics]:
         """Each operator's figures summed over its shards, and each shard's
         (`partitioned.figures`)."""

@@ -258,7 +258,8 @@ class Runner:
         late_before = self.plan.dataflow.late_rows()
         out = self._dataflow_step(tables, reads, batches, ends)
         late_rows = self.plan.dataflow.late_rows() - late_before
-        bad_rows = self.dead_letters.write(step, {t: b.bad for t, b in batches.items()})
+        bad = {t: b.bad for t, b in batches.items()}
+        bad_rows = self.dead_letters.write(step, bad, self.plan.dataflow.take_unmatched())
         self.written.write(self.spec, step, out)
         # End-to-end latency: the step's output is in every sink now; its oldest input
         # event happened at `oldest`. (Wall clock against event time: both UTC.)

@@ -56,7 +56,7 @@ def _ingest(ctx: Context, name: str, stream: str, fmt: str, body: bytes) -> Inge
         p = pipeline_by_name(s, name)
         spec, storage = parse_spec(p.spec), ctx.settings.storage_dir(p.name)
     src = ingest.log_source(spec, stream)
-    table = ingest.parse(body, fmt, src.arrow_schema())
+    table = ingest.parse(body, fmt, src.arrow_schema(), src.upserted())
     first, end = ingest.append(storage, spec, src, table)
     return IngestOut(stream=stream, records=end - first, first_offset=first, end_offset=end)
 

@@ -8,6 +8,7 @@ import datetime as dt
 import json
 from collections.abc import Iterator
 from decimal import Decimal
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -381,3 +382,52 @@ def test_ingest_into_each_log_table_of_a_sql_pipeline(api: Api) -> None:
     assert "its streams: 'bids', 'sellers'" in error(r, 404, "not_found")["message"]
     (listed,) = api.get("pipelines/two-logs/checkpoints").json()
     assert (listed["source_offset"], listed["source_offsets"]) == (2, {"input": 2, "sellers": 5})
+
+
+def _customers_spec() -> dict[str, Any]:
+    return {
+        "name": "customers",
+        "tables": [
+            {
+                "kind": "log",
+                "stream": "customers",
+                "table": "customers",
+                "schema": {"id": "bigint", "city": "string"},
+                "upsert": {"key": ["id"]},
+            }
+        ],
+        "sql": "CREATE VIEW per_city AS SELECT city, count(*) AS n FROM customers GROUP BY city",
+        "sinks": [{"name": "per_city", "kind": "view", "from": "per_city"}],
+    }
+
+
+def test_ingest_of_changes_takes_known_ops_and_keys_only(api: Api) -> None:
+    """An upserted table's records: upserts (no op, or a CDC tool's words) and deletes (any
+    case); a record without its key, or with another op, rejects the body naming it."""
+    api.create_pipeline(_customers_spec())
+    url = "pipelines/customers/ingest/customers"
+    good = [
+        {"id": 1, "city": "lyon"},
+        {"id": 2, "city": "oslo", "op": "upsert"},
+        {"id": 1, "city": "rome", "op": "U"},
+        {"id": 2, "op": "DELETE"},
+    ]
+    r = api.post(url, content=ndjson(good), headers=NDJSON)
+    assert r.status_code == 200 and r.json()["end_offset"] == 4, r.text
+    log = InputLog(
+        str(api.storage("customers") / "input-log" / "customers"),
+        pa.schema([("id", pa.int64()), ("city", pa.string()), ("op", pa.string())]),
+    )
+    assert [r["op"] for b in log.read(0, 4) for r in b.to_pylist()] == [
+        None,
+        "upsert",
+        "U",
+        "DELETE",
+    ]
+    for records, text, field in [
+        ([{"id": 3, "city": "x"}, {"city": "y"}], "record 2: key column 'id' is missing", "id"),
+        ([{"id": 3, "op": "truncate"}], "record 1: op 'truncate' is not one of", "op"),
+    ]:
+        body = error(api.post(url, content=ndjson(records), headers=NDJSON), 422, "invalid_input")
+        assert text in body["message"] and body["details"]["field"] == field, body
+    assert log.end() == 4

@@ -100,7 +100,7 @@ class LogReader:
 
 class LogKind:
     def columns(self, spec: S.LogSource) -> str:
-        return columns_ddl(spec.schema_)
+        return columns_ddl(spec.columns())  # an upserted table's op column too
 
     def spark_options(self, spec: S.LogSource, schema: pa.Schema, ddl: str) -> dict[str, str]:
         return {
