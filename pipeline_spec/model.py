@@ -172,8 +172,6 @@ class PipelineSpec(_Model):
             dup = sorted({n for n in names if names.count(n) > 1})
             if dup:
                 raise ValueError(f"tables: table names must be unique, repeated: {dup}")
-            if self.parallelism > 1 and any(s.upserted() for s in self.input_sources()):
-                raise ValueError("parallelism: tables fed by upserts run at parallelism 1 for now")
             # The views, and the sinks' `from`, are checked by the SQL planner (sql package).
             return self
         if self.udfs is not None:

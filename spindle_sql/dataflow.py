@@ -465,8 +465,8 @@ class Dataflow:
         return self.circuit.operator_metrics()
 
     def take_unmatched(self) -> dict[str, pa.Table]:
-        """Per upserted table, the deletes of keys without a row since the last call (the
-        table's key and value columns, under its names)."""
+        """Per upserted table, the last step's deletes of keys without a row (the table's
+        key and value columns, under its names)."""
         out = {}
         for node_id, st in self._stateful.items():
             if isinstance(st.op, Upsert):

@@ -218,8 +218,8 @@ class Stepper(Protocol):
     def late_rows(self) -> int: ...
 
     def take_unmatched(self) -> dict[str, pa.Table]:
-        """Per table fed by upserts, the deletes of keys without a row since the last call
-        (dead letters)."""
+        """Per table fed by upserts, the last step's deletes of keys without a row (dead
+        letters)."""
         ...
 
     def operator_metrics(self) -> dict[str, OperatorMetrics]: ...

@@ -10,8 +10,8 @@ State `<id>.rows`: the live row of every key (keys, then values), weight 1.
 
 A step keeps each key's last event, reads those keys' live rows (one vectorised seek) and
 emits each old row with -1 and each upserted row with +1 (an upsert that repeats the live
-row cancels out). A delete of a key without a live row changes nothing; the step's such
-deletes are kept for the caller (`take_unmatched`: dead letters).
+row cancels out). A delete of a key without a live row changes nothing; the last step's
+such deletes are kept for the caller (`take_unmatched`: dead letters).
 """
 
 from __future__ import annotations
@@ -80,6 +80,7 @@ class Upsert(Operator):
 
     def step(self, deltas: Mapping[str, pa.Table]) -> pa.Table:
         assert self._rows is not None
+        self._unmatched = []
         events = deltas[self.inputs[0]]
         if events.num_rows == 0:
             return empty_delta(self._schema)
@@ -99,8 +100,8 @@ class Upsert(Operator):
         return to_table(change)
 
     def take_unmatched(self) -> pa.Table:
-        """The deletes of keys that had no row, since the last call (key and value columns
-        as the events gave them)."""
+        """The last step's deletes of keys that had no row (key and value columns as the
+        events gave them); none once taken."""
         out = pa.concat_tables([*self._unmatched, self._schema.empty_table()])
         self._unmatched = []
         return out

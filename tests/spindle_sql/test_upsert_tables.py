@@ -197,9 +197,14 @@ def test_views_over_upserted_tables_equal_duckdb_over_the_live_rows(
 
 
 def test_upsert_settings_are_checked() -> None:
+    def log(**upsert: Any) -> dict[str, Any]:
+        return {"kind": "log", "stream": "c", "schema": {"id": "bigint"}, "upsert": upsert}
+
+    sql = "CREATE VIEW v AS SELECT id FROM input"
     with pytest.raises(SpecError, match=r"upsert\.key: \['nope'\]"):
-        parse_spec(_spec().model_dump(by_alias=True) | {"tables": [
-            {"kind": "log", "stream": "c", "table": "customers", "schema": {"id": "bigint"},
-             "upsert": {"key": ["nope"]}}]})  # fmt: skip
-    with pytest.raises(SpecError, match="parallelism"):
-        _spec(parallelism=2)
+        parse_spec({"name": "x", "tables": [log(key=["nope"])], "sql": sql})
+    with pytest.raises(SpecError, match="op_column"):
+        parse_spec({"name": "x", "tables": [log(key=["id"], op_column="id")], "sql": sql})
+    with pytest.raises(SpecError, match="needs sql"):
+        ops = [{"name": "d", "kind": "distinct"}]
+        parse_spec({"name": "x", "source": log(key=["id"]), "state": ops})

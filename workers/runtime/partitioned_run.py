@@ -175,7 +175,9 @@ class PartitionedRun:
         return 0 if part is None else sum(part.flow.watermarks.late_rows.values())
 
     def take_unmatched(self) -> dict[str, pa.Table]:
-        return {}  # tables fed by upserts run at parallelism 1 (pipeline_spec.model)
+        # An upserted table's deletes of keys without a row are on the shards: not yet
+        # gathered (docs/connectors.md).
+        return {}
 
     def operator_metrics(self) -> dict[str, OperatorMetrics]:
         """Each operator's figures summed over its shards, and each shard's

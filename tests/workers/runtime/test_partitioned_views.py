@@ -20,12 +20,17 @@ from spindle_sql.parse import parse
 from spindle_sql.partitioning import WATERMARKS, Partitioning
 from spindle_sql.planner import plan
 from spindle_sql.shard_level import LevelStep, empty_key_shard
+from spindle_sql.spec import plan_spec
 from storage_engine.key_groups import DEFAULT_KEY_GROUPS
 
 from ...spindle_sql.incremental import delta_table, step_deltas
 from ...spindle_sql.sqlgen import TABLES, generate, rows
 from ...spindle_sql.test_dataflow_oracle import TABLES as EVENT_TABLES
 from ...spindle_sql.test_emit_final import CASES as FINAL_CASES
+from ...spindle_sql.test_upsert_tables import _customers as customers
+from ...spindle_sql.test_upsert_tables import _orders as orders
+from ...spindle_sql.test_upsert_tables import _spec as upsert_spec
+from ...spindle_sql.test_upsert_tables import _table as upsert_table
 from ...spindle_sql.test_watermarks import CASES as WATERMARK_CASES
 from ...spindle_sql.test_watermarks import EVENT_TIME, _step_rows
 from .partitioned_check import check_partitioned, plain_run
@@ -216,4 +221,30 @@ def test_an_aggregate_without_group_by_partitioned(tmp_path: Path, shards: int) 
     expected = plain_run(make, steps, tmp_path / "plain")
     check_partitioned(
         make, steps, expected, tmp_path / "p", shards, reopen_at=4, rescale_to=5 - shards
+    ).close()
+
+
+@pytest.mark.parametrize("shards", [2, 3])
+def test_upserted_tables_partitioned(tmp_path: Path, shards: int) -> None:
+    """Tables fed by upserts and deletes (a join, an aggregate and a filter over two): each
+    key's events reach its shard in order, and the shards' live rows give the single-process
+    run's deltas, across a reopen and a rescale."""
+    planned = plan_spec(upsert_spec())
+    rng = random.Random(shards)
+    steps = [
+        {
+            "customers": upsert_table(
+                customers(rng, rng.randint(0, 12)), planned.tables["customers"]
+            ),
+            "orders": upsert_table(orders(rng, rng.randint(0, 12)), planned.tables["orders"]),
+        }
+        for _ in range(10)
+    ]
+
+    def make() -> Dataflow:
+        return Dataflow(planned.views)
+
+    expected = plain_run(make, steps, tmp_path / "plain")
+    check_partitioned(
+        make, steps, expected, tmp_path / "p", shards, reopen_at=5, rescale_to=5 - shards
     ).close()
