@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib.metadata
+import json
 import math
 import os
 import platform
@@ -124,3 +126,29 @@ def clean(x: Any) -> Any:
     if isinstance(x, np.integer):
         return int(x)
     return x
+
+
+Run = Callable[[str, str | None, Log], dict[str, Any]]
+
+
+def run_cli(
+    prog: str,
+    doc: str,
+    run: Run,
+    summary: Callable[[dict[str, Any]], str],
+    argv: Sequence[str] | None = None,
+    quick_help: str = "fewer rows and runs",
+) -> int:
+    """A benchmark's command line: `--json` (only the report on stdout, else the progress
+    on stderr and `summary(report)`), `--quick`, `--dir`; `run(mode, dir, log)` makes the
+    report (mode `full`, `quick`, or the tests' hidden `smoke`)."""
+    p = argparse.ArgumentParser(prog=prog, description=doc.split("\n")[0])
+    p.add_argument("--json", action="store_true", help="print only the JSON report to stdout")
+    p.add_argument("--quick", action="store_true", help=quick_help)
+    p.add_argument("--smoke", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--dir", default=None, help="where to put temporary files (default: tmp)")
+    args = p.parse_args(argv)
+    mode = "smoke" if args.smoke else "quick" if args.quick else "full"
+    report = run(mode, args.dir, quiet if args.json else log_to_stderr)
+    print(json.dumps(report, indent=2) if args.json else summary(report))
+    return 0

@@ -15,8 +15,6 @@ is the difference. A run's whole pipeline adds Spark's reading and the sinks to 
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import shutil
 import statistics
@@ -38,7 +36,7 @@ from workers.runtime.nexmark import events as nexmark_events
 from workers.runtime.sources import EPOCH_US, clicks
 from workers.runtime.udfs import load
 
-from .report import Log, clean, engine_revision, log_to_stderr, machine_info, quiet, versions
+from .report import Log, clean, engine_revision, machine_info, quiet, run_cli, versions
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "docs" / "examples"
@@ -151,25 +149,17 @@ def run_benchmark(
     return cleaned
 
 
+def _summary(report: dict[str, Any]) -> str:
+    return "\n".join(
+        f"{name}: UDF {r['udf_s_per_million_rows']:.3f} s/M rows, built-in "
+        f"{r['builtin_s_per_million_rows']:.3f} s/M rows (x{r['udf_over_builtin']:.2f})"
+        for name in ("count_char", "amount_band")
+        for r in [report[name]]
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.udf", description=__doc__.split("\n")[0])
-    p.add_argument("--json", action="store_true", help="print only the JSON report to stdout")
-    p.add_argument("--quick", action="store_true", help="fewer rows and runs")
-    p.add_argument("--smoke", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--dir", default=None, help="where to put temporary files (default: tmp)")
-    args = p.parse_args(argv)
-    mode = "smoke" if args.smoke else "quick" if args.quick else "full"
-    report = run_benchmark(mode, args.dir, quiet if args.json else log_to_stderr)
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        for name in ("count_char", "amount_band"):
-            r = report[name]
-            print(
-                f"{name}: UDF {r['udf_s_per_million_rows']:.3f} s/M rows, built-in "
-                f"{r['builtin_s_per_million_rows']:.3f} s/M rows (x{r['udf_over_builtin']:.2f})"
-            )
-    return 0
+    return run_cli("python -m bench.udf", __doc__ or "", run_benchmark, _summary, argv)
 
 
 if __name__ == "__main__":

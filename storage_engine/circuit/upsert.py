@@ -32,6 +32,7 @@ from .operator import CircuitError, Operator, empty_delta, require_columns, to_t
 DELETE_OPS = ("delete", "d")
 _DELETES = pa.array(DELETE_OPS, pa.string())
 _DELETED = "__deleted"  # the events' delete flag, while a step sorts them out
+_ORDER = "__order"  # an event's place in the step (-1: a live row before the step)
 
 
 class Upsert(Operator):
@@ -127,14 +128,29 @@ def _unmatched_deletes(
 ) -> pa.Table:
     """The deletes of `ordered` (events in order) whose key had no row when they came:
     none before the step (`old`: the live rows of the step's keys) nor from an earlier event
-    of the step. Keys compare NULL equal to NULL, as the spine's do."""
-    live = dict.fromkeys(zip(*(old.column(k).to_pylist() for k in key), strict=True), True)
-    keys = zip(*(ordered.column(k).to_pylist() for k in key), strict=True)
-    hit = []
-    for k, deleted in zip(keys, ordered.column(_DELETED).to_pylist(), strict=True):
-        hit.append(bool(deleted) and not live.get(k, False))
-        live[k] = not deleted
-    return ordered.filter(pa.array(hit, pa.bool_())).select(schema.names)
+    of the step. The live rows and the events, sorted by key and then order (a live row
+    first), make each key's history a run: a delete found a row if the entry before it in
+    its run is a live row or an upsert. Keys compare NULL equal to NULL, as the spine's do."""
+    n = ordered.num_rows
+    events = ordered.select([*key, _DELETED]).append_column(
+        _ORDER, pa.array(np.arange(n), pa.int64())
+    )
+    rows = old.select(list(key)).cast(events.select(list(key)).schema)
+    live = rows.append_column(_DELETED, pa.array(np.zeros(rows.num_rows, bool))).append_column(
+        _ORDER, pa.array(np.full(rows.num_rows, -1), pa.int64())
+    )
+    both = pa.concat_tables([live, events])
+    s = both.take(pc.sort_indices(both, [*((k, "ascending") for k in key), (_ORDER, "ascending")]))
+    m = s.num_rows
+    same = np.ones(max(m - 1, 0), bool)  # entry i + 1 has entry i's key
+    for k in key:
+        a, b = s.column(k).slice(1), s.column(k).slice(0, m - 1)
+        equal = pc.or_(pc.fill_null(pc.equal(a, b), False), pc.and_(pc.is_null(a), pc.is_null(b)))
+        same &= equal.to_numpy(zero_copy_only=False)
+    deleted = s.column(_DELETED).to_numpy(zero_copy_only=False)
+    found = np.concatenate([[False], same & ~deleted[:-1]])
+    hit = s.column(_ORDER).to_numpy()[deleted & ~found]
+    return ordered.take(pa.array(np.sort(hit), pa.int64())).select(schema.names)
 
 
 __all__ = ["DELETE_OPS", "Upsert"]
