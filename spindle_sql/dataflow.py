@@ -468,10 +468,9 @@ class Dataflow:
         """Per upserted table, the last step's deletes of keys without a row (the table's
         key and value columns, under its names)."""
         out = {}
-        for node_id, st in self._stateful.items():
-            if isinstance(st.op, Upsert):
-                node = next(n for n in self._order if id(n) == node_id)
-                assert isinstance(node, P.Upsert)
+        for node in self._order:
+            st = self._stateful.get(id(node))
+            if isinstance(node, P.Upsert) and st is not None and isinstance(st.op, Upsert):
                 names = dict(zip(st.columns[0], node.input.schema.names, strict=True))
                 rows = st.op.take_unmatched()
                 out[node.table] = rows.rename_columns([names[n] for n in rows.column_names])

@@ -1,9 +1,8 @@
 """Checking a user's pipeline spec before it is stored: the spec's own rules
 (`pipeline_spec.model`), its SQL planned (`spindle_sql.spec`: names, types, every error at its line
-and column), plus the control plane's: file paths stay inside the configured roots. A UDF module is
-parsed, never run. An
-operator spec's column references are checked by the job's planner when a run starts (it
-needs Spark)."""
+and column), plus the control plane's: file paths stay inside the configured roots. A UDF
+module is parsed, never run. An operator spec's column references are checked by the job's
+planner when a run starts (it needs Spark)."""
 
 from __future__ import annotations
 

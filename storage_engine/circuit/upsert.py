@@ -60,7 +60,7 @@ class Upsert(Operator):
         )
         self._schema = pa.schema([*self._zs.keys, *self._zs.values])
         self._rows: Spine | None = None
-        self._unmatched: list[pa.Table] = []
+        self._unmatched: pa.Table | None = None
 
     @property
     def output_schema(self) -> pa.Schema:
@@ -81,12 +81,13 @@ class Upsert(Operator):
 
     def step(self, deltas: Mapping[str, pa.Table]) -> pa.Table:
         assert self._rows is not None
-        self._unmatched = []
+        self._unmatched = None
         events = deltas[self.inputs[0]]
         if events.num_rows == 0:
             return empty_delta(self._schema)
         deleted = pc.fill_null(pc.is_in(pc.utf8_lower(events.column(self.op)), _DELETES), False)
-        ordered = events.append_column(_DELETED, deleted)
+        order = pa.array(np.arange(events.num_rows), pa.int64())
+        ordered = events.append_column(_DELETED, deleted).append_column(_ORDER, order)
         last = _last_per_key(ordered, self.key)
         old = to_table(self._rows.seek(last.select(self.key)))
         upserted = last.filter(pc.invert(last.column(_DELETED))).select(self._schema.names)
@@ -96,15 +97,15 @@ class Upsert(Operator):
         ]
         change = Batch.from_arrow(self._zs, pa.concat_tables(parts))
         if pc.any(deleted).as_py():
-            self._unmatched.append(_unmatched_deletes(ordered, old, self.key, self._schema))
+            self._unmatched = _unmatched_deletes(ordered, old, self.key, self._schema)
         self._rows.insert(change)
         return to_table(change)
 
     def take_unmatched(self) -> pa.Table:
         """The last step's deletes of keys that had no row (key and value columns as the
         events gave them); none once taken."""
-        out = pa.concat_tables([*self._unmatched, self._schema.empty_table()])
-        self._unmatched = []
+        out = self._unmatched if self._unmatched is not None else self._schema.empty_table()
+        self._unmatched = None
         return out
 
     def metrics(self) -> dict[str, Any]:
@@ -117,24 +118,20 @@ def _weights(t: pa.Table, w: int) -> pa.Array:
 
 
 def _last_per_key(ordered: pa.Table, key: Sequence[str]) -> pa.Table:
-    """Each key's last event of `ordered` (events in their order)."""
-    ordered = ordered.append_column("__i", pa.array(np.arange(ordered.num_rows), pa.int64()))
-    last = ordered.group_by(list(key), use_threads=False).aggregate([("__i", "max")])
-    return ordered.take(last.column("__i_max")).drop_columns(["__i"])
+    """Each key's last event of `ordered` (`_ORDER`: each event's place, 0, 1, ...)."""
+    last = ordered.group_by(list(key), use_threads=False).aggregate([(_ORDER, "max")])
+    return ordered.take(last.column(f"{_ORDER}_max"))
 
 
 def _unmatched_deletes(
     ordered: pa.Table, old: pa.Table, key: Sequence[str], schema: pa.Schema
 ) -> pa.Table:
-    """The deletes of `ordered` (events in order) whose key had no row when they came:
-    none before the step (`old`: the live rows of the step's keys) nor from an earlier event
-    of the step. The live rows and the events, sorted by key and then order (a live row
+    """The deletes of `ordered` (events with their `_ORDER`) whose key had no row when they
+    came: none before the step (`old`: the live rows of the step's keys) nor from an earlier
+    event of the step. The live rows and the events, sorted by key and then order (a live row
     first), make each key's history a run: a delete found a row if the entry before it in
     its run is a live row or an upsert. Keys compare NULL equal to NULL, as the spine's do."""
-    n = ordered.num_rows
-    events = ordered.select([*key, _DELETED]).append_column(
-        _ORDER, pa.array(np.arange(n), pa.int64())
-    )
+    events = ordered.select([*key, _DELETED, _ORDER])
     rows = old.select(list(key)).cast(events.select(list(key)).schema)
     live = rows.append_column(_DELETED, pa.array(np.zeros(rows.num_rows, bool))).append_column(
         _ORDER, pa.array(np.full(rows.num_rows, -1), pa.int64())
