@@ -9,6 +9,7 @@ from typing import Annotated, Any, ClassVar, Literal
 import pyarrow as pa
 from pydantic import Field, field_validator, model_validator
 
+from .changes import UpsertMode
 from .fields import (
     DSN_VARIABLE_PREFIX,
     EVENT_TIME_DOC,
@@ -60,10 +61,11 @@ class KafkaSource(SourceModel):
         min_length=1, max_length=1000, pattern=BOOTSTRAP_RE, description=_BOOTSTRAP_DOC
     )
     topics: list[str] = Field(min_length=1, max_length=64)
-    format: Literal["json", "csv", "avro"] = Field(
+    format: Literal["json", "csv", "avro", "debezium-json"] = Field(
         "json",
         description="the record values: a JSON object, a CSV line or an Avro record "
-        "(`avro_schema`) per record",
+        "(`avro_schema`) per record; debezium-json, a Debezium change event (JSON, with or "
+        "without its schema envelope) per record, which needs `upsert`",
     )
     avro_schema: dict[str, Any] | None = Field(
         None,
@@ -99,6 +101,13 @@ class KafkaSource(SourceModel):
         "time (milliseconds since the epoch)",
     )
     max_records_per_step: int = Field(100_000, gt=0, le=MAX_ROWS)
+    upsert: UpsertMode | None = Field(
+        None,
+        description="records upsert and delete rows by key instead of inserting them: a "
+        "value upserts its key's row (or deletes it, if its op column says so), a tombstone "
+        "(no value) deletes the row of the record's key; with debezium-json, each event's "
+        "op says which (docs/connectors.md)",
+    )
     commit_to_group: str | None = Field(
         None,
         pattern=r"^[A-Za-z0-9._-]{1,249}$",
@@ -152,6 +161,14 @@ class KafkaSource(SourceModel):
         both = sorted(set(self.schema_) & set(self.metadata))
         if both:
             raise ValueError(f"metadata: columns {both} are also value columns in schema")
+        if self.format == "debezium-json" and self.upsert is None:
+            raise ValueError("upsert: format debezium-json needs the key columns (upsert.key)")
+        if self.upsert is not None:
+            self.upsert.check(self.schema_, self.event_time)
+            if self.upsert.op_column in self.metadata:
+                raise ValueError(
+                    f"upsert.op_column: {self.upsert.op_column!r} is a metadata column"
+                )
         if (self.format == "avro") != (self.avro_schema is not None):
             raise ValueError("avro_schema is given for, and only for, format avro")
         if self.avro_schema is not None:
@@ -162,8 +179,18 @@ class KafkaSource(SourceModel):
         return self
 
     def columns(self) -> dict[str, str]:
-        """Every column of the table and its type: the value's, then the metadata's."""
-        return {**self.schema_, **{c: METADATA_TYPES[m] for c, m in self.metadata.items()}}
+        """Every column of the table and its type: the value's (an upserted table's op
+        column last), then the metadata's."""
+        op = {} if self.upsert is None else {self.upsert.op_column: "string"}
+        return {
+            **self.schema_,
+            **op,
+            **{c: METADATA_TYPES[m] for c, m in self.metadata.items()},
+        }
+
+    def upserted(self) -> tuple[tuple[str, ...], str] | None:
+        u = self.upsert
+        return None if u is None else (tuple(u.key), u.op_column)
 
     def arrow_schema(self) -> pa.Schema:
         return arrow_schema(self.columns())

@@ -9,6 +9,7 @@ from typing import Annotated, ClassVar, Literal
 import pyarrow as pa
 from pydantic import Field, field_validator, model_validator
 
+from .changes import UpsertMode
 from .datagen import DATAGEN_SCHEMAS
 from .fields import (
     EVENT_TIME_DOC,
@@ -19,7 +20,6 @@ from .fields import (
     TABLE_RE,
     EventTime,
     FilePath,
-    SpecModel,
 )
 from .kafka import KafkaSource
 from .kinds import InputLogged, SourceModel
@@ -86,19 +86,6 @@ class FilesSource(SourceModel):
         return self.path
 
 
-class UpsertMode(SpecModel):
-    """Records that upsert or delete a row by key, not insert one (docs/connectors.md,
-    Upserts)."""
-
-    key: list[str] = Field(min_length=1, max_length=32, description="the key columns")
-    op_column: str = Field(
-        "op",
-        pattern=TABLE_RE,
-        description="the records' column saying what each is: `delete` or `d` (any case) "
-        "deletes the key's row; absent, NULL or `upsert` upserts it",
-    )
-
-
 class LogSource(SourceModel):
     """The engine's input log of records pushed through the ingest API."""
 
@@ -123,16 +110,8 @@ class LogSource(SourceModel):
 
     @model_validator(mode="after")
     def _upsert(self) -> LogSource:
-        u = self.upsert
-        if u is None:
-            return self
-        missing = [k for k in u.key if k not in self.schema_]
-        if missing:
-            raise ValueError(f"upsert.key: {missing} are not columns of the schema")
-        if u.op_column in self.schema_:
-            raise ValueError(f"upsert.op_column: {u.op_column!r} is a column of the schema")
-        if self.event_time is not None:
-            raise ValueError("event_time: an upserted table has none (an update is never late)")
+        if self.upsert is not None:
+            self.upsert.check(self.schema_, self.event_time)
         return self
 
     def columns(self) -> dict[str, str]:

@@ -13,12 +13,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from pipeline_spec.changes import bad_changes
 from pipeline_spec.formats.bodies import BadBody, parse_body
 from pipeline_spec.model import InputLogged, PipelineSpec
 from pipeline_spec.offsets import count
-from storage_engine.circuit.upsert import DELETE_OPS
 from storage_engine.errors import StorageError
 from storage_engine.fileio import PosixFileLayer
 from storage_engine.input_log import InputLog
@@ -26,11 +25,6 @@ from storage_engine.location_view import list_checkpoints
 from storage_engine.manifest import CHECKPOINT_META, MANIFEST, read_doc
 
 from ..errors import InvalidInput, NotFound
-
-# What an upserted table's op column may say (any case): the deletes, and the words
-# Debezium and CDC tools use for the rest.
-OPS = ("upsert", "insert", "update", "i", "u", "c", "r", *DELETE_OPS)
-_OPS = pa.array(OPS, pa.string())
 
 
 def log_source(spec: PipelineSpec, stream: str) -> InputLogged:
@@ -65,24 +59,8 @@ def parse(
 
 def _check_changes(table: pa.Table, key: tuple[str, ...], op: str) -> None:
     """Every record names its key, and says what it is in words the op column takes."""
-    for k in key:
-        nulls = pc.indices_nonzero(pc.is_null(table.column(k)))
-        if len(nulls):
-            n = int(nulls[0].as_py()) + 1
-            raise InvalidInput(
-                f"record {n}: key column {k!r} is missing: an upsert or delete names its key",
-                details={"record": n, "field": k},
-            )
-    ops = table.column(op)
-    known = pc.or_(pc.is_null(ops), pc.is_in(pc.utf8_lower(ops), _OPS))
-    bad = pc.indices_nonzero(pc.invert(known))
-    if len(bad):
-        n = int(bad[0].as_py()) + 1
-        raise InvalidInput(
-            f"record {n}: {op} {table.column(op)[n - 1].as_py()!r} is not one of "
-            f"{', '.join(OPS)} (or absent: an upsert)",
-            details={"record": n, "field": op},
-        )
+    for i, (field, why) in bad_changes(table, key, op).items():
+        raise InvalidInput(f"record {i + 1}: {why}", details={"record": i + 1, "field": field})
 
 
 def append(storage: Path, spec: PipelineSpec, src: InputLogged, table: pa.Table) -> tuple[int, int]:

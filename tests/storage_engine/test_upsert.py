@@ -113,3 +113,10 @@ def test_upsert_refuses_an_input_without_its_columns() -> None:
         Upsert("u", pa.schema([("k", pa.int64())]), ["k"], "op")
     with pytest.raises(CircuitError, match="string"):
         Upsert("u", SCHEMA, ["k"], "v")
+
+
+def test_the_spec_and_the_engine_agree_on_what_deletes() -> None:
+    from pipeline_spec.changes import DELETE_OPS as SPEC_DELETE_OPS
+    from storage_engine.circuit.upsert import DELETE_OPS
+
+    assert SPEC_DELETE_OPS == DELETE_OPS

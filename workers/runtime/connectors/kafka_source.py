@@ -32,9 +32,11 @@ from pipeline_spec.offsets import Offset
 
 from ..sources import END
 from ..step_ends import StepEndsSource
+from .kafka_changes import NOT_PARSED, ChangeRecords
 from .source import PartitionSplit, Rows, SourceContext, Split, columns_ddl
 
 log = logging.getLogger("spindle.runner")
+REASON = "__reason"  # a dead letter's reason, in a step's bad records
 TIMEOUT_S = 30.0  # a broker request, or a step's records, not answered within this fails
 
 
@@ -98,9 +100,13 @@ class KafkaTable:
         from confluent_kafka import Consumer
 
         self.src = src
-        self.value_schema = pa.schema([f for f in src.arrow_schema() if f.name in src.schema_])
+        self.value_schema = pa.schema(
+            [f for f in src.arrow_schema() if f.name not in src.metadata]
+        )  # an upserted table's op column too
         self.schema = src.arrow_schema()
-        self._values = ValueParser(src.format, self.value_schema, src.avro_schema, src.avro_framing)
+        fmt = "json" if src.format == "debezium-json" else src.format
+        self._values = ValueParser(fmt, self.value_schema, src.avro_schema, src.avro_framing)
+        self._changes = None if src.upsert is None else ChangeRecords(src, self._values)
         self._consumer = Consumer(client_config(src))
 
     def close(self) -> None:
@@ -238,22 +244,28 @@ class KafkaTable:
         return self._rows(records)
 
     def _rows(self, records: list[Any]) -> tuple[pa.Table, pa.Table | None]:
-        values = [m.value() for m in records]
-        parsed, bad = self._parse(values)
-        good = [m for i, m in enumerate(records) if i not in bad]
+        if self._changes is not None:
+            changes = self._changes.parse(records)
+            parsed, letters = changes.rows, changes.letters
+            good = [records[i] for i in changes.records]
+        else:
+            parsed, bad = self._parse([m.value() for m in records])
+            letters = {i: NOT_PARSED for i in sorted(bad)}
+            good = [m for i, m in enumerate(records) if i not in bad]
         columns = {f.name: parsed.column(f.name) for f in self.value_schema}
         for col, what in self.src.metadata.items():
             columns[col] = pa.array([_metadata(m, what) for m in good])
         columns[END] = pa.array([0] * len(good), pa.int64())
         rows = pa.table(columns).cast(pa.schema([*self.schema, pa.field(END, pa.int64())]))
-        if not bad:
+        if not letters:
             return rows, None
-        letters = [records[i] for i in sorted(bad)]
+        bad_records = [records[i] for i in letters]
         return rows, pa.table(
             {
-                "__file": [partition_id(m.topic(), m.partition()) for m in letters],
-                "__lineno": pa.array([m.offset() for m in letters], pa.int64()),
-                "__line": [self._letter(m.value()) for m in letters],
+                "__file": [partition_id(m.topic(), m.partition()) for m in bad_records],
+                "__lineno": pa.array([m.offset() for m in bad_records], pa.int64()),
+                "__line": [self._letter(m.value()) for m in bad_records],
+                REASON: list(letters.values()),
             }
         )
 
@@ -363,9 +375,9 @@ class KafkaInput:
                 "partition": int(r["__file"].rpartition(":")[2]),
                 "offset": r["__lineno"],
                 "record": r["__line"],
-                "reason": "no value, or not parseable with the table's format and schema",
+                "reason": r.get(REASON) or NOT_PARSED,
             }
-            for r in bad.select(["__file", "__lineno", "__line"]).to_pylist()
+            for r in bad.to_pylist()
         ]
 
     def close(self) -> None:
