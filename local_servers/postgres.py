@@ -39,8 +39,9 @@ def _version(path: str) -> int:
 
 
 class PostgresServer:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, settings: dict[str, str] | None = None) -> None:
         self.directory = directory.resolve()
+        self.settings = dict(settings or {})  # further `-c` settings, e.g. wal_level
         self._own_dir = os.getuid() == 0
         (self.port,) = free_ports(1)
         self._proc: subprocess.Popen[bytes] | None = None
@@ -98,6 +99,7 @@ class PostgresServer:
                 f"unix_socket_directories={self.directory}",
                 "-c",
                 "fsync=off",  # a test server: durability is not what it is for
+                *(a for k, v in self.settings.items() for a in ("-c", f"{k}={v}")),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -57,6 +57,7 @@ from .operators import (
     WindowAggregateOp,
 )
 from .paths import OBJECT_SCHEME, inside_object_roots, is_object_path, resolve_path
+from .postgres_cdc import PostgresCdcSource
 from .sinks import DeltaSink, DiscardSink, FilesSink, PostgresSink, Sink, ViewSink
 from .sources import DatagenSource, FilesSource, InputSource, LogSource, Source
 from .udfs import UdfDeclaration, Udfs
@@ -364,6 +365,7 @@ __all__ = [
     "Offset",
     "Part",
     "PipelineSpec",
+    "PostgresCdcSource",
     "PostgresSink",
     "RetentionPolicy",
     "Sink",

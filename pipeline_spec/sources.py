@@ -23,6 +23,7 @@ from .fields import (
 )
 from .kafka import KafkaSource
 from .kinds import InputLogged, SourceModel
+from .postgres_cdc import PostgresCdcSource
 from .types import TYPE_NAMES_DOC, arrow_schema, check_types
 
 
@@ -136,7 +137,7 @@ class LogSource(SourceModel):
         return self
 
 
-InputSource = DatagenSource | FilesSource | LogSource | KafkaSource
+InputSource = DatagenSource | FilesSource | LogSource | KafkaSource | PostgresCdcSource
 Source = Annotated[InputSource, Field(discriminator="kind")]
 
 __all__ = ["DatagenSource", "FilesSource", "InputSource", "LogSource", "Source", "UpsertMode"]

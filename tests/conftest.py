@@ -12,6 +12,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from local_servers.kafka import KafkaBroker, find_tansu
+from local_servers.postgres import PostgresServer
 from local_servers.seaweedfs import SeaweedS3, find_weed, remove_bucket
 from workers.runtime.session import spark_session
 
@@ -86,6 +87,21 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBrok
         yield broker
     finally:
         broker.stop()
+
+
+@pytest.fixture(scope="session")
+def logical_pg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
+    """A PostgreSQL server of the session's own with `wal_level=logical` (CDC sources);
+    tests create databases with unique names."""
+    pg = PostgresServer(
+        tmp_path_factory.mktemp("logical-pg"),
+        {"wal_level": "logical", "max_replication_slots": "40", "max_wal_senders": "40"},
+    )
+    pg.start()
+    try:
+        yield pg
+    finally:
+        pg.stop()
 
 
 PG_ADMIN = os.environ.get("SPINDLE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")

@@ -14,6 +14,8 @@ run in order in one bash session started in the repository root, with
   identified `first` and `second` (the offline tools' examples read it),
 - `KAFKA_BOOTSTRAP` exported, when a page uses it, as the address of a Kafka-protocol
   broker of the test session (`local_servers/kafka.py`),
+- `CDC_DSN` exported, when a page uses it, as the libpq connection string of a fresh
+  database on a PostgreSQL server of the session with `wal_level=logical`,
 - the virtualenv's bin directory first on PATH (`spindle`, `python`).
 
 A failing command fails its page's test with the file and line, the command, its output and
@@ -26,6 +28,7 @@ import os
 import re
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -120,7 +123,7 @@ def run_logs(platform: Platform) -> str:
 
 
 def session_env(
-    platform: Platform, storage: Path | None, kafka: str | None = None
+    platform: Platform, storage: Path | None, kafka: str | None = None, cdc: str | None = None
 ) -> dict[str, str]:
     env = {
         k: v
@@ -143,6 +146,8 @@ def session_env(
         env["STORAGE"] = str(storage)
     if kafka is not None:
         env["KAFKA_BOOTSTRAP"] = kafka
+    if cdc is not None:
+        env["CDC_DSN"] = cdc
     return env
 
 
@@ -171,9 +176,14 @@ def test_worked_examples(
         if uses("KAFKA_BOOTSTRAP", blocks)
         else None
     )
-    shell = Session(
-        ROOT, session_env(platform, storage.get() if uses("STORAGE", blocks) else None, kafka)
-    )
+    cdc = None
+    if uses("CDC_DSN", blocks):
+        pg = request.getfixturevalue("logical_pg")
+        database = f"docs_{uuid.uuid4().hex[:8]}"
+        pg.create_database(database)
+        cdc = f"host=127.0.0.1 port={pg.port} user=postgres dbname={database}"
+    stored = storage.get() if uses("STORAGE", blocks) else None
+    shell = Session(ROOT, session_env(platform, stored, kafka, cdc))
     try:
         for block in runnable:
             for cmd in block.commands:

@@ -11,11 +11,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from pipeline_spec import model as S
-from pipeline_spec.offsets import OFFSETS, Offset, count
+from pipeline_spec.offsets import OFFSETS, Offset
 from storage_engine import StorageLocation
 from storage_engine.circuit import Stepper
 from storage_engine.commit import CommitHandle
-from storage_engine.input_log import InputLog
 
 from .connectors.sink import Sink
 from .durability import DurabilityWatch
@@ -25,8 +24,8 @@ class Checkpointing:
     """`position()`: the run's step and each input table's offset now; `step_lock`: held
     while a step runs, so a checkpoint is always taken between steps. With `own_retention`
     (standalone runs) the spec's `keep_last` is applied after each commit; under the
-    control plane its retention policy decides (it knows pins). `input_logs`: the input
-    log of each table whose source is a log."""
+    control plane its retention policy decides (it knows pins). `releases`: per table whose
+    source lets go of input no checkpoint needs, what to tell (`Source.release_below`)."""
 
     def __init__(
         self,
@@ -38,14 +37,14 @@ class Checkpointing:
         step_lock: threading.RLock,
         position: Callable[[], tuple[int, dict[str, Offset], dict[str, Any]]],
         own_retention: bool,
-        input_logs: Mapping[str, Callable[[], InputLog]],
+        releases: Mapping[str, Callable[[Offset], None]],
         on_durable: Mapping[str, Callable[[Offset], None]] | None = None,
     ) -> None:
         self._spec, self._circuit, self._loc = spec, circuit, loc
         self._sinks, self._durability = sinks, durability
         self._step_lock, self._position = step_lock, position
         self.own_retention = own_retention
-        self._input_logs = dict(input_logs)
+        self._releases = dict(releases)
         # Seconds between automatic commits; the control plane edits it (None: off).
         self.auto_commit_s: float | None = spec.checkpoint.every
         self.steps_since = 0
@@ -117,7 +116,7 @@ class Checkpointing:
     def _retention_ran(self) -> None:
         """Standalone retention runs on the commit thread (`request`): once it has deleted
         the oldest checkpoint, the input log below the new oldest can go."""
-        if not self._input_logs:
+        if not self._releases:
             return
         cps = self._loc.list_checkpoints()
         if not cps or cps[0].uuid == self._oldest:
@@ -126,9 +125,9 @@ class Checkpointing:
         self.deleted()
 
     def deleted(self) -> None:
-        """After a gc: the input log is needed only from the oldest checkpoint a run may
+        """After a gc: the input is needed only from the oldest checkpoint a run may
         restore (or, with none left, from the live state's offset)."""
-        if not self._input_logs:
+        if not self._releases:
             return
         cps = self._loc.list_checkpoints()
         offsets = (
@@ -136,8 +135,8 @@ class Checkpointing:
             if cps
             else self._position()[1]
         )
-        for table, input_log in self._input_logs.items():
-            input_log().truncate_below(count(offsets[table]))
+        for table, release in self._releases.items():
+            release(offsets[table])
 
 
 __all__ = ["Checkpointing"]

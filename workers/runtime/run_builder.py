@@ -157,7 +157,7 @@ def open_runner(
             step_lock,
             position,
             own_retention,
-            {t: c.input_log for t, c in sources.items() if c.input_log is not None},
+            {t: c.release_below for t, c in sources.items() if c.release_below is not None},
             {t: c.on_durable for t, c in sources.items() if c.on_durable is not None},
         )
         dead_letters = DeadLetters(storage, sources)

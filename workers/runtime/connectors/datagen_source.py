@@ -25,6 +25,7 @@ class DatagenInput:
     parses_in_driver = True
     has_lines = False
     input_log = None
+    release_below = None
     on_durable = None
 
     def __init__(self, spec: S.DatagenSource, ctx: SourceContext) -> None:

@@ -47,6 +47,7 @@ _PARSES: dict[str, Callable[[pa.Schema], bool]] = {
 class FilesInput:
     reads_ahead = True
     input_log = None
+    release_below = None
     on_durable = None
 
     def __init__(self, spec: S.FilesSource, ctx: SourceContext) -> None:

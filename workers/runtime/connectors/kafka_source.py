@@ -307,6 +307,7 @@ class KafkaInput:
     parses_in_driver = True
     has_lines = False
     input_log = None
+    release_below = None
 
     def __init__(self, spec: KafkaSource, ctx: SourceContext) -> None:
         self.spec, self.table = spec, spec.table

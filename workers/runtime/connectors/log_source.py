@@ -25,7 +25,7 @@ class LogInput:
     reads_ahead = True
     parses_in_driver = True
     has_lines = False
-    on_durable = None  # the log is trimmed when checkpoints go (`input_log`)
+    on_durable = None  # the log is trimmed when checkpoints go (`release_below`)
 
     def __init__(self, spec: S.LogSource, ctx: SourceContext) -> None:
         self.spec, self.table = spec, spec.table
@@ -37,6 +37,10 @@ class LogInput:
         """The pipeline's log of this table, which checkpoints let go of below their
         offset."""
         return InputLog(self._dir, self.schema)
+
+    def release_below(self, offset: Offset) -> None:
+        """No run will read the log's records below `offset` again: they go."""
+        self.input_log().truncate_below(count(offset))
 
     def first_offset(self, restored: Offset) -> Offset:
         return restored

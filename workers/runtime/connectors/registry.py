@@ -17,6 +17,7 @@ from . import (
     kafka_sink,
     kafka_source,
     log_source,
+    postgres_cdc_source,
     postgres_sink,
     view_sink,
 )
@@ -28,6 +29,7 @@ SOURCES: dict[str, SourceKind] = {
     "kafka": kafka_source.KIND,
     "log": log_source.KIND,
     "datagen": datagen_source.KIND,
+    "postgres_cdc": postgres_cdc_source.KIND,
 }
 # Each opener takes the spec model of its own kind (the key says which), hence `Any`.
 SINKS: dict[str, Callable[[Any, SinkContext], Sink]] = {

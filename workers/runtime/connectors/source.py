@@ -167,6 +167,13 @@ class Source(Protocol):
         the input is not the pipeline's to trim)."""
 
     @property
+    def release_below(self) -> Callable[[Offset], None] | None:
+        """Told, after checkpoints were deleted, the table's offset in the oldest one a run
+        may restore (or the live offset, with none left): the input below it is never read
+        again (a log's records are deleted, a replication slot advanced; None: nothing to
+        let go)."""
+
+    @property
     def on_durable(self) -> Callable[[Offset], None] | None:
         """Told the table's offset in each durable checkpoint (None: nothing to tell)."""
 
