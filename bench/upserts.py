@@ -42,7 +42,7 @@ SQL = (
 )
 
 
-def _spec(upsert: bool) -> PipelineSpec:
+def log_spec(upsert: bool) -> PipelineSpec:
     table: dict[str, Any] = {
         "kind": "log",
         "stream": "c",
@@ -54,7 +54,7 @@ def _spec(upsert: bool) -> PipelineSpec:
     return parse_spec({"name": "bench-upserts", "tables": [table], "sql": SQL})
 
 
-def _records(n: int, upsert: bool) -> pa.Table:
+def records(n: int, upsert: bool) -> pa.Table:
     rng = np.random.default_rng(3)
     ids = rng.integers(0, KEYS, n) if upsert else np.arange(n)
     cities = np.array([f"city-{i}" for i in range(200)])[rng.integers(0, 200, n)]
@@ -68,7 +68,7 @@ def _records(n: int, upsert: bool) -> pa.Table:
     return pa.table(cols)
 
 
-def _records_per_s(spec: PipelineSpec, rows: pa.Table, work: Path) -> float:
+def dataflow_records_per_s(spec: PipelineSpec, rows: pa.Table, work: Path) -> float:
     planned = plan_spec(spec)
     flow = Dataflow(planned.views)
     shutil.rmtree(work, ignore_errors=True)
@@ -110,8 +110,8 @@ def run_benchmark(
             for variant in runs:
                 upsert = variant == "upserts"
                 log(f"{variant}: {n:,} records")
-                rows = _records(n, upsert)
-                runs[variant].append(_records_per_s(_spec(upsert), rows, work / variant))
+                rows = records(n, upsert)
+                runs[variant].append(dataflow_records_per_s(log_spec(upsert), rows, work / variant))
         ins, ups = statistics.median(runs["inserts"]), statistics.median(runs["upserts"])
         report.update(
             inserts_per_s=ins, changes_per_s=ups, changes_over_inserts=ups / ins, runs=runs

@@ -175,9 +175,11 @@ class PartitionedRun:
         return 0 if part is None else sum(part.flow.watermarks.late_rows.values())
 
     def take_unmatched(self) -> dict[str, pa.Table]:
-        # An upserted table's deletes of keys without a row are on the shards: not yet
-        # gathered (docs/connectors.md).
-        return {}
+        """Per upserted table, the last step's deletes of keys without a row, as the shards
+        sent them."""
+        part = self._part()
+        out, part.last_unmatched = part.last_unmatched, {}
+        return out
 
     def operator_metrics(self) -> dict[str, OperatorMetrics]:
         """Each operator's figures summed over its shards, and each shard's

@@ -30,7 +30,7 @@ from storage_engine.objstore import ObjectStoreLike
 from ..micro_batch import MicroBatch
 from .collection import Named, local_pairs, named, sweep
 from .messages import FROM_DRIVER, by_destination, decode, encode
-from .reads import TableReads, gathered
+from .reads import TableReads, gathered, unmatched
 from .rescale import rescale
 from .shard_host import ShardHost
 
@@ -127,6 +127,7 @@ class PartitionedDataflow:
         self.step_id = 0
         self.first = True
         self.last_metrics: list[dict[str, Any]] = []
+        self.last_unmatched: dict[str, pa.Table] = {}  # the last step's, per upserted table
         self.last_reads: dict[str, MicroBatch] = {}  # per table level 0 read: the last step's
         self.retain = retain
         self.outputs = None if outputs is None else sorted(outputs)
@@ -194,6 +195,7 @@ class PartitionedDataflow:
             metrics.append({"level": r["level"], "shard": r["shard"], **r["metrics"]})
         got = decode(pa.concat_tables(to_driver)) if to_driver else {}
         self.last_reads = gathered(reads or {}, [r.get("read", {}) for r in results], got)
+        self.last_unmatched = unmatched(got)
         self._advance(watermarks, got.get(WATERMARKS, []))
         out = {}
         for name, view in self.flow.views.items():

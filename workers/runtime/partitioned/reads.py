@@ -22,6 +22,8 @@ from ..connectors.source import Split, SplitReader
 from ..micro_batch import ArrowShape, MicroBatch
 
 BAD = "\x00bad:"  # a port prefix: a table's records that did not parse, for the driver
+# A port prefix: an upserted table's deletes of keys without a row, for the driver.
+UNMATCHED = "\x00unmatched:"
 SPARK_MUST_READ = "only Spark's reader reads"  # in the error's text, wherever it is raised
 
 
@@ -31,6 +33,15 @@ class SparkMustRead(RuntimeError):
 
 def bad_port(table: str) -> str:
     return BAD + table
+
+
+def unmatched_port(table: str) -> str:
+    return UNMATCHED + table
+
+
+def unmatched(messages: Mapping[str, Any]) -> dict[str, pa.Table]:
+    """Per upserted table, the deletes of keys without a row the shards sent the driver."""
+    return {p[len(UNMATCHED) :]: t for p, t in messages.items() if p.startswith(UNMATCHED)}
 
 
 @dataclass(frozen=True)
@@ -110,4 +121,6 @@ __all__ = [
     "gathered",
     "is_spark_must_read",
     "read_task",
+    "unmatched",
+    "unmatched_port",
 ]

@@ -33,7 +33,7 @@ from storage_engine.objstore import ObjectStoreLike
 
 from .collection import sweep
 from .messages import decode, encode
-from .reads import TableReads, bad_port, read_task
+from .reads import TableReads, bad_port, read_task, unmatched_port
 from .shard_state import ShardStates
 
 
@@ -138,6 +138,9 @@ class ShardHost:
             collected = sweep(self.states, kept, list(kept), below_step=step)
         for table, rows in bad.items():
             routed.setdefault((DRIVER, shard), {})[bad_port(table)] = rows
+        for table, rows in flow.take_unmatched().items():
+            if rows.num_rows:
+                routed.setdefault((DRIVER, shard), {})[unmatched_port(table)] = rows
         out = encode(routed, shard)
         rows_in = sum(t.num_rows for p, t in inputs.items() if p != WATERMARKS)
         ms = (time.perf_counter() - started) * 1000
