@@ -120,31 +120,40 @@ class Decoder:
         return self._open
 
 
+_I8, _I16, _I32, _I64 = (struct.Struct(f">{c}") for c in "bhiq")
+
+
 class _Reader:
+    """A message read from its start; every read checks it is not cut short."""
+
     def __init__(self, data: bytes) -> None:
         self._data, self._at = data, 0
 
-    def _take(self, n: int) -> bytes:
-        if self._at + n > len(self._data):
-            raise PgOutputError("a message cut short")
-        out = self._data[self._at : self._at + n]
-        self._at += n
-        return out
+    def _unpack(self, s: struct.Struct) -> int:
+        try:
+            (v,) = s.unpack_from(self._data, self._at)
+        except struct.error:
+            raise PgOutputError("a message cut short") from None
+        self._at += s.size
+        return int(v)
 
     def byte(self) -> bytes:
-        return self._take(1)
+        if self._at >= len(self._data):
+            raise PgOutputError("a message cut short")
+        self._at += 1
+        return self._data[self._at - 1 : self._at]
 
     def int8(self) -> int:
-        return int(struct.unpack(">b", self._take(1))[0])
+        return self._unpack(_I8)
 
     def int16(self) -> int:
-        return int(struct.unpack(">h", self._take(2))[0])
+        return self._unpack(_I16)
 
     def int32(self) -> int:
-        return int(struct.unpack(">i", self._take(4))[0])
+        return self._unpack(_I32)
 
     def int64(self) -> int:
-        return int(struct.unpack(">q", self._take(8))[0])
+        return self._unpack(_I64)
 
     def string(self) -> str:
         end = self._data.find(b"\x00", self._at)
@@ -155,20 +164,32 @@ class _Reader:
         return out
 
     def tuple(self, rel: Relation) -> Values:
-        n = self.int16()
-        if n > len(rel.columns):
-            raise PgOutputError(f"a tuple of {n} columns for {rel.name}'s {len(rel.columns)}")
-        out: Values = {}
-        for column in rel.columns[:n]:
-            kind = self.byte()
-            if kind == b"n":
-                out[column] = None
-            elif kind == b"u":
-                out[column] = UNCHANGED
-            elif kind == b"t":
-                out[column] = self._take(self.int32()).decode("utf-8")
-            else:
-                raise PgOutputError(f"a column of kind {kind!r}")
+        data, at = self._data, self._at
+        try:
+            (n,) = _I16.unpack_from(data, at)
+            at += 2
+            if n > len(rel.columns):
+                raise PgOutputError(f"a tuple of {n} columns for {rel.name}'s {len(rel.columns)}")
+            out: Values = {}
+            for column in rel.columns[:n]:
+                kind = data[at]
+                at += 1
+                if kind == 0x74:  # t: text
+                    (size,) = _I32.unpack_from(data, at)
+                    at += 4
+                    if at + size > len(data):
+                        raise PgOutputError("a message cut short")
+                    out[column] = data[at : at + size].decode("utf-8")
+                    at += size
+                elif kind == 0x6E:  # n: null
+                    out[column] = None
+                elif kind == 0x75:  # u: unchanged TOASTed value
+                    out[column] = UNCHANGED
+                else:
+                    raise PgOutputError(f"a column of kind {bytes([kind])!r}")
+        except (struct.error, IndexError):
+            raise PgOutputError("a message cut short") from None
+        self._at = at
         return out
 
 

@@ -49,6 +49,13 @@ SNAPSHOT, LSN = "snapshot", "lsn"
 TIMEOUT_S = 30.0  # connecting, or waiting for the slot another reader holds
 _FETCH = 10_000
 _REASON = "__reason"
+# A commit message's end position (bytes 10-17 of the message, big-endian) as a bigint, and
+# the kinds of message that are a change (insert, update, delete, truncate).
+_END = (
+    "CASE WHEN get_byte(data, 0) = 67 THEN "
+    "('x' || encode(substring(data from 11 for 8), 'hex'))::bit(64)::bigint END"
+)
+_CHANGES = ", ".join(str(ord(k)) for k in "IUDT")
 
 
 class CdcSourceError(RuntimeError):
@@ -80,7 +87,7 @@ class CdcTable:
         except psycopg.Error as e:
             raise CdcSourceError(f"{self._describe()}: cannot connect: {e}") from None
 
-    def _query(self, sql: Any, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    def _query(self, sql: Any, params: Any = ()) -> list[tuple[Any, ...]]:
         """`sql`'s rows; a slot another session holds is waited for (`TIMEOUT_S`)."""
         import psycopg
         from psycopg import errors
@@ -228,33 +235,45 @@ class CdcTable:
 
     # The stream.
 
-    def transactions(self, after: int, upto: int | None, changes: int) -> list[Transaction]:
-        """The committed transactions whose commit ends after `after` (and at or before
-        `upto`, if given; else about `changes` changes' worth, whole transactions), in
-        commit order, the slot left where it is."""
-        asked = max(changes * 2, 100)
-        while True:
-            rows = self._query(
-                "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, %s, "
-                "'proto_version', '1', 'publication_names', %s)",
-                (
-                    self.spec.slot,
-                    None if upto is None else lsn_text(upto),
-                    None if upto is not None else asked,
-                    self.spec.publication_name(),
-                ),
-            )
-            decoder, out = Decoder(), []
-            try:
-                for (data,) in rows:
-                    t = decoder.feed(bytes(data))
-                    if t is not None and t.end_lsn > after and (upto is None or t.end_lsn <= upto):
-                        out.append(t)
-            except PgOutputError as e:
-                raise CdcSourceError(f"{self._describe()}: {e}") from None
-            if upto is not None or len(rows) < asked or sum(len(t.changes) for t in out) >= changes:
-                return out
-            asked *= 4
+    def _peeked(self, query: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """`query` over the slot's pending messages (`p`: xid, data, n, their order),
+        peeked up to `upto` (None: all), the slot left where it is."""
+        peek = (
+            "WITH p AS MATERIALIZED (SELECT xid, data, n FROM "
+            "pg_logical_slot_peek_binary_changes(%(slot)s, %(upto)s::pg_lsn, NULL, "
+            "'proto_version', '1', 'publication_names', %(pub)s) "
+            "WITH ORDINALITY AS m(lsn, xid, data, n)) "
+        )
+        slot = {"slot": self.spec.slot, "pub": self.spec.publication_name()}
+        return self._query(peek + query, {"upto": None, **slot, **params})
+
+    def commits(self, after: int) -> list[tuple[int, int]]:
+        """(commit end, changes) of each committed transaction whose commit ends after
+        `after`, in commit order: counted by the server, nothing decoded here."""
+        rows = self._peeked(
+            f"SELECT max({_END}), count(*) FILTER (WHERE get_byte(data, 0) IN ({_CHANGES})) "
+            f"FROM p GROUP BY xid HAVING max({_END}) > %(after)s ORDER BY max(n)",
+            {"after": after},
+        )
+        return [(int(end), int(n)) for end, n in rows]
+
+    def transactions(self, after: int, upto: int) -> list[Transaction]:
+        """The committed transactions whose commit ends in (`after`, `upto`], in commit
+        order: only theirs and the relations' messages leave the server."""
+        rows = self._peeked(
+            f"SELECT data FROM p WHERE get_byte(data, 0) = {ord('R')} OR xid IN "
+            f"(SELECT xid FROM p WHERE {_END} > %(after)s) ORDER BY n",
+            {"after": after, "upto": lsn_text(upto)},
+        )
+        decoder, out = Decoder(), []
+        try:
+            for (data,) in rows:
+                t = decoder.feed(bytes(data))
+                if t is not None and after < t.end_lsn <= upto:
+                    out.append(t)
+        except PgOutputError as e:
+            raise CdcSourceError(f"{self._describe()}: {e}") from None
+        return out
 
     def release(self, lsn: int) -> None:
         """Advance the slot to `lsn` (the server may keep less WAL)."""
@@ -314,7 +333,7 @@ class CdcInput:
             if s.partition == SNAPSHOT:
                 parts.append(self._snapshot(s.start, s.end))
             else:
-                rows, bad = self._changes(self.cdc.transactions(s.start, s.end, 0))
+                rows, bad = self._changes(self.cdc.transactions(s.start, s.end))
                 parts.append(rows)
                 letters += bad
         rows = pa.concat_tables(parts) if parts else self._empty()
@@ -429,10 +448,10 @@ def _step_end(cdc: CdcTable, start: dict[str, int], most: int) -> dict[str, int]
     if start.get(SNAPSHOT, 0) < rows:
         return {SNAPSHOT: min(rows, start.get(SNAPSHOT, 0) + most), LSN: start.get(LSN, 0)}
     end, taken = start.get(LSN, 0), 0
-    for t in cdc.transactions(end, None, most):
-        if taken and taken + len(t.changes) > most:
+    for commit, changes in cdc.commits(end):
+        if taken and taken + changes > most:
             break
-        end, taken = t.end_lsn, taken + len(t.changes)
+        end, taken = commit, taken + changes
     return {SNAPSHOT: rows, LSN: end}
 
 
