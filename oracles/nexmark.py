@@ -83,11 +83,16 @@ def count_char(s: str | None, character: str | None) -> int:
     return sum(1 for c in s if c == character[0])
 
 
-def oracle(name: str, sql: str, tables: dict[str, pa.Table]) -> Rows:
+def oracle(
+    name: str, sql: str, tables: dict[str, pa.Table], macros: dict[str, str] | None = None
+) -> Rows:
     """Query `name` (the last view of `sql`, after the table views person, auction and bid)
     over `tables` (the input tables by name: `events`, and side inputs). Nexmark's UDF
-    count_char is DuckDB's function here (`count_char`)."""
+    count_char is DuckDB's function here (`count_char`); `macros` are DuckDB macros
+    (`"f(x)": "avg(x)"`) standing for a query's Python functions."""
     con = duckdb.connect()
+    for head, body in (macros or {}).items():
+        con.execute(f"CREATE MACRO {head} AS {body}")
     con.execute("SET TimeZone = 'UTC'")
     args: list[Any] = ["VARCHAR", "VARCHAR"]  # the stubs' list type is invariant
     con.create_function("count_char", count_char, args, "BIGINT", null_handling=duckdb_func.SPECIAL)

@@ -45,10 +45,12 @@ class UdfDeclaration(SpecModel):
         "Spark would widen implicitly",
     )
     returns: SqlType = Field(description="the result's Spark SQL type")
-    kind: Literal["scalar"] = Field(
+    kind: Literal["scalar", "aggregate"] = Field(
         "scalar",
-        description="scalar: called once per batch with one Arrow array per argument "
-        "(all of the batch's rows), returns one Arrow array of as many values",
+        description="scalar: a function called once per batch with one Arrow array per "
+        "argument (all of the batch's rows), returns one Arrow array of as many values; "
+        "aggregate: a class with create, accumulate, finish and optionally retract and "
+        "merge (docs/sql.md, Python aggregates)",
     )
 
 
@@ -95,8 +97,12 @@ def check_source(source: str, functions: list[UdfDeclaration]) -> list[str]:
     except SyntaxError as e:
         return [f"line {e.lineno}: {e.msg}"]
     defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
     problems = []
     for f in functions:
+        if f.kind == "aggregate":
+            problems += _aggregate_problems(f, classes.get(f.name))
+            continue
         d = defs.get(f.name)
         if d is None:
             problems.append(f"function {f.name!r} is not defined at the module's top level")
@@ -106,6 +112,33 @@ def check_source(source: str, functions: list[UdfDeclaration]) -> list[str]:
             problems.append(
                 f"function {f.name!r} (line {d.lineno}) does not take {len(f.args)} "
                 "positional arguments, as declared"
+            )
+    return problems
+
+
+# An aggregate class's methods: how many positional arguments each takes besides self
+# (`None`: the declared arguments, after the accumulator), and whether it must be there.
+_METHODS = {"create": (0, True), "accumulate": (None, True), "finish": (1, True),
+            "retract": (None, False), "merge": (2, False)}  # fmt: skip
+
+
+def _aggregate_problems(f: UdfDeclaration, c: ast.ClassDef | None) -> list[str]:
+    if c is None:
+        return [f"aggregate {f.name!r} is not a class at the module's top level"]
+    methods = {n.name: n for n in c.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+    problems = []
+    for name, (n, required) in _METHODS.items():
+        m = methods.get(name)
+        if m is None:
+            if required:
+                problems.append(f"aggregate {f.name!r} (line {c.lineno}) has no method {name!r}")
+            continue
+        takes = 1 + (1 + len(f.args) if n is None else n)  # self, then its arguments
+        if isinstance(m, ast.AsyncFunctionDef) or not _takes(m.args, takes):
+            problems.append(
+                f"aggregate {f.name!r}: method {name!r} (line {m.lineno}) does not take "
+                f"{takes - 1} arguments"
+                + (f" (the accumulator, then the {len(f.args)} declared)" if n is None else "")
             )
     return problems
 

@@ -19,6 +19,7 @@ from .grouping import grouped
 from .parse import Script
 from .plan import AggCall, AggFunc, Project
 from .relation import Relation
+from .udafs import UdafCall
 
 _AGGS: dict[type[exp.Expr], AggFunc] = {
     exp.Count: "count",
@@ -94,6 +95,21 @@ class Aggregates:
             k = key(a)
             if k in seen:
                 continue
+            if isinstance(a, UdafCall):
+                call, args = self.udaf(a, below)
+                columns = []
+                for e in args:
+                    if isinstance(e, Column):
+                        columns.append(e.name)
+                    else:
+                        columns.append(self.fresh())
+                        computed.append((columns[-1], e))
+                call = AggCall(
+                    call.name, "udf", None, call.type, udf=call.udf, columns=tuple(columns)
+                )
+                calls.append(call)
+                seen[k] = Column(call.name, call.type)
+                continue
             call, arg = self.call(a, below)
             if arg is not None:
                 if isinstance(arg, Column):
@@ -126,6 +142,13 @@ class Aggregates:
             raise self._error(g, f"GROUP BY {text} names an aggregate")
         return chosen
 
+    def udaf(self, a: UdafCall, below: Compiler) -> tuple[AggCall, list[Expr]]:
+        """A Python aggregate's call and its arguments, cast to the declared types where
+        Spark would cast implicitly (`Compiler.udf_args`)."""
+        udaf = self.script.udfs[str(a.this)]
+        args = below.udf_args(a, udaf, [below(e) for e in a.expressions])
+        return AggCall(self.fresh(), "udf", None, udaf.result, udf=udaf), args
+
     def call(self, a: exp.Expr, below: Compiler) -> tuple[AggCall, Expr | None]:
         cond: Expr | None = None
         node = a
@@ -134,6 +157,8 @@ class Aggregates:
             cond = below(a.expression.this)
             self._boolean(a, cond, "FILTER")
         func = _AGGS.get(type(node))
+        if isinstance(node, UdafCall):
+            raise self._error(a, f"{node.this}: a Python aggregate takes no FILTER (yet)")
         if func is None:
             raise self._error(a, f"aggregate {key(a)} is not supported (docs/sql.md)")
         inner = node.this

@@ -410,8 +410,12 @@ class Compiler:
         return self.call(node, name, [self(a) for a in args])
 
     def _udf(self, node: exp.Expr, udf: Any, args: list[Expr]) -> UdfCall:
-        """A call of a Python UDF: its arguments cast to the declared types where Spark
-        would cast implicitly (a wider number, a NULL), refused otherwise."""
+        """A call of a Python UDF (`udf_args`)."""
+        return UdfCall(udf, tuple(self.udf_args(node, udf, args)), udf.result)
+
+    def udf_args(self, node: exp.Expr, udf: Any, args: list[Expr]) -> list[Expr]:
+        """A Python function's arguments cast to its declared types where Spark would cast
+        implicitly (a wider number, a NULL), refused otherwise."""
         if len(args) != len(udf.args):
             raise self.error(
                 node, f"{udf.name}: takes {len(udf.args)} arguments, as declared ({len(args)})"
@@ -428,7 +432,7 @@ class Compiler:
                     node, f"{udf.name}: argument {i + 1} is {got}, declared {declared}"
                 )
             cast.append(_cast_to(a, want))
-        return UdfCall(udf, tuple(cast), udf.result)
+        return cast
 
 
 def _cast_to(e: Expr, t: pa.DataType) -> Expr:

@@ -1,8 +1,10 @@
-"""GROUP BY with DISTINCT aggregates (`count(DISTINCT x)`, `sum(DISTINCT x)`, ...), out of
-the engine's operators as DBSP composes them:
+"""GROUP BY with DISTINCT aggregates (`count(DISTINCT x)`, `sum(DISTINCT x)`, ...) or Python
+aggregates, out of the engine's operators as DBSP composes them:
 
 - the plain aggregates in one `Aggregate` (with a count(*) if there is none, so that every
   group of the input has a row);
+- the Python aggregates in one `Aggregate` of their own (the engine's `UdfGroupAggregate`):
+  a group has a row there whenever it has input rows;
 - per distinct aggregate, a `Distinct` of (keys, x) then an `Aggregate` over it: a group
   has a row there too whenever it has input rows (a NULL x is a distinct value that the
   aggregate then ignores, as SQL's DISTINCT aggregates do);
@@ -34,13 +36,27 @@ def grouped(
         return Distinct(
             Project(node, tuple((k, Column(k, node.schema.field(k).type)) for k in keys))
         )
-    plain = [c for c in calls if not c.distinct]
+    plain = [c for c in calls if not c.distinct and c.func != "udf"]
+    python = [c for c in calls if c.func == "udf"]
     distinct = [c for c in calls if c.distinct]
-    if not distinct:
+    if not distinct and not python:
         return Aggregate(node, keys, calls)
+    if not distinct and not plain:
+        return Aggregate(node, keys, tuple(python))
     anchor = [] if plain else [AggCall(fresh(), "count", None, pa.int64())]
     result: Node = Aggregate(node, keys, tuple(plain + anchor))
     types = {k: node.schema.field(k).type for k in keys}
+    if python:  # one operator of their own (the engine's UdfGroupAggregate)
+        renamed = {k: fresh() for k in keys}
+        agg = Aggregate(node, keys, tuple(python))
+        branch = Project(
+            agg,
+            (
+                *((renamed[k], Column(k, types[k])) for k in keys),
+                *((c.name, Column(c.name, c.type)) for c in python),
+            ),
+        )
+        result = join_null_safe(result, list(keys), branch, [renamed[k] for k in keys], fresh)
     for c in distinct:
         assert c.column is not None
         cols = list(dict.fromkeys([*keys, c.column]))

@@ -32,6 +32,8 @@ from storage_engine.circuit import (
     RowsOver,
     SessionWindows,
     TopN,
+    UdfCall,
+    UdfGroupAggregate,
     Upsert,
     WindowAggregate,
 )
@@ -90,12 +92,17 @@ class Layout:
         return node.table
 
     def _aggs(self, aggs: tuple[P.AggCall, ...], c: Mapping[str, str]) -> list[EngineAggregate]:
+        out = []
+        for j, a in enumerate(aggs):
+            assert a.func != "udf", "planned apart (grouping.grouped)"
+            name = f"a{j}" if self.names is None else self.names[a.name]
+            out.append(EngineAggregate(name, a.func, c[a.column] if a.column else None))
+        return out
+
+    def _udf_calls(self, aggs: tuple[P.AggCall, ...], c: Mapping[str, str]) -> list[UdfCall]:
+        """A Python aggregates' node's calls (`grouping.grouped` plans them apart)."""
         return [
-            EngineAggregate(
-                f"a{j}" if self.names is None else self.names[a.name],
-                a.func,
-                c[a.column] if a.column else None,
-            )
+            UdfCall(f"a{j}", a.udf, tuple(c[x] for x in a.columns), a.type)
             for j, a in enumerate(aggs)
         ]
 
@@ -177,7 +184,13 @@ class Layout:
         )
         keys = _bounded_first(keyed, below)
         leads = {inp: below[keys[0]]} if keys and keys[0] in below else {}
-        if isinstance(node, P.Aggregate):
+        if isinstance(node, P.Aggregate) and node.aggs[0].func == "udf":
+            calls = self._udf_calls(node.aggs, c)
+            op_id = self._id(view, "agg", counter)
+            op = UdfGroupAggregate(op_id, schema, [c[k] for k in keys], calls, input=inp)
+            if keys != node.keys:
+                output = [*(c[k] for k in node.keys), *(a.name for a in calls)]
+        elif isinstance(node, P.Aggregate):
             aggs = self._aggs(node.aggs, c)
             op_id = self._id(view, "agg", counter)
             op = GroupAggregate(op_id, schema, [c[k] for k in keys], aggs, input=inp)

@@ -102,7 +102,7 @@ class _Walk:
         if isinstance(node, P.Windows):
             return (have - {node.start, node.end}) | {node.time}
         if isinstance(node, P.Aggregate):
-            return set(node.keys) | {a.column for a in node.aggs if a.column is not None}
+            return set(node.keys) | {c for a in node.aggs for c in a.reads}
         if isinstance(node, P.Negate):
             return have
         assert isinstance(node, P.Distinct | P.TopN | P.RowsOver | P.Upsert)

@@ -57,7 +57,8 @@ class View:
 @dataclass(frozen=True)
 class Script:
     """The parsed SQL: views in text order, and the text (for positions of nodes); the
-    Python functions its views may call (`udfs.Udf` by name: the spec's, `spec.plan_spec`)."""
+    Python functions its views may call (`udfs.Udf`, or `udafs.Udaf` for an aggregate, by
+    name: the spec's, `spec.plan_spec`)."""
 
     text: str
     views: list[View]

@@ -180,7 +180,7 @@ class Partitioning:
 def receives_partials(node: P.Node) -> bool:
     """Whether a stateful node's input travels as partials (`GroupAggregate.partial`): an
     aggregate without GROUP BY's."""
-    return isinstance(node, P.Aggregate) and not node.keys
+    return isinstance(node, P.Aggregate) and not node.keys and node.aggs[0].func != "udf"
 
 
 def partial_port(port: str, part: str) -> str:
@@ -202,7 +202,7 @@ def _reads(node: P.Node) -> tuple[str, ...] | None:
     """The input columns an aggregate reads (None: a reader of whole rows)."""
     if isinstance(node, P.Aggregate | P.WindowAggregate):
         more = (node.time,) if isinstance(node, P.WindowAggregate) else ()
-        used = (*node.keys, *more, *(a.column for a in node.aggs if a.column is not None))
+        used = (*node.keys, *more, *(c for a in node.aggs for c in a.reads))
         return tuple(dict.fromkeys(used))
     return None
 

@@ -10,13 +10,13 @@ table; the others keep state in the engine (`dataflow.py` maps each onto a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import pyarrow as pa
 
 from .expr import Expr
 
-AggFunc = Literal["count", "sum", "avg", "min", "max"]
+AggFunc = Literal["count", "sum", "avg", "min", "max", "udf"]
 JoinKind = Literal["inner", "left", "right", "full"]
 
 
@@ -113,13 +113,21 @@ class Sessions:
 @dataclass(frozen=True)
 class AggCall:
     """`func` over input column `column` (None: count(*)), output column `name`; with
-    `distinct`, over the distinct non-null values of the group."""
+    `distinct`, over the distinct non-null values of the group. A Python aggregate (`func`
+    "udf") is `udf` (`udafs.Udaf`) over the input columns `columns`."""
 
     name: str
     func: AggFunc
     column: str | None
     type: pa.DataType
     distinct: bool = False
+    udf: Any = None
+    columns: tuple[str, ...] = ()
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """The input columns it reads."""
+        return self.columns if self.func == "udf" else (self.column,) if self.column else ()
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from .plan import (
 from .ranking import is_row_number, over_rows, rank_bounds, top_n, window_items
 from .relation import Relation
 from .subqueries import Correlated, Subqueries, correlations, has_subquery
+from .udafs import marked
 from .windows import is_session, session_args, window_args, window_call
 
 
@@ -65,7 +66,7 @@ class Planner:
         tables: Mapping[str, pa.Schema],
         upserts: Mapping[str, tuple[tuple[str, ...], str]] | None = None,
     ) -> None:
-        self.script = script
+        self.script = marked(script)  # its Python aggregates' calls are aggregates
         self.tables = {name.lower(): schema for name, schema in tables.items()}
         # Tables fed by upserts and deletes: their keys and op column, and the one node
         # every read of the table shares (its state is the table's, whoever reads it).

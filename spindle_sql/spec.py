@@ -6,7 +6,7 @@ the spec's (`SpecError`), at field `sql` with the line and column in the message
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,7 @@ from .errors import SqlError
 from .functions import FUNCTIONS
 from .parse import parse
 from .planner import PlannedView, plan
+from .udafs import Udaf
 from .udfs import Udf, declared
 from .watermarks import EventTime
 
@@ -61,7 +62,7 @@ def table_schema(source: S.InputSource, where: str = "source") -> pa.Schema:
 def plan_spec(
     spec: S.PipelineSpec,
     udf_source: str | None = None,
-    udf_impls: Mapping[str, Callable[..., Any]] | None = None,
+    udf_impls: Mapping[str, Any] | None = None,
 ) -> SqlPlan:
     """The spec's views planned over its input tables; SpecError naming every problem.
 
@@ -106,8 +107,8 @@ def plan_spec(
 def _udfs(
     spec: S.PipelineSpec,
     source: str | None,
-    impls: Mapping[str, Callable[..., Any]] | None,
-) -> dict[str, Udf]:
+    impls: Mapping[str, Any] | None,
+) -> dict[str, Udf | Udaf]:
     u = spec.udfs
     if u is None:
         return {}
@@ -121,9 +122,17 @@ def _udfs(
         raise S.SpecError(errors)
     code = source if source is not None else (u.code or "")
     signatures = [
-        (f.name, [arrow_type(t) for t in f.args], arrow_type(f.returns)) for f in u.functions
+        (f.name, [arrow_type(t) for t in f.args], arrow_type(f.returns))
+        for f in u.functions
+        if f.kind == "scalar"
     ]
-    return declared(signatures, digest(code), impls)
+    out: dict[str, Udf | Udaf] = dict(declared(signatures, digest(code), impls))
+    for f in u.functions:
+        if f.kind == "aggregate":
+            args = [arrow_type(t) for t in f.args]
+            impl = (impls or {}).get(f.name)
+            out[f.name] = Udaf(f.name, args, arrow_type(f.returns), digest(code), impl)
+    return out
 
 
 def _event_time(et: S.EventTime, schema: pa.Schema, where: str) -> EventTime:

@@ -119,7 +119,7 @@ def declared(
     digest: str,
     impls: Mapping[str, Callable[..., Any]] | None = None,
 ) -> dict[str, Udf]:
-    """The `Udf`s of one module (`digest`), with their implementations where given."""
+    """The scalar `Udf`s of one module (`digest`), with their implementations where given."""
     return {
         name: Udf(name, args, result, digest, (impls or {}).get(name))
         for name, args, result in functions

@@ -9,12 +9,14 @@ from .operator import CircuitError, Operator
 from .over import RowsOver
 from .session import SessionWindows
 from .top_n import TopN
+from .udf_aggregate import AggregateFunction, UdfCall, UdfGroupAggregate
 from .upsert import Upsert
 from .window import WindowAggregate
 
 __all__ = [
     "AggFunc",
     "Aggregate",
+    "AggregateFunction",
     "Circuit",
     "CircuitError",
     "Distinct",
@@ -27,6 +29,8 @@ __all__ = [
     "SessionWindows",
     "Stepper",
     "TopN",
+    "UdfCall",
+    "UdfGroupAggregate",
     "Upsert",
     "WindowAggregate",
     "operator_state",

@@ -11,7 +11,6 @@ import linecache
 import re
 import sys
 import types
-from collections.abc import Callable
 from typing import Any
 
 from pipeline_spec import model as S
@@ -23,10 +22,10 @@ UDF_ERROR_HEADING = "udf error:"  # the driver's last line when a UDF failed a s
 _IN_TASK = re.compile(r"UdfError: (udf .*)$", re.M)
 
 
-def load(spec: S.PipelineSpec) -> dict[str, Callable[..., Any]]:
+def load(spec: S.PipelineSpec) -> dict[str, Any]:
     """The declared functions of `spec`'s inline UDF module, which runs now (once per
-    process and module: a module's second load is the first's); SpecError at `udfs` if it
-    raises or does not define them."""
+    process and module: a module's second load is the first's), an aggregate's class as an
+    instance; SpecError at `udfs` if it raises or does not define them."""
     u = spec.udfs
     if u is None:
         return {}
@@ -36,12 +35,22 @@ def load(spec: S.PipelineSpec) -> dict[str, Callable[..., Any]]:
     module = sys.modules.get(name)
     if module is None:
         module = _run(name, u.code)
-    out = {}
+    out: dict[str, Any] = {}
     for f in u.functions:
         fn = getattr(module, f.name, None)
-        if not callable(fn):
+        if f.kind == "aggregate":
+            if not isinstance(fn, type):
+                raise S.SpecError([("udfs", f"the module defines no class {f.name!r}")])
+            try:  # one instance: its methods are called per group
+                out[f.name] = fn()
+            except (Exception, SystemExit) as e:
+                raise S.SpecError(
+                    [("udfs", f"aggregate {f.name}(): {type(e).__name__}: {e}")]
+                ) from None
+        elif not callable(fn):
             raise S.SpecError([("udfs", f"the module defines no function {f.name!r}")])
-        out[f.name] = fn
+        else:
+            out[f.name] = fn
     return out
 
 

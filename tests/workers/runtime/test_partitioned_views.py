@@ -22,11 +22,14 @@ from spindle_sql.planner import plan
 from spindle_sql.shard_level import LevelStep, empty_key_shard
 from spindle_sql.spec import plan_spec
 from storage_engine.key_groups import DEFAULT_KEY_GROUPS
+from workers.runtime import udfs as runtime_udfs
 
 from ...spindle_sql.incremental import delta_table, step_deltas
 from ...spindle_sql.sqlgen import TABLES, generate, rows
 from ...spindle_sql.test_dataflow_oracle import TABLES as EVENT_TABLES
 from ...spindle_sql.test_emit_final import CASES as FINAL_CASES
+from ...spindle_sql.test_udafs import _records as udaf_records
+from ...spindle_sql.test_udafs import _spec as udaf_spec
 from ...spindle_sql.test_upsert_tables import _customers as customers
 from ...spindle_sql.test_upsert_tables import _orders as orders
 from ...spindle_sql.test_upsert_tables import _spec as upsert_spec
@@ -237,6 +240,32 @@ def test_upserted_tables_partitioned(tmp_path: Path, shards: int) -> None:
                 customers(rng, rng.randint(0, 12)), planned.tables["customers"]
             ),
             "orders": upsert_table(orders(rng, rng.randint(0, 12)), planned.tables["orders"]),
+        }
+        for _ in range(10)
+    ]
+
+    def make() -> Dataflow:
+        return Dataflow(planned.views)
+
+    expected = plain_run(make, steps, tmp_path / "plain")
+    check_partitioned(
+        make, steps, expected, tmp_path / "p", shards, reopen_at=5, rescale_to=5 - shards
+    ).close()
+
+
+@pytest.mark.parametrize("shards", [2, 3])
+def test_python_aggregates_partitioned(tmp_path: Path, shards: int) -> None:
+    """Python aggregates (incremental and recomputed, with and without GROUP BY) on the
+    shards give the single-process run's deltas, across a reopen and a rescale."""
+    spec = udaf_spec()
+    planned = plan_spec(spec, udf_impls=runtime_udfs.load(spec))
+    schema = planned.tables["orders"]
+    rng = random.Random(shards)
+    steps = [
+        {
+            "orders": pa.Table.from_pylist(
+                [{f.name: r.get(f.name) for f in schema} for r in udaf_records(rng, 8)], schema
+            )
         }
         for _ in range(10)
     ]

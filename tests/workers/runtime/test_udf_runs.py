@@ -2,7 +2,7 @@
 files root, runs it, and a view calling it equals the same view with the built-in function;
 a UDF that raises fails the run with its traceback in the log and, as the last line (the
 run's reason in the console and the CLI), the function and the row it failed on. Nothing
-of that step is committed."""
+of that step is committed. A Python aggregate runs alike."""
 
 from __future__ import annotations
 
@@ -34,6 +34,20 @@ def picky(s):
     if pc.any(pc.equal(s, "user-3")).as_py():
         raise KeyError("user-3 is not in the directory")
     return s
+
+
+class n_rows:
+    def create(self):
+        return 0
+
+    def accumulate(self, acc, s):
+        return acc + len(s)
+
+    def retract(self, acc, s):
+        return acc - len(s)
+
+    def finish(self, acc):
+        return acc
 """
 
 
@@ -56,6 +70,7 @@ def _spec(view: str, parallelism: int) -> dict[str, Any]:
             "functions": [
                 {"name": "shout", "args": ["string"], "returns": "string"},
                 {"name": "picky", "args": ["string"], "returns": "string"},
+                {"name": "n_rows", "kind": "aggregate", "args": ["string"], "returns": "bigint"},
             ],
         },
         "sinks": [
@@ -95,10 +110,12 @@ def _integral(out: Path) -> Counter[tuple[Any, ...]]:
 def test_a_view_calling_a_udf_from_a_file_equals_the_builtin(
     tmp_path: Path, parallelism: int
 ) -> None:
-    """At parallelism 2 the executors run the module the driver read."""
+    """At parallelism 2 the executors run the module the driver read (a scalar function
+    and an aggregate, on the shards)."""
     code, err = _run(
         tmp_path,
-        "CREATE VIEW v AS SELECT shout(user) AS u, count(*) AS n FROM input GROUP BY shout(user)",
+        "CREATE VIEW v AS SELECT shout(user) AS u, n_rows(user) AS n FROM input "
+        "GROUP BY shout(user)",
         parallelism,
     )
     assert code == 0, err[-3000:]
