@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -24,7 +24,7 @@ from sqlglot import exp
 
 from .functions.base import spark_name
 from .parse import Script
-from .udfs import UdfError
+from .udfs import Declared, UdfError
 
 
 class UdafCall(exp.Expression, exp.AggFunc):
@@ -34,29 +34,8 @@ class UdafCall(exp.Expression, exp.AggFunc):
     arg_types = {"this": True, "expressions": False}
 
 
-class Udaf:
-    """A declared aggregate: compared, hashed and printed by its declaration and digest
-    (operator fingerprints cover those), never by the implementation it carries."""
-
-    def __init__(
-        self,
-        name: str,
-        args: Sequence[pa.DataType],
-        result: pa.DataType,
-        digest: str,
-        impl: Any = None,
-    ) -> None:
-        self.name, self.args, self.result, self.digest = name, tuple(args), result, digest
-        self.impl = impl
-
-    def _key(self) -> tuple[Any, ...]:
-        return ("aggregate", self.name, self.args, self.result, self.digest)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Udaf) and self._key() == other._key()
-
-    def __hash__(self) -> int:
-        return hash(self._key())
+class Udaf(Declared):
+    """A declared aggregate (its `impl`: an instance of the module's class)."""
 
     def __repr__(self) -> str:
         args = ", ".join(spark_name(t) for t in self.args)

@@ -36,9 +36,10 @@ class UdfError(EvaluationError):
         self.message, self.detail = message, detail
 
 
-class Udf:
-    """A declared function: compared, hashed and printed by its declaration and digest
-    (operator fingerprints cover those), never by the implementation it carries."""
+class Declared:
+    """A declared Python function of a spec: compared, hashed and printed by its
+    declaration and digest (operator fingerprints cover those), never by the implementation
+    it carries (`impl`, given in a pipeline's own processes only)."""
 
     def __init__(
         self,
@@ -46,19 +47,23 @@ class Udf:
         args: Sequence[pa.DataType],
         result: pa.DataType,
         digest: str,
-        impl: Callable[..., Any] | None = None,
+        impl: Any = None,
     ) -> None:
         self.name, self.args, self.result, self.digest = name, tuple(args), result, digest
         self.impl = impl
 
     def _key(self) -> tuple[Any, ...]:
-        return (self.name, self.args, self.result, self.digest)
+        return (type(self).__name__, self.name, self.args, self.result, self.digest)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Udf) and self._key() == other._key()
+        return isinstance(other, Declared) and self._key() == other._key()
 
     def __hash__(self) -> int:
         return hash(self._key())
+
+
+class Udf(Declared):
+    """A declared scalar function (its `impl`: the module's function)."""
 
     def __repr__(self) -> str:
         args = ", ".join(spark_name(t) for t in self.args)
@@ -126,4 +131,4 @@ def declared(
     }
 
 
-__all__ = ["Udf", "UdfError", "declared"]
+__all__ = ["Declared", "Udf", "UdfError", "declared"]
