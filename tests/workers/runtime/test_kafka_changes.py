@@ -3,8 +3,9 @@ change events (`debezium-json`, with and without the schema envelope, two partit
 key), orders in upsert mode (a value upserts, a tombstone or `op: delete` deletes). A join
 and an aggregate over them, run over two runs (the second restores a checkpoint and redoes
 a logged step), at parallelism 1 and 2: the files sink integrates to, and the Kafka upsert
-sink's last record per key equals, DuckDB's query over the live rows a plain-Python model
-of the same changes keeps. Records that are no change are dead letters with their reason."""
+sink's last record per key and the Delta table (merged on the key) equal, DuckDB's query
+over the live rows a plain-Python model of the same changes keeps. Records that are no
+change are dead letters with their reason."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any
 
 import duckdb
 import pytest
+from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from local_servers.kafka import KafkaBroker
@@ -65,6 +67,14 @@ def spec(broker: KafkaBroker, topics: dict[str, str], parallelism: int) -> dict[
         "sql": SQL,
         "sinks": [
             {"name": "out", "kind": "files", "from": "per_city", "path": "out", "format": "jsonl"},
+            {
+                "name": "lake",
+                "kind": "delta",
+                "from": "per_city",
+                "path": "lake",
+                "mode": "table",
+                "key": ["city"],
+            },
             {
                 "name": "latest",
                 "kind": "kafka",
@@ -209,6 +219,8 @@ def test_debezium_and_upsert_topics_equal_the_live_rows(
         Counter((city, v["orders"], v["total"]) for city, v in latest.items() if v is not None)
         == want
     )
+    lake = DeltaTable(str(tmp_path / "lake")).to_pyarrow_table().to_pylist()
+    assert Counter((r["city"], r["orders"], r["total"]) for r in lake) == want
 
     letters = [
         json.loads(line)
