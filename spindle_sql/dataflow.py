@@ -501,7 +501,12 @@ class _Canon:
         if isinstance(v, tuple | list):
             return type(v)(self(x) for x in v)
         if dataclasses.is_dataclass(v) and not isinstance(v, type):
-            return (type(v).__name__, *(self(getattr(v, f.name)) for f in dataclasses.fields(v)))
+            fields = [
+                f
+                for f in dataclasses.fields(v)
+                if not (f.metadata == P.NEWER and getattr(v, f.name) == f.default)
+            ]
+            return (type(v).__name__, *(self(getattr(v, f.name)) for f in fields))
         return v
 
 

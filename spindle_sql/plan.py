@@ -16,6 +16,10 @@ import pyarrow as pa
 
 from .expr import Expr
 
+# A plan node field's metadata: described (in operator fingerprints) only when it is not its
+# default, since the field came after plans were checkpointed without it.
+NEWER = {"described": "unless default"}
+
 AggFunc = Literal["count", "sum", "avg", "min", "max", "udf"]
 JoinKind = Literal["inner", "left", "right", "full"]
 
@@ -121,8 +125,10 @@ class AggCall:
     column: str | None
     type: pa.DataType
     distinct: bool = False
-    udf: Any = None
-    columns: tuple[str, ...] = ()
+    # Fields added later are left out of fingerprints at their defaults (`NEWER`), so that
+    # a plan of an earlier release is described as it was.
+    udf: Any = field(default=None, metadata=NEWER)
+    columns: tuple[str, ...] = field(default=(), metadata=NEWER)
 
     @property
     def reads(self) -> tuple[str, ...]:
