@@ -110,7 +110,7 @@ trigger: {interval: [1]}
   it("reports missing fields and a missing union tag", () => {
     // `state` or `sql`: the API says which is missing (a rule across fields).
     expect(fields("name: x\nsource: {generator: clicks}\n")).toEqual([
-      ["source", 'needs "kind": one of "datagen", "files", "log", "kafka"'],
+      ["source", 'needs "kind": one of "datagen", "files", "log", "kafka", "postgres_cdc"'],
     ]);
     expect(fields("name: x\nsource: 5\nstate: []\nsinks: []\n")).toEqual([
       ["source", "must be a mapping"],
