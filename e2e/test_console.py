@@ -239,6 +239,25 @@ def test_checkpoints_commit_gc_pin_restore(ui: UI, plat: Platform) -> None:
     )
     assert ops.locator("[data-status=failed]").count() == 0
 
+    # Time travel: the view as of the pinned second checkpoint, and what changed from it to
+    # the fourth, as the API answers them.
+    page.goto(ui.url(f"pipelines/{NAME}/views"))
+    page.get_by_test_id("view-as-of").select_option(second["uuid"])
+    expect(page.get_by_test_id("view-meta")).to_contain_text(f"(step {second['step']})")
+    url = f"/api/v1/pipelines/{NAME}/views/latest"
+    past = plat.client.get(url, params={"as_of": second["uuid"], "limit": 25}).json()
+    expect(page.get_by_test_id("view-row-0")).to_contain_text(str(past["rows"][0]["user"]))
+    page.get_by_test_id("view-as-of").select_option(fourth["uuid"])
+    page.get_by_test_id("view-since").select_option(second["uuid"])
+    expect(page.get_by_test_id("view-diff-meta")).to_contain_text(
+        f"Step {second['step']} → step {fourth['step']}"
+    )
+    d = plat.client.get(f"{url}/diff", params={"from": second["uuid"], "to": fourth["uuid"]})
+    changed = d.json()["rows"]
+    assert changed, "the view changed between the two checkpoints"
+    expect(page.locator("[data-testid^=view-diff-row-]")).to_have_count(min(len(changed), 1000))
+    page.goto(ui.url(f"pipelines/{NAME}/checkpoints"))
+
     # Restore the older checkpoint: the running pipeline restarts from it.
     ahead = wait_until(lambda: header_step(page), 10, "the header's current step")
     assert ahead > second["step"] + 2, (ahead, second)

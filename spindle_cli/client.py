@@ -291,11 +291,25 @@ class Api:
         )
 
     def view(
-        self, name: str, view: str, keys: list[str], offset: int = 0, limit: int = 100
+        self,
+        name: str,
+        view: str,
+        keys: list[str],
+        offset: int = 0,
+        limit: int = 100,
+        as_of: str = "latest",
     ) -> Json:
         params: list[tuple[str, str | int]] = [("offset", offset), ("limit", limit)]
-        params += [("key", k) for k in keys]
+        params += [("key", k) for k in keys] + [("as_of", as_of)]
         path = f"/api/v1/pipelines/{_seg(name)}/views/{_seg(view)}"
+        return dict(self._json("GET", path, params=params))
+
+    def view_diff(
+        self, name: str, view: str, old: str, new: str, offset: int = 0, limit: int = 1000
+    ) -> Json:
+        params: list[tuple[str, str | int]] = [("from", old), ("to", new)]
+        params += [("offset", offset), ("limit", limit)]
+        path = f"/api/v1/pipelines/{_seg(name)}/views/{_seg(view)}/diff"
         return dict(self._json("GET", path, params=params))
 
     # -- tokens --

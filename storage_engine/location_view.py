@@ -267,11 +267,13 @@ def list_checkpoints(path: str | os.PathLike[str]) -> CheckpointListing:
 
 
 def read_spine(
-    path: str | os.PathLike[str], op_id: str, checkpoint: str = "latest"
+    path: str | os.PathLike[str], op_id: str, checkpoint: str = "latest", weights: bool = False
 ) -> SpineContents:
-    """The rows of spine `op_id` in a checkpoint (default the newest), consolidated: equal
-    keys' weights summed, rows whose weight is not positive dropped. Read-only, like every
-    tool here; a corrupt file raises its CorruptionError (naming file and block)."""
+    """The rows of spine `op_id` in a checkpoint (default the newest; else its uuid or
+    identifier), consolidated: equal keys' weights summed, rows whose weight is not
+    positive dropped (with `weights`, each row's weight is kept as `__weight`). Read-only,
+    like every tool here; a corrupt file raises its CorruptionError (naming file and
+    block)."""
     import pyarrow as pa
 
     root = root_dir(path)
@@ -300,4 +302,8 @@ def read_spine(
     keys = [n for n in t.column_names if n != WEIGHT]
     summed = t.group_by(keys, use_threads=False).aggregate([(WEIGHT, "sum")])
     summed = summed.filter(pa.compute.greater(summed.column(f"{WEIGHT}_sum"), 0))
-    return SpineContents(info, summed.select(keys).sort_by([(k, "ascending") for k in keys]))
+    if weights:
+        summed = summed.select([*keys, f"{WEIGHT}_sum"]).rename_columns([*keys, WEIGHT])
+    else:
+        summed = summed.select(keys)
+    return SpineContents(info, summed.sort_by([(k, "ascending") for k in keys]))

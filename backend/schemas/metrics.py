@@ -141,6 +141,21 @@ class IngestOut(Out):
 
 class ViewPage(Out):
     view: str
-    step: int | None
-    checkpoint: str | None
+    step: int | None = Field(description="the step of the checkpoint read (None: none yet)")
+    checkpoint: str | None = Field(description="the uuid of the checkpoint read")
     rows: list[dict[str, object]]
+
+
+class CheckpointRef(Out):
+    checkpoint: str
+    step: int
+
+
+class ViewDiff(Out):
+    view: str
+    from_: CheckpointRef = Field(alias="from")
+    to: CheckpointRef
+    rows: list[dict[str, object]] = Field(
+        description="each row whose count differs, with `weight`: how many more times it is "
+        "in `to` than in `from` (negative: fewer)"
+    )

@@ -32,6 +32,7 @@ from .params import PipelineArg
 
 views_app = typer.Typer(help="Read pipelines' materialized views.", no_args_is_help=True)
 
+AS_OF_HELP = "A checkpoint: latest, a uuid or identifier, or the step it was taken at."
 DEFAULT_CHUNK = 4 << 20  # well under the server's default ingest limit (16 MiB)
 
 
@@ -233,14 +234,16 @@ def get_view(
     limit: Annotated[int, typer.Option(min=1, max=10_000, help="Rows per page.")] = 100,
     page: Annotated[int | None, typer.Option(min=1, help="Page number (1-based).")] = None,
     offset: Annotated[int | None, typer.Option(min=0, help="Rows to skip.")] = None,
+    as_of: Annotated[str, typer.Option("--as-of", help=AS_OF_HELP)] = "latest",
     json_output: JsonOpt = False,
 ) -> None:
-    """A view's rows as of the pipeline's newest checkpoint: by key, or paged."""
+    """A view's rows as of the pipeline's newest checkpoint, or an older retained one
+    (--as-of): by key, or paged."""
     if page is not None and offset is not None:
         raise usage("give either --page or --offset")
     skip = offset if offset is not None else ((page or 1) - 1) * limit
     with connect() as api:
-        got = api.view(name, view, key or [], skip, limit)
+        got = api.view(name, view, key or [], skip, limit, as_of)
     if json_output:
         output.emit_json(got)
         return
@@ -252,7 +255,38 @@ def get_view(
     if not rows:
         output.say(f"{where}: no rows")
         return
+    _rows_table(rows, where)
+
+
+@views_app.command("diff")
+def diff_view(
+    name: PipelineArg,
+    view: Annotated[
+        str, typer.Argument(metavar="VIEW", help="View (a `view` sink's name).", show_default=False)
+    ],
+    old: Annotated[str, typer.Option("--from", help=AS_OF_HELP, show_default=False)],
+    new: Annotated[str, typer.Option("--to", help=AS_OF_HELP)] = "latest",
+    limit: Annotated[int, typer.Option(min=1, max=10_000, help="Rows at most.")] = 1000,
+    json_output: JsonOpt = False,
+) -> None:
+    """What changed in a view between two retained checkpoints: each row whose count
+    differs, with its weight (+n: n more in --to, -n: n fewer)."""
+    with connect() as api:
+        got = api.view_diff(name, view, old, new, 0, limit)
+    if json_output:
+        output.emit_json(got)
+        return
+    a, b = got["from"], got["to"]
+    where = f"view {view} of {name}, step {a['step']} -> step {b['step']}"
+    rows: list[dict[str, Any]] = list(got.get("rows") or [])
+    if not rows:
+        output.say(f"{where}: no change")
+        return
+    _rows_table(rows, where)
+
+
+def _rows_table(rows: list[dict[str, Any]], title: str) -> None:
     cols: list[str] = []
     for r in rows:
         cols += [c for c in r if c not in cols]
-    output.table(cols, [[output.dash(r.get(c)) for c in cols] for r in rows], title=where)
+    output.table(cols, [[output.dash(r.get(c)) for c in cols] for r in rows], title=title)

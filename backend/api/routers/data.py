@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import anyio
 import pyarrow as pa
 from fastapi import APIRouter, Query, Request
+from sqlalchemy.orm import Session
 
 from pipeline_spec.model import parse_spec
-from storage_engine.errors import CorruptionError, StorageError
-from storage_engine.location_view import read_spine, to_jsonable
+from storage_engine.location_view import to_jsonable
 
-from ...errors import InvalidInput, NotFound, StateUnavailable
-from ...schemas.metrics import IngestOut, ViewPage
-from ...services import ingest
+from ...errors import InvalidInput, NotFound
+from ...schemas.metrics import IngestOut, ViewDiff, ViewPage
+from ...services import ingest, views
 from ..context import Context
 from ..deps import DB, Ctx, Operator, Viewer, pipeline_by_name
 
@@ -73,45 +74,95 @@ def read_view(
     ] = None,
     offset: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
+    as_of: Annotated[
+        str,
+        Query(
+            max_length=200,
+            description="the checkpoint to read: latest (the newest), a checkpoint's uuid "
+            "or identifier, or a step (the retained checkpoint taken at that step)",
+        ),
+    ] = "latest",
 ) -> ViewPage:
-    """A view's rows as of the newest checkpoint: by key (leading columns) or paged."""
-    p = pipeline_by_name(s, name)
-    spec = parse_spec(p.spec)
-    if view not in spec.readable_views():
-        raise NotFound(f"pipeline {name!r} has no view {view!r}")
-    try:
-        got = read_spine(ctx.settings.storage_dir(p.name), f"view.{view}")
-    except (CorruptionError, OSError) as e:
-        raise StateUnavailable(f"the view's state cannot be read: {e}") from None
-    except (StorageError, KeyError):  # no checkpoint yet, or none with this view
+    """A view's rows as of the newest checkpoint, or an older retained one (`as_of`): by
+    key (leading columns) or paged."""
+    storage = _view_storage(ctx, s, name, view)
+    got = views.read(storage, view, as_of)
+    if got is None:
         return ViewPage(view=view, step=None, checkpoint=None, rows=[])
     t = got.rows
-    if t is None:
-        return ViewPage(
-            view=view, step=got.checkpoint.step, checkpoint=got.checkpoint.uuid, rows=[]
-        )
-    if key:
-        if len(key) > t.num_columns:
-            raise InvalidInput(f"the view has {t.num_columns} columns; got {len(key)} key values")
-        mask = None
-        for i, raw in enumerate(key):
-            col = t.column(i)
-            try:
-                v = pa.scalar(raw).cast(col.type)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                raise InvalidInput(
-                    f"key value {raw!r} is not a {col.type} (column {t.column_names[i]!r})"
-                ) from None
-            m = pa.compute.equal(col, v)
-            mask = m if mask is None else pa.compute.and_(mask, m)
-        t = t.filter(mask)
-    rows = _pylist(t.slice(offset, limit))
+    if t is not None and key:
+        t = t.filter(_key_mask(t, key))
+    rows = [] if t is None else _pylist(t.slice(offset, limit))
     return ViewPage(
         view=view,
         step=got.checkpoint.step,
         checkpoint=got.checkpoint.uuid,
         rows=[to_jsonable(r) for r in rows],
     )
+
+
+@router.get("/views/{view}/diff", response_model=ViewDiff)
+def diff_view(
+    name: str,
+    view: str,
+    ctx: Ctx,
+    s: DB,
+    _: Viewer,
+    from_: Annotated[
+        str,
+        Query(
+            alias="from",
+            max_length=200,
+            description="the older checkpoint: a uuid, identifier or step",
+        ),
+    ],
+    to: Annotated[
+        str,
+        Query(max_length=200, description="the newer checkpoint (default the newest)"),
+    ] = "latest",
+    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+) -> ViewDiff:
+    """What changed in a view between two retained checkpoints: each row whose count
+    differs, with its `weight` (+n: n more in `to`, -n: n fewer)."""
+    storage = _view_storage(ctx, s, name, view)
+    old, new, t = views.diff(storage, view, from_, to)
+    rows = _pylist(t.slice(offset, limit).rename_columns([*t.column_names[:-1], "weight"]))
+    return ViewDiff.model_validate(
+        {
+            "view": view,
+            "from": {"checkpoint": old.checkpoint.uuid, "step": old.checkpoint.step},
+            "to": {"checkpoint": new.checkpoint.uuid, "step": new.checkpoint.step},
+            "rows": [to_jsonable(r) for r in rows],
+        }
+    )
+
+
+def _view_storage(ctx: Context, s: Session, name: str, view: str) -> Path:
+    p = pipeline_by_name(s, name)
+    if view not in parse_spec(p.spec).readable_views():
+        raise NotFound(f"pipeline {name!r} has no view {view!r}")
+    return Path(ctx.settings.storage_dir(p.name))
+
+
+def _key_mask(t: pa.Table, key: list[str]) -> pa.ChunkedArray:
+    """The rows whose leading columns equal `key`'s values (InvalidInput naming a value that
+    is not of its column's type)."""
+    if len(key) > t.num_columns:
+        raise InvalidInput(f"the view has {t.num_columns} columns; got {len(key)} key values")
+    mask = None
+    for i, raw in enumerate(key):
+        col = t.column(i)
+        try:
+            v = pa.scalar(raw).cast(col.type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            raise InvalidInput(
+                f"key value {raw!r} is not a {col.type} (column {t.column_names[i]!r})"
+            ) from None
+        m = pa.compute.equal(col, v)
+        mask = m if mask is None else pa.compute.and_(mask, m)
+    assert mask is not None
+    return mask
 
 
 def _pylist(t: pa.Table) -> list[dict[str, Any]]:

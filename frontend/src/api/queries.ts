@@ -16,8 +16,16 @@ export const keys = {
   metrics: (name: string, limit: number) => ["pipeline", name, "metrics", limit] as const,
   retention: (name: string) => ["pipeline", name, "retention"] as const,
   logs: (name: string, run: number | null) => ["pipeline", name, "logs", run] as const,
-  view: (name: string, view: string, offset: number, limit: number, key: readonly string[]) =>
-    ["pipeline", name, "view", view, offset, limit, key] as const,
+  view: (
+    name: string,
+    view: string,
+    offset: number,
+    limit: number,
+    key: readonly string[],
+    asOf: string,
+  ) => ["pipeline", name, "view", view, offset, limit, key, asOf] as const,
+  viewDiff: (name: string, view: string, from: string, to: string, limit: number) =>
+    ["pipeline", name, "view-diff", view, from, to, limit] as const,
   operation: (id: string) => ["operation", id] as const,
   version: ["version"] as const,
 };
@@ -116,27 +124,52 @@ export function useLogs(name: string, run: number | null, lines = 300) {
   });
 }
 
+/** A view's rows as of a checkpoint (`asOf`: "latest", or a checkpoint's uuid). */
 export function useView(
   name: string,
   view: string | null,
   offset: number,
   limit: number,
   key: readonly string[],
+  asOf = "latest",
 ) {
   return useQuery({
-    queryKey: keys.view(name, view ?? "", offset, limit, key),
+    queryKey: keys.view(name, view ?? "", offset, limit, key, asOf),
     enabled: view !== null && view !== "",
     queryFn: ({ signal }) =>
       ok(
         api.GET("/api/v1/pipelines/{name}/views/{view}", {
           params: {
             path: { name, view: view ?? "" },
-            query: key.length ? { key: [...key], limit } : { offset, limit },
+            query: key.length
+              ? { key: [...key], limit, as_of: asOf }
+              : { offset, limit, as_of: asOf },
           },
           signal,
         }),
       ),
     placeholderData: (prev) => prev,
+  });
+}
+
+/** What changed in a view from checkpoint `from` to `to` (null `from`: nothing asked). */
+export function useViewDiff(
+  name: string,
+  view: string | null,
+  from: string | null,
+  to: string,
+  limit: number,
+) {
+  return useQuery({
+    queryKey: keys.viewDiff(name, view ?? "", from ?? "", to, limit),
+    enabled: view !== null && view !== "" && from !== null,
+    queryFn: ({ signal }) =>
+      ok(
+        api.GET("/api/v1/pipelines/{name}/views/{view}/diff", {
+          params: { path: { name, view: view ?? "" }, query: { from: from ?? "", to, limit } },
+          signal,
+        }),
+      ),
   });
 }
 

@@ -428,9 +428,31 @@ export interface paths {
         };
         /**
          * Read View
-         * @description A view's rows as of the newest checkpoint: by key (leading columns) or paged.
+         * @description A view's rows as of the newest checkpoint, or an older retained one (`as_of`): by
+         *     key (leading columns) or paged.
          */
         get: operations["read_view_api_v1_pipelines__name__views__view__get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/pipelines/{name}/views/{view}/diff": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Diff View
+         * @description What changed in a view between two retained checkpoints: each row whose count
+         *     differs, with its `weight` (+n: n more in `to`, -n: n fewer).
+         */
+        get: operations["diff_view_api_v1_pipelines__name__views__view__diff_get"];
         put?: never;
         post?: never;
         delete?: never;
@@ -750,6 +772,13 @@ export interface components {
         CheckpointPatch: {
             /** Pinned */
             pinned: boolean;
+        };
+        /** CheckpointRef */
+        CheckpointRef: {
+            /** Checkpoint */
+            checkpoint: string;
+            /** Step */
+            step: number;
         };
         /** CheckpointsIn */
         CheckpointsIn: {
@@ -1482,15 +1511,35 @@ export interface components {
              */
             version: string;
         };
+        /** ViewDiff */
+        ViewDiff: {
+            from: components["schemas"]["CheckpointRef"];
+            /**
+             * Rows
+             * @description each row whose count differs, with `weight`: how many more times it is in `to` than in `from` (negative: fewer)
+             */
+            rows: {
+                [key: string]: unknown;
+            }[];
+            to: components["schemas"]["CheckpointRef"];
+            /** View */
+            view: string;
+        };
         /** ViewPage */
         ViewPage: {
-            /** Checkpoint */
+            /**
+             * Checkpoint
+             * @description the uuid of the checkpoint read
+             */
             checkpoint: string | null;
             /** Rows */
             rows: {
                 [key: string]: unknown;
             }[];
-            /** Step */
+            /**
+             * Step
+             * @description the step of the checkpoint read (None: none yet)
+             */
             step: number | null;
             /** View */
             view: string;
@@ -3718,6 +3767,8 @@ export interface operations {
                 key?: string[] | null;
                 offset?: number;
                 limit?: number;
+                /** @description the checkpoint to read: latest (the newest), a checkpoint's uuid or identifier, or a step (the retained checkpoint taken at that step) */
+                as_of?: string;
             };
             header?: never;
             path: {
@@ -3735,6 +3786,99 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ViewPage"];
+                };
+            };
+            /** @description no valid token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the token's role is not enough */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description no such pipeline, checkpoint, operation, token, stream or view */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description conflicts with the current state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description invalid spec, request or records; `errors` names the fields */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description stored state cannot be read (a corrupt or missing file, named in `message`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    diff_view_api_v1_pipelines__name__views__view__diff_get: {
+        parameters: {
+            query: {
+                /** @description the older checkpoint: a uuid, identifier or step */
+                from: string;
+                /** @description the newer checkpoint (default the newest) */
+                to?: string;
+                offset?: number;
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                name: string;
+                view: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ViewDiff"];
                 };
             };
             /** @description no valid token */

@@ -1,5 +1,5 @@
 import { useEffect, useId, useMemo, useState, type FormEvent } from "react";
-import { useView } from "../../api/queries";
+import { useCheckpoints, useView, useViewDiff } from "../../api/queries";
 import { ErrorNote } from "../../components/ErrorNote";
 import { shortId } from "../../lib/format";
 import { usePipelineContext } from "../PipelineDetail";
@@ -25,6 +25,27 @@ function cell(v: unknown): string {
   return String(v);
 }
 
+/** Every column of `rows`, in the order they first appear. */
+function columnsOf(rows: readonly Record<string, unknown>[]): string[] {
+  const cols: string[] = [];
+  for (const r of rows) for (const k of Object.keys(r)) if (!cols.includes(k)) cols.push(k);
+  return cols;
+}
+
+function Head({ columns }: { columns: readonly string[] }) {
+  return (
+    <thead>
+      <tr>
+        {columns.map((c) => (
+          <th key={c} scope="col">
+            {c}
+          </th>
+        ))}
+      </tr>
+    </thead>
+  );
+}
+
 export function Views() {
   const { pipeline } = usePipelineContext();
   const views = useMemo(() => viewSinks(pipeline.spec), [pipeline.spec]);
@@ -33,19 +54,21 @@ export function Views() {
   const [limit, setLimit] = useState<number>(PAGE_SIZES[0]);
   const [keyInputs, setKeyInputs] = useState<string[]>([""]);
   const [key, setKey] = useState<string[]>([]);
-  const ids = { view: useId(), size: useId(), key: useId() };
-  const page = useView(pipeline.name, view, offset, limit, key);
+  // Time travel: the checkpoint read ("latest" or a uuid), and one to compare it with.
+  const [asOf, setAsOf] = useState("latest");
+  const [since, setSince] = useState<string | null>(null);
+  const ids = { view: useId(), size: useId(), key: useId(), asOf: useId(), since: useId() };
+  const page = useView(pipeline.name, view, offset, limit, key, asOf);
+  const diff = useViewDiff(pipeline.name, view, since, asOf, 1000);
+  const checkpoints = useCheckpoints(pipeline.name);
+  const retained = [...(checkpoints.data ?? [])].sort((a, b) => b.step - a.step);
 
   useEffect(() => {
     if (view === null || !views.includes(view)) setView(views[0] ?? null);
   }, [views, view]);
 
   const rows = page.data?.rows ?? [];
-  const columns = useMemo(() => {
-    const cols: string[] = [];
-    for (const r of rows) for (const k of Object.keys(r)) if (!cols.includes(k)) cols.push(k);
-    return cols;
-  }, [rows]);
+  const columns = useMemo(() => columnsOf(rows), [rows]);
   const [knownColumns, setKnownColumns] = useState<string[]>([]);
   useEffect(() => {
     if (columns.length) setKnownColumns(columns);
@@ -111,6 +134,37 @@ export function Views() {
             </option>
           ))}
         </select>
+        <label htmlFor={ids.asOf}>As of</label>
+        <select
+          id={ids.asOf}
+          value={asOf}
+          onChange={(e) => {
+            setAsOf(e.target.value);
+            setOffset(0);
+          }}
+          data-testid="view-as-of"
+        >
+          <option value="latest">the newest checkpoint</option>
+          {retained.map((c) => (
+            <option key={c.uuid} value={c.uuid}>
+              step {c.step} · {shortId(c.uuid)}
+            </option>
+          ))}
+        </select>
+        <label htmlFor={ids.since}>Changes since</label>
+        <select
+          id={ids.since}
+          value={since ?? ""}
+          onChange={(e) => setSince(e.target.value === "" ? null : e.target.value)}
+          data-testid="view-since"
+        >
+          <option value="">(show the rows)</option>
+          {retained.map((c) => (
+            <option key={c.uuid} value={c.uuid}>
+              step {c.step} · {shortId(c.uuid)}
+            </option>
+          ))}
+        </select>
       </div>
 
       <form className="key-lookup" onSubmit={lookup} aria-labelledby={ids.key}>
@@ -169,37 +223,33 @@ export function Views() {
         {byKey && ` · key = ${key.map((k) => JSON.stringify(k)).join(", ")}`}
       </div>
 
-      <div className="table-wrap">
-        <table className="table" data-testid="view-table">
-          <thead>
-            <tr>
-              {columns.map((c) => (
-                <th key={c} scope="col">
-                  {c}
-                </th>
+      {since !== null ? (
+        <DiffTable diff={diff} />
+      ) : (
+        <div className="table-wrap">
+          <table className="table" data-testid="view-table">
+            <Head columns={columns} />
+            <tbody>
+              {rows.map((r, i) => (
+                <tr key={i} data-testid={`view-row-${i}`}>
+                  {columns.map((c) => (
+                    <td key={c} className={typeof r[c] === "number" ? "num" : undefined}>
+                      {cell(r[c])}
+                    </td>
+                  ))}
+                </tr>
               ))}
-            </tr>
-          </thead>
-          <tbody>
-            {rows.map((r, i) => (
-              <tr key={i} data-testid={`view-row-${i}`}>
-                {columns.map((c) => (
-                  <td key={c} className={typeof r[c] === "number" ? "num" : undefined}>
-                    {cell(r[c])}
-                  </td>
-                ))}
-              </tr>
-            ))}
-            {rows.length === 0 && page.data && (
-              <tr>
-                <td className="muted">{byKey ? "No row has this key." : "No rows."}</td>
-              </tr>
-            )}
-          </tbody>
-        </table>
-      </div>
+              {rows.length === 0 && page.data && (
+                <tr>
+                  <td className="muted">{byKey ? "No row has this key." : "No rows."}</td>
+                </tr>
+              )}
+            </tbody>
+          </table>
+        </div>
+      )}
 
-      {!byKey && (
+      {!byKey && since === null && (
         <div className="pager">
           <button
             type="button"
@@ -224,6 +274,45 @@ export function Views() {
           </button>
         </div>
       )}
+    </div>
+  );
+}
+
+/** A view's changes between two checkpoints: each row whose count differs, with its weight. */
+function DiffTable({ diff }: { diff: ReturnType<typeof useViewDiff> }) {
+  const rows = diff.data?.rows ?? [];
+  const columns = columnsOf(rows);
+  return (
+    <div className="table-wrap">
+      <ErrorNote error={diff.error} testId="view-diff-error" />
+      {diff.data && (
+        <div className="view-meta muted small" data-testid="view-diff-meta">
+          {`Step ${diff.data.from.step} → step ${diff.data.to.step}: +n rows came, -n went`}
+        </div>
+      )}
+      <table className="table" data-testid="view-diff-table">
+        <Head columns={columns} />
+        <tbody>
+          {rows.map((r, i) => (
+            <tr
+              key={i}
+              data-testid={`view-diff-row-${i}`}
+              className={Number(r.weight) < 0 ? "muted" : undefined}
+            >
+              {columns.map((c) => (
+                <td key={c} className={typeof r[c] === "number" ? "num" : undefined}>
+                  {c === "weight" && Number(r[c]) > 0 ? `+${cell(r[c])}` : cell(r[c])}
+                </td>
+              ))}
+            </tr>
+          ))}
+          {rows.length === 0 && diff.data && (
+            <tr>
+              <td className="muted">No change between the two checkpoints.</td>
+            </tr>
+          )}
+        </tbody>
+      </table>
     </div>
   );
 }

@@ -1,0 +1,97 @@
+"""A view's rows as its state holds them in a checkpoint (a `view` sink's spine): the
+newest, or one named by uuid, identifier or step (time travel), and the Z-set difference
+between two checkpoints. Reads are of a checkpoint's immutable files, never of the running
+pipeline, so they do not slow it; a checkpoint that retention or gc collects while it is
+read is refused (`CheckpointCollected`), never answered wrongly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from storage_engine.errors import CorruptionError, StorageError
+from storage_engine.location_view import SpineContents, list_checkpoints, read_spine
+from storage_engine.schema import WEIGHT
+
+from ..errors import ApiError, NotFound, StateUnavailable
+
+
+class CheckpointCollected(ApiError):
+    """The checkpoint a read named was collected (retention, gc) while it was read."""
+
+    status = 410
+    code = "checkpoint_collected"
+
+
+def checkpoint_of(storage: Path, ref: str) -> str:
+    """The checkpoint `ref` names: `latest`, a uuid or identifier, or a step (the checkpoint
+    taken at that step); NotFound naming the retained ones otherwise."""
+    if ref == "latest" or not ref.isdigit():
+        return ref
+    cps = list_checkpoints(storage).checkpoints
+    for c in reversed(cps):
+        if c.step == int(ref):
+            return c.uuid
+    steps = ", ".join(str(c.step) for c in cps[-20:]) or "none"
+    raise NotFound(f"no retained checkpoint at step {ref} (the retained ones' steps: {steps})")
+
+
+def read(
+    storage: Path, view: str, ref: str = "latest", weights: bool = False
+) -> SpineContents | None:
+    """The view's rows in checkpoint `ref` (`checkpoint_of`); None if there is no
+    checkpoint yet, or none holding the view."""
+    uuid = checkpoint_of(storage, ref)
+    try:
+        return read_spine(storage, f"view.{view}", uuid, weights=weights)
+    except (CorruptionError, OSError) as e:
+        if ref != "latest" and not _retained(storage, uuid):
+            raise CheckpointCollected(
+                f"checkpoint {ref!r} was collected while it was read (retention or gc): "
+                "read another retained checkpoint"
+            ) from None
+        raise StateUnavailable(f"the view's state cannot be read: {e}") from None
+    except KeyError:  # a checkpoint without this view (taken before the view existed)
+        if ref != "latest" and not _retained(storage, uuid):
+            raise CheckpointCollected(
+                f"checkpoint {ref!r} was collected while it was read (retention or gc): "
+                "read another retained checkpoint"
+            ) from None
+        return None
+    except StorageError:
+        if ref == "latest":
+            return None  # no checkpoint yet
+        raise NotFound(f"no retained checkpoint {ref!r}") from None
+
+
+def diff(storage: Path, view: str, a: str, b: str) -> tuple[SpineContents, SpineContents, pa.Table]:
+    """The view's rows in checkpoint `b` less those in `a`: each row whose count differs,
+    with the difference as `__weight` (negative: fewer in `b`)."""
+    old, new = read(storage, view, a, weights=True), read(storage, view, b, weights=True)
+    for ref, got in ((a, old), (b, new)):
+        if got is None:
+            raise NotFound(f"checkpoint {ref!r} holds no state of view {view!r}")
+    assert old is not None and new is not None
+    parts = [t for t in (old.rows, new.rows) if t is not None]
+    if not parts:
+        return old, new, pa.table({WEIGHT: pa.array([], pa.int64())})
+    if old.rows is not None:
+        negated = pc.negate(old.rows.column(WEIGHT))
+        parts[0] = old.rows.set_column(old.rows.num_columns - 1, WEIGHT, negated)
+    both = pa.concat_tables(parts)
+    keys = [n for n in both.column_names if n != WEIGHT]
+    summed = both.group_by(keys, use_threads=False).aggregate([(WEIGHT, "sum")])
+    summed = summed.select([*keys, f"{WEIGHT}_sum"]).rename_columns([*keys, WEIGHT])
+    summed = summed.filter(pc.not_equal(summed.column(WEIGHT), 0))
+    return old, new, summed.sort_by([(k, "ascending") for k in keys])
+
+
+def _retained(storage: Path, uuid: str) -> bool:
+    return any(
+        c.uuid == uuid or c.identifier == uuid for c in list_checkpoints(storage).checkpoints
+    )
+
+
+__all__ = ["CheckpointCollected", "checkpoint_of", "diff", "read"]
