@@ -13,6 +13,7 @@ import dataclasses
 import datetime as dt
 import decimal
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -266,14 +267,36 @@ def list_checkpoints(path: str | os.PathLike[str]) -> CheckpointListing:
 # -- read a spine ---------------------------------------------------------------------------
 
 
+def _typed(prefix: Sequence[str], bf: Any) -> list[Any]:
+    """Key values given as text, as the file's leading key columns' values."""
+    import pyarrow as pa
+
+    keys = bf.schema.keys
+    if len(prefix) > len(keys):
+        raise ValueError(f"the view has {len(keys)} columns; got {len(prefix)} key values")
+    out = []
+    for raw, f in zip(prefix, keys, strict=False):
+        try:
+            out.append(pa.scalar(raw).cast(f.type).as_py())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            raise ValueError(f"key value {raw!r} is not a {f.type} (column {f.name!r})") from None
+    return out
+
+
 def read_spine(
-    path: str | os.PathLike[str], op_id: str, checkpoint: str = "latest", weights: bool = False
+    path: str | os.PathLike[str],
+    op_id: str,
+    checkpoint: str = "latest",
+    weights: bool = False,
+    prefix: Sequence[str] | None = None,
 ) -> SpineContents:
     """The rows of spine `op_id` in a checkpoint (default the newest; else its uuid or
     identifier), consolidated: equal keys' weights summed, rows whose weight is not
-    positive dropped (with `weights`, each row's weight is kept as `__weight`). Read-only,
-    like every tool here; a corrupt file raises its CorruptionError (naming file and
-    block)."""
+    positive dropped (with `weights`, each row's weight is kept as `__weight`). With
+    `prefix` (values as text, cast to the leading key columns' types: ValueError naming a
+    column otherwise), only the rows that start with it, reading only the blocks the files'
+    block indexes say may hold them. Read-only, like every tool here; a corrupt file raises
+    its CorruptionError (naming file and block)."""
     import pyarrow as pa
 
     root = root_dir(path)
@@ -295,7 +318,10 @@ def read_spine(
     with tool_cache() as cache:
         for name in doc["batches"]:
             bf = BatchFile(fs, os.path.join(root, name), cache)
-            tables.append(pa.Table.from_batches(list(bf.iter_blocks())))
+            if prefix is None:
+                tables.append(pa.Table.from_batches(list(bf.iter_blocks())))
+            else:
+                tables.append(pa.Table.from_batches([bf.with_prefix(_typed(prefix, bf))]))
     if not tables:
         return SpineContents(info, None)
     t = pa.concat_tables(tables)

@@ -6,6 +6,7 @@ read is refused (`CheckpointCollected`), never answered wrongly."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -15,7 +16,7 @@ from storage_engine.errors import CorruptionError, StorageError
 from storage_engine.location_view import SpineContents, list_checkpoints, read_spine
 from storage_engine.schema import WEIGHT
 
-from ..errors import ApiError, NotFound, StateUnavailable
+from ..errors import ApiError, InvalidInput, NotFound, StateUnavailable
 
 
 class CheckpointCollected(ApiError):
@@ -39,13 +40,20 @@ def checkpoint_of(storage: Path, ref: str) -> str:
 
 
 def read(
-    storage: Path, view: str, ref: str = "latest", weights: bool = False
+    storage: Path,
+    view: str,
+    ref: str = "latest",
+    weights: bool = False,
+    key: Sequence[str] | None = None,
 ) -> SpineContents | None:
-    """The view's rows in checkpoint `ref` (`checkpoint_of`); None if there is no
+    """The view's rows in checkpoint `ref` (`checkpoint_of`), or only those whose leading
+    columns equal `key` (found through the files' block indexes); None if there is no
     checkpoint yet, or none holding the view."""
     uuid = checkpoint_of(storage, ref)
     try:
-        return read_spine(storage, f"view.{view}", uuid, weights=weights)
+        return read_spine(storage, f"view.{view}", uuid, weights=weights, prefix=key or None)
+    except ValueError as e:  # a key value that is not of its column's type
+        raise InvalidInput(str(e)) from None
     except (CorruptionError, OSError) as e:
         if ref != "latest" and not _retained(storage, uuid):
             raise CheckpointCollected(

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from pipeline_spec.model import parse_spec
 from storage_engine.location_view import to_jsonable
 
-from ...errors import InvalidInput, NotFound
+from ...errors import NotFound
 from ...schemas.metrics import IngestOut, ViewDiff, ViewPage
 from ...services import ingest, views
 from ..context import Context
@@ -86,12 +86,10 @@ def read_view(
     """A view's rows as of the newest checkpoint, or an older retained one (`as_of`): by
     key (leading columns) or paged."""
     storage = _view_storage(ctx, s, name, view)
-    got = views.read(storage, view, as_of)
+    got = views.read(storage, view, as_of, key=key)
     if got is None:
         return ViewPage(view=view, step=None, checkpoint=None, rows=[])
     t = got.rows
-    if t is not None and key:
-        t = t.filter(_key_mask(t, key))
     rows = [] if t is None else _pylist(t.slice(offset, limit))
     return ViewPage(
         view=view,
@@ -143,26 +141,6 @@ def _view_storage(ctx: Context, s: Session, name: str, view: str) -> Path:
     if view not in parse_spec(p.spec).readable_views():
         raise NotFound(f"pipeline {name!r} has no view {view!r}")
     return Path(ctx.settings.storage_dir(p.name))
-
-
-def _key_mask(t: pa.Table, key: list[str]) -> pa.ChunkedArray:
-    """The rows whose leading columns equal `key`'s values (InvalidInput naming a value that
-    is not of its column's type)."""
-    if len(key) > t.num_columns:
-        raise InvalidInput(f"the view has {t.num_columns} columns; got {len(key)} key values")
-    mask = None
-    for i, raw in enumerate(key):
-        col = t.column(i)
-        try:
-            v = pa.scalar(raw).cast(col.type)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            raise InvalidInput(
-                f"key value {raw!r} is not a {col.type} (column {t.column_names[i]!r})"
-            ) from None
-        m = pa.compute.equal(col, v)
-        mask = m if mask is None else pa.compute.and_(mask, m)
-    assert mask is not None
-    return mask
 
 
 def _pylist(t: pa.Table) -> list[dict[str, Any]]:
