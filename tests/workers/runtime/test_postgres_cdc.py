@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 import threading
+import uuid
 from collections import Counter
 from decimal import Decimal
 from pathlib import Path
@@ -140,9 +141,10 @@ def _norm(rows: list[tuple[Any, ...]]) -> Counter[tuple[Any, ...]]:
 def test_cdc_through_kills_and_a_restore_equals_the_source_query(
     tmp_path: Path, logical_pg: PostgresServer
 ) -> None:
-    logical_pg.create_database("shop")
-    logical_pg.create_database("sink")
-    source, sink = libpq(logical_pg, "shop"), libpq(logical_pg, "sink")
+    shop, out = f"shop_{uuid.uuid4().hex[:8]}", f"sink_{uuid.uuid4().hex[:8]}"
+    logical_pg.create_database(shop)
+    logical_pg.create_database(out)
+    source, sink = libpq(logical_pg, shop), libpq(logical_pg, out)
     with psycopg.connect(source, autocommit=True) as c:
         c.execute("CREATE TABLE customers (id bigint PRIMARY KEY, name text, city text)")
         c.execute(
@@ -194,7 +196,8 @@ def test_cdc_through_kills_and_a_restore_equals_the_source_query(
     with psycopg.connect(source) as c:
         slots = dict(
             c.execute(
-                "SELECT slot_name, confirmed_flush_lsn::text FROM pg_replication_slots"
+                "SELECT slot_name, confirmed_flush_lsn::text FROM pg_replication_slots "
+                "WHERE database = current_database()"  # the server is the session's
             ).fetchall()
         )
     assert set(slots) == {"cdc_customers", "cdc_orders"}
@@ -206,8 +209,9 @@ def test_cdc_through_kills_and_a_restore_equals_the_source_query(
 def test_a_slot_past_the_checkpoint_fails_the_run(
     tmp_path: Path, logical_pg: PostgresServer
 ) -> None:
-    logical_pg.create_database("shop2")
-    source = libpq(logical_pg, "shop2")
+    shop = f"shop_{uuid.uuid4().hex[:8]}"
+    logical_pg.create_database(shop)
+    source = libpq(logical_pg, shop)
     with psycopg.connect(source, autocommit=True) as c:
         c.execute("CREATE TABLE customers (id bigint PRIMARY KEY, name text, city text)")
         c.execute(

@@ -166,7 +166,7 @@ def opening(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], set[str]]:
     class Input:
         def __init__(self, *args: Any) -> None:
             failing("table")
-            self.connector = SimpleNamespace(input_log=None, on_durable=None)
+            self.connector = SimpleNamespace(input_log=None, on_durable=None, release_below=None)
 
         def first_offset(self, restored: int) -> int:
             failing("first offset")
