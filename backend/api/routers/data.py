@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from pipeline_spec.model import parse_spec
 from storage_engine.location_view import to_jsonable
 
-from ...errors import NotFound
+from ...errors import InvalidInput, NotFound
 from ...schemas.metrics import IngestOut, ViewDiff, ViewPage
 from ...services import ingest, views
 from ..context import Context
@@ -107,13 +107,13 @@ def diff_view(
     s: DB,
     _: Viewer,
     from_: Annotated[
-        str,
+        str | None,
         Query(
             alias="from",
             max_length=200,
-            description="the older checkpoint: a uuid, identifier or step",
+            description="the older checkpoint: a uuid, identifier or step (required)",
         ),
-    ],
+    ] = None,
     to: Annotated[
         str,
         Query(max_length=200, description="the newer checkpoint (default the newest)"),
@@ -124,6 +124,10 @@ def diff_view(
     """What changed in a view between two retained checkpoints: each row whose count
     differs, with its `weight` (+n: n more in `to`, -n: n fewer)."""
     storage = _view_storage(ctx, s, name, view)
+    if from_ is None:  # checked after the pipeline and view, which a 404 names first
+        raise InvalidInput(
+            "from: the older checkpoint is required", errors=[("query.from", "required")]
+        )
     old, new, t = views.diff(storage, view, from_, to)
     rows = _pylist(t.slice(offset, limit).rename_columns([*t.column_names[:-1], "weight"]))
     return ViewDiff.model_validate(

@@ -3855,9 +3855,9 @@ export interface operations {
     };
     diff_view_api_v1_pipelines__name__views__view__diff_get: {
         parameters: {
-            query: {
-                /** @description the older checkpoint: a uuid, identifier or step */
-                from: string;
+            query?: {
+                /** @description the older checkpoint: a uuid, identifier or step (required) */
+                from?: string | null;
                 /** @description the newer checkpoint (default the newest) */
                 to?: string;
                 offset?: number;

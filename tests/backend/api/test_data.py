@@ -480,7 +480,7 @@ def test_views_as_of_older_checkpoints_and_their_diff(api: Api) -> None:
     assert "step 4" in body["message"] and "3, 5, 8" in body["message"]
     error(api.get(url, params={"as_of": "no-such-checkpoint"}), 404, "not_found")
     error(api.get(f"{url}/diff", params={"from": "no-such"}), 404, "not_found")
-    error(api.get(f"{url}/diff"), 422, "invalid_request")  # `from` is required
+    error(api.get(f"{url}/diff"), 422, "invalid_input")  # `from` is required
 
 
 def test_a_read_racing_a_gc_is_right_or_refused(api: Api) -> None:
