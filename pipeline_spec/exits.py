@@ -16,3 +16,4 @@ SPEC_ERROR_HEADING = "invalid pipeline spec:"  # how SpecError prints itself (EX
 STATE_ERROR_HEADING = "state error:"  # the one-line reason of EXIT_STATE
 FENCED_HEADING = "fenced:"  # of EXIT_FENCED
 HUNG_HEADING = "hung:"  # of EXIT_HUNG
+UDF_ERROR_HEADING = "udf error:"  # a Python UDF failed a step (a crash: restarted)

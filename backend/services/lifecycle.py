@@ -29,6 +29,7 @@ from pipeline_spec.exits import (
     FENCED_HEADING,
     SPEC_ERROR_HEADING,
     STATE_ERROR_HEADING,
+    UDF_ERROR_HEADING,
 )
 
 from ..errors import Conflict
@@ -292,8 +293,12 @@ def run_exited(s: Session, run: Run, code: int, log_tail: str = "") -> Exit:
         p.desired_state = DesiredState.stopped
         return Exit()
     run.state = RunState.failed
-    # A crash's last log line usually says why; a killed process's says nothing useful.
+    # A crash's last log line usually says why (a killed process's says nothing useful),
+    # unless it is a UDF's failure: the JVM may log after the driver's reason line.
     last_line = tail.splitlines()[-1] if tail and code > 0 else ""
+    udf = _heading_line(tail, UDF_ERROR_HEADING) if last_line else ""
+    if udf:
+        last_line = f"{UDF_ERROR_HEADING} {udf}"
     run.exit_reason = describe_exit(code) + (f": {last_line}" if last_line else "")
     if code in (EXIT_STATE, EXIT_FENCED):
         # Restarting would restore the same checkpoint, or take the prefix back from the

@@ -1119,3 +1119,19 @@ def test_a_deleted_pipelines_driver_leaves_alone_the_run_that_reuses_its_id(
         assert lifecycle.vouch_starting(s, run, os.getpid() + 1)
     r = get_run(sqlite_db, reused)
     assert (r.pipeline_id, r.last_step, r.state) == (other, None, RunState.starting)
+
+
+def test_a_udf_failure_is_the_reason_though_the_jvm_logs_after_it(sqlite_db: Database) -> None:
+    """A partitioned run's JVM may log after the driver's reason line: the reason is the
+    `udf error:` line, not the log's last."""
+    _, run = started_pipeline(sqlite_db)
+    tail = (
+        "Traceback ...\n"
+        f"{exits.UDF_ERROR_HEADING} udf picky failed on row ('user-3'): KeyError: 'x'\n"
+        "26/12/07 23:40:01 ERROR Executor: task failed\n"
+        "\tat java.base/java.lang.Thread.run(Thread.java:840)\n"
+    )
+    exited(sqlite_db, run, 1, tail)
+    assert get_run(sqlite_db, run).exit_reason == (
+        "exited with code 1: udf error: udf picky failed on row ('user-3'): KeyError: 'x'"
+    )

@@ -14,10 +14,10 @@ import types
 from typing import Any
 
 from pipeline_spec import model as S
+from pipeline_spec.exits import UDF_ERROR_HEADING
 from pipeline_spec.udfs import digest
 from spindle_sql.udfs import UdfError
 
-UDF_ERROR_HEADING = "udf error:"  # the driver's last line when a UDF failed a step
 # A UdfError raised in a Spark task reaches the driver as the task's error text.
 _IN_TASK = re.compile(r"UdfError: (udf .*)$", re.M)
 
