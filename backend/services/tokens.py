@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from ..models import ApiToken, Role, utcnow
@@ -109,7 +110,13 @@ def bootstrap_admin(s: Session, data_dir: Path, configured: str | None) -> str |
     `<data_dir>/admin-token` with mode 0600; returns that path's token for printing once."""
     if configured:
         if authenticate(s, configured) is None:
-            create(s, BOOTSTRAP_NAME, Role.admin, configured)
+            # API replicas start together: another may register the same token first.
+            try:
+                with s.begin_nested():
+                    create(s, BOOTSTRAP_NAME, Role.admin, configured)
+            except IntegrityError:
+                if authenticate(s, configured) is None:
+                    raise
         return None
     if s.scalar(select(ApiToken.id).where(ApiToken.role == Role.admin).limit(1)) is not None:
         return None

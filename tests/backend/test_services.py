@@ -1135,3 +1135,26 @@ def test_a_udf_failure_is_the_reason_though_the_jvm_logs_after_it(sqlite_db: Dat
     assert get_run(sqlite_db, run).exit_reason == (
         "exited with code 1: udf error: udf picky failed on row ('user-3'): KeyError: 'x'"
     )
+
+
+def test_api_replicas_starting_together_register_the_configured_token_once(
+    any_db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two API replicas both find the configured admin token missing; the second to insert
+    it must go on (CI once saw a replica exit on the unique violation)."""
+    from backend.models import ApiToken
+    from backend.services import tokens
+
+    secret = "spd_configured-admin-token"
+    with any_db.session() as s:
+        assert tokens.bootstrap_admin(s, tmp_path, secret) is None
+    found = tokens.authenticate
+    misses = iter([True])
+    # The other replica's check ran before this one's insert was committed.
+    monkeypatch.setattr(
+        tokens, "authenticate", lambda s, t: None if next(misses, False) else found(s, t)
+    )
+    with any_db.session() as s:
+        assert tokens.bootstrap_admin(s, tmp_path, secret) is None
+    with any_db.session() as s:
+        assert s.scalars(select(ApiToken.name)).all() == [tokens.BOOTSTRAP_NAME]
