@@ -170,6 +170,9 @@ class Run(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer, default=None)
     exit_reason: Mapped[str | None] = mapped_column(Text, default=None)
     log_path: Mapped[str | None] = mapped_column(Text, default=None)
+    # Where the running driver serves its views' live rows, and the secret to present.
+    views_url: Mapped[str | None] = mapped_column(String(300), default=None)
+    views_secret: Mapped[str | None] = mapped_column(String(100), default=None)
 
     pipeline: Mapped[Pipeline] = relationship(back_populates="runs")
 

@@ -68,6 +68,14 @@ class Settings(BaseSettings):
         description="niceness of pipeline drivers (Spark) started by the worker, so the API "
         "and the worker stay responsive while pipelines use every core (0: same as the worker)",
     )
+    driver_host: str = Field(
+        "127.0.0.1",
+        max_length=255,
+        description="the address pipeline drivers serve their views' live rows on, for the "
+        "API (workers/runtime/view_server.py reads it from the environment); 0.0.0.0 where "
+        "the API runs on other machines than the workers: drivers then advertise their "
+        "host name",
+    )
     spare_driver: bool = Field(
         True,
         description="keep one spare driver per worker while it runs pipelines (Spark started "

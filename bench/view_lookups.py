@@ -6,7 +6,7 @@ block indexes beside the whole-view read it replaced, in one run.
 A `view` sink's state of N rows (user, clicks: one row per user) is written through the
 real sink and checkpointed, as a running pipeline's is. Then random users are looked up,
 `LOOKUPS` times each way, by the service the API calls (`backend.services.views.read`):
-`indexed`, only the blocks whose key range may hold the key (`BatchFile.with_prefix`);
+`indexed`, only the blocks whose key range may hold the key (`BatchFile.in_range`);
 `scan`, the previous release's way, reading every batch file of the view, consolidating and
 filtering. Latencies in ms, p50 and p99 per way; the figure is their ratio.
 """
@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 from backend.services import views
 from pipeline_spec.model import ViewSink as ViewSinkSpec
 from storage_engine import StorageLocation
+from storage_engine.key_range import KeyRange
 from storage_engine.schema import WEIGHT
 from workers.runtime.connectors.view_sink import ViewSink
 
@@ -66,7 +67,7 @@ def _scan(storage: Path, user: int) -> int:
 
 
 def _indexed(storage: Path, user: int) -> int:
-    got = views.read(storage, "v", key=[str(user)])
+    got = views.read(storage, "v", within=KeyRange((str(user),)))
     assert got is not None and got.rows is not None
     return int(got.rows.num_rows)
 

@@ -242,6 +242,7 @@ def test_checkpoints_commit_gc_pin_restore(ui: UI, plat: Platform) -> None:
     # Time travel: the view as of the pinned second checkpoint, and what changed from it to
     # the fourth, as the API answers them.
     page.goto(ui.url(f"pipelines/{NAME}/views"))
+    expect(page.get_by_test_id("view-meta")).to_contain_text("Live: the running pipeline's step")
     page.get_by_test_id("view-as-of").select_option(second["uuid"])
     expect(page.get_by_test_id("view-meta")).to_contain_text(f"(step {second['step']})")
     url = f"/api/v1/pipelines/{NAME}/views/latest"

@@ -297,10 +297,13 @@ class Api:
         keys: list[str],
         offset: int = 0,
         limit: int = 100,
-        as_of: str = "latest",
+        as_of: str | None = None,
+        ge: str | None = None,
+        lt: str | None = None,
     ) -> Json:
         params: list[tuple[str, str | int]] = [("offset", offset), ("limit", limit)]
-        params += [("key", k) for k in keys] + [("as_of", as_of)]
+        params += [("key", k) for k in keys]
+        params += [(n, v) for n, v in (("as_of", as_of), ("ge", ge), ("lt", lt)) if v is not None]
         path = f"/api/v1/pipelines/{_seg(name)}/views/{_seg(view)}"
         return dict(self._json("GET", path, params=params))
 

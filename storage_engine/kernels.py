@@ -365,10 +365,18 @@ def ranges_to_indices(lo: IntArray, hi: IntArray) -> IntArray:
     return np.asarray(np.arange(total) - np.repeat(starts - lo, lengths), dtype=np.int64)
 
 
+# From about this many rows a binary search over Python values beats comparing every row.
+_BISECT_ROWS = 1024
+
+
 def count_below(rb: pa.RecordBatch, names: Sequence[str], bound: Sequence[Any]) -> int:
     """Number of leading rows of sorted `rb` whose `names` columns are < `bound`."""
     if rb.num_rows == 0:
         return 0
+    if rb.num_rows >= _BISECT_ROWS:
+        cols = [rb.column(n) for n in names[: len(bound)]]
+        if all(_python_ordered(c.type) for c in cols):
+            return _bisect(cols, tuple(bound), rb.num_rows, right=False)
     n = rb.num_rows
     lt = np.zeros(n, dtype=bool)
     eq = np.ones(n, dtype=bool)
@@ -395,21 +403,26 @@ def count_at_most(rb: pa.RecordBatch, names: Sequence[str], bound: Sequence[Any]
     """Number of leading rows of sorted `rb` whose `names` columns are <= `bound`."""
     cols = [rb.column(n) for n in names[: len(bound)]]
     if all(_python_ordered(c.type) for c in cols):
-        # A binary search over Python values (whose order is the batch order for these
-        # types): a few dozen scalar reads instead of comparing every row in Arrow.
-        b = tuple(bound)
-        lo, hi = 0, rb.num_rows
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if compare_rows(tuple(c[mid].as_py() for c in cols), b) <= 0:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+        return _bisect(cols, tuple(bound), rb.num_rows, right=True)
     n = count_below(rb, names, bound)
     while n < rb.num_rows and compare_rows(row_tuple(rb, names, n), tuple(bound)) == 0:
         n += 1
     return n
+
+
+def _bisect(cols: Sequence[pa.Array], bound: tuple[Any, ...], n: int, right: bool) -> int:
+    """The rows below `bound` (`right`: at or below) by a binary search over Python values,
+    whose order is the batch order for `_python_ordered` types: a few dozen scalar reads
+    instead of comparing every row in Arrow."""
+    lo, hi = 0, n
+    while lo < hi:
+        mid = (lo + hi) // 2
+        c = compare_rows(tuple(col[mid].as_py() for col in cols), bound)
+        if c < 0 or (right and c == 0):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 def row_tuple(rb: pa.RecordBatch, names: Sequence[str], i: int) -> tuple[Any, ...]:

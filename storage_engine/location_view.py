@@ -13,7 +13,6 @@ import dataclasses
 import datetime as dt
 import decimal
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +21,7 @@ import numpy as np
 from .errors import StorageError
 from .file_format import BatchFile
 from .fileio import PosixFileLayer
+from .key_range import KeyRange
 from .location_scan import (
     Problem,
     ScannedCheckpoint,
@@ -153,6 +153,29 @@ def to_jsonable(obj: Any) -> Any:
     return obj
 
 
+def jsonable_rows(t: Any) -> list[dict[str, Any]]:
+    """A pa.Table's rows as plain JSON values (`to_jsonable`). A string that is not valid
+    UTF-8 (stored before ingest refused it) is shown with replacement characters: reading
+    stored state never fails."""
+    import pyarrow as pa
+
+    try:
+        rows: list[dict[str, Any]] = t.to_pylist()
+    except UnicodeDecodeError:
+        cols = [_lenient(c) for c in t.columns]
+        rows = pa.table(cols, names=t.column_names).to_pylist()
+    return [to_jsonable(r) for r in rows]
+
+
+def _lenient(col: Any) -> Any:
+    import pyarrow as pa
+
+    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+        return col
+    raw = col.cast(pa.large_binary()).to_pylist()  # a cast that does not validate
+    return pa.array([None if b is None else b.decode("utf-8", "replace") for b in raw])
+
+
 # -- inspect -------------------------------------------------------------------------------
 
 
@@ -267,35 +290,19 @@ def list_checkpoints(path: str | os.PathLike[str]) -> CheckpointListing:
 # -- read a spine ---------------------------------------------------------------------------
 
 
-def _typed(prefix: Sequence[str], bf: Any) -> list[Any]:
-    """Key values given as text, as the file's leading key columns' values."""
-    import pyarrow as pa
-
-    keys = bf.schema.keys
-    if len(prefix) > len(keys):
-        raise ValueError(f"the view has {len(keys)} columns; got {len(prefix)} key values")
-    out = []
-    for raw, f in zip(prefix, keys, strict=False):
-        try:
-            out.append(pa.scalar(raw).cast(f.type).as_py())
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            raise ValueError(f"key value {raw!r} is not a {f.type} (column {f.name!r})") from None
-    return out
-
-
 def read_spine(
     path: str | os.PathLike[str],
     op_id: str,
     checkpoint: str = "latest",
     weights: bool = False,
-    prefix: Sequence[str] | None = None,
+    within: KeyRange | None = None,
 ) -> SpineContents:
     """The rows of spine `op_id` in a checkpoint (default the newest; else its uuid or
     identifier), consolidated: equal keys' weights summed, rows whose weight is not
     positive dropped (with `weights`, each row's weight is kept as `__weight`). With
-    `prefix` (values as text, cast to the leading key columns' types: ValueError naming a
-    column otherwise), only the rows that start with it, reading only the blocks the files'
-    block indexes say may hold them. Read-only, like every tool here; a corrupt file raises
+    `within` (its values as text, cast to the leading key columns' types: ValueError naming
+    a column otherwise), only the rows in that key range, reading only the blocks the
+    files' block indexes say may hold them. Read-only, like every tool here; a corrupt file raises
     its CorruptionError (naming file and block)."""
     import pyarrow as pa
 
@@ -318,10 +325,10 @@ def read_spine(
     with tool_cache() as cache:
         for name in doc["batches"]:
             bf = BatchFile(fs, os.path.join(root, name), cache)
-            if prefix is None:
+            if within is None:
                 tables.append(pa.Table.from_batches(list(bf.iter_blocks())))
             else:
-                tables.append(pa.Table.from_batches([bf.with_prefix(_typed(prefix, bf))]))
+                tables.append(pa.Table.from_batches([bf.in_range(within.typed(bf.schema.keys))]))
     if not tables:
         return SpineContents(info, None)
     t = pa.concat_tables(tables)

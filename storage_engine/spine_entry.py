@@ -11,6 +11,7 @@ import pyarrow as pa
 from . import kernels, lookup
 from .batch import Batch
 from .file_format import BatchFile
+from .key_range import KeyRange
 from .lookup.probes import ProbeEncodings
 
 
@@ -110,6 +111,13 @@ class Entry:
             return mem.range(lo, hi).data
         assert self.file is not None
         return self.file.range(lo, hi)
+
+    def in_range(self, r: KeyRange) -> pa.RecordBatch:
+        mem = self.mem
+        if mem is not None:
+            return r.select(mem.data, mem.schema.key_names)
+        assert self.file is not None
+        return self.file.in_range(r)
 
     def data(self) -> pa.RecordBatch:
         mem = self.mem

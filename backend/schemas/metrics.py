@@ -141,8 +141,12 @@ class IngestOut(Out):
 
 class ViewPage(Out):
     view: str
-    step: int | None = Field(description="the step of the checkpoint read (None: none yet)")
-    checkpoint: str | None = Field(description="the uuid of the checkpoint read")
+    step: int | None = Field(
+        description="the step the rows reflect: the running pipeline's newest, or the "
+        "checkpoint's (None: no checkpoint yet)"
+    )
+    checkpoint: str | None = Field(description="the uuid of the checkpoint read (None: live)")
+    live: bool = Field(False, description="read from the running pipeline, not a checkpoint")
     rows: list[dict[str, object]]
 
 

@@ -63,12 +63,20 @@ class SkippedIn(Body):
     reason: str = Field(max_length=2000)
 
 
+class ViewEndpointIn(Body):
+    """Where the driver serves its views (`workers.runtime.view_server`)."""
+
+    url: str = Field(max_length=300, pattern=r"^http://[^/?#\s]+$")
+    secret: str = Field(min_length=16, max_length=100)
+
+
 class OpenedIn(Body):
     pid: Pid
     step: Count
     restored: Uuid | None
     skipped: list[SkippedIn] = Field(max_length=MAX_CHECKPOINTS)
     checkpoints: CheckpointsIn
+    views: ViewEndpointIn | None = None  # none from a driver of an earlier release
 
 
 class ShardIn(Record):

@@ -54,6 +54,8 @@ def opened(s: Session, run_id: int, body: OpenedIn) -> DesiredOut:
         return DesiredOut(exit=True)
     restored, skipped = body.restored, body.skipped
     lifecycle.run_opened(s, run, body.step, restored, body.pid)
+    run.views_url = body.views.url if body.views else None
+    run.views_secret = body.views.secret if body.views else None
     _mirror(s, run.pipeline_id, body.checkpoints)
     for op in s.scalars(
         select(Operation).where(

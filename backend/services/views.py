@@ -1,22 +1,29 @@
-"""A view's rows as its state holds them in a checkpoint (a `view` sink's spine): the
-newest, or one named by uuid, identifier or step (time travel), and the Z-set difference
-between two checkpoints. Reads are of a checkpoint's immutable files, never of the running
-pipeline, so they do not slow it; a checkpoint that retention or gc collects while it is
-read is refused (`CheckpointCollected`), never answered wrongly."""
+"""A view's rows: as the running pipeline holds them after its newest step (`LiveViews`,
+a client of the driver's `workers.runtime.view_server`), or as a checkpoint holds them (a
+`view` sink's spine): the newest, or one named by uuid, identifier or step (time travel),
+and the Z-set difference between two checkpoints. Checkpoint reads are of immutable files,
+never of the running pipeline, so they do not slow it; a checkpoint that retention or gc
+collects while it is read is refused (`CheckpointCollected`), never answered wrongly."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from storage_engine.errors import CorruptionError, StorageError
+from storage_engine.key_range import KeyRange
 from storage_engine.location_view import SpineContents, list_checkpoints, read_spine
 from storage_engine.schema import WEIGHT
 
 from ..errors import ApiError, InvalidInput, NotFound, StateUnavailable
+
+log = logging.getLogger(__name__)
 
 
 class CheckpointCollected(ApiError):
@@ -44,14 +51,14 @@ def read(
     view: str,
     ref: str = "latest",
     weights: bool = False,
-    key: Sequence[str] | None = None,
+    within: KeyRange | None = None,
 ) -> SpineContents | None:
-    """The view's rows in checkpoint `ref` (`checkpoint_of`), or only those whose leading
-    columns equal `key` (found through the files' block indexes); None if there is no
+    """The view's rows in checkpoint `ref` (`checkpoint_of`), or only those in key range
+    `within` (values as text; found through the files' block indexes); None if there is no
     checkpoint yet, or none holding the view."""
     uuid = checkpoint_of(storage, ref)
     try:
-        return read_spine(storage, f"view.{view}", uuid, weights=weights, prefix=key or None)
+        return read_spine(storage, f"view.{view}", uuid, weights=weights, within=within)
     except ValueError as e:  # a key value that is not of its column's type
         raise InvalidInput(str(e)) from None
     except (CorruptionError, OSError) as e:
@@ -96,10 +103,70 @@ def diff(storage: Path, view: str, a: str, b: str) -> tuple[SpineContents, Spine
     return old, new, summed.sort_by([(k, "ascending") for k in keys])
 
 
+@dataclass(frozen=True)
+class LiveRows:
+    """A view's rows as the running pipeline holds them after `step`."""
+
+    step: int
+    rows: list[dict[str, Any]]
+
+
+class LiveViews:
+    """Reads of running drivers' views, over one pooled HTTP client (connections kept
+    alive between lookups). A driver that does not answer (ending, or unreachable) gives
+    None, and the caller reads the newest checkpoint instead."""
+
+    def __init__(self, timeout_s: float = 5.0, transport: httpx.BaseTransport | None = None):
+        self._client = httpx.Client(
+            timeout=httpx.Timeout(timeout_s, connect=1.0), transport=transport
+        )
+
+    def read(
+        self,
+        url: str,
+        secret: str,
+        view: str,
+        within: KeyRange | None,
+        offset: int,
+        limit: int,
+    ) -> LiveRows | None:
+        params: list[tuple[str, str | int | float | bool | None]] = [
+            ("offset", offset),
+            ("limit", limit),
+        ]
+        if within is not None:
+            params += [("key", v) for v in within.prefix]
+            params += [(n, v) for n, v in (("ge", within.ge), ("lt", within.lt)) if v is not None]
+        try:
+            r = self._client.get(
+                f"{url}/views/{view}",
+                params=params,
+                headers={"Authorization": f"Bearer {secret}"},
+            )
+        except httpx.HTTPError as e:
+            log.info("view %s: the running driver at %s did not answer: %s", view, url, e)
+            return None
+        body = r.json() if r.headers.get("content-type") == "application/json" else {}
+        if r.status_code == 200:
+            return LiveRows(int(body["step"]), list(body["rows"]))
+        if r.status_code == 400:
+            raise InvalidInput(str(body.get("message", "bad key range")))
+        if r.status_code == 503:
+            raise StateUnavailable(str(body.get("message", "the view's state cannot be read")))
+        # 410: the run ended; 404: a run of a spec without this view; 401: a process that
+        # is not the run's driver (its port was reused).
+        if r.status_code != 410:
+            log.warning("view %s: the driver at %s answered %s", view, url, r.status_code)
+        return None
+
+    def close(self) -> None:
+        self._client.close()
+
+
 def _retained(storage: Path, uuid: str) -> bool:
     return any(
         c.uuid == uuid or c.identifier == uuid for c in list_checkpoints(storage).checkpoints
     )
 
 
-__all__ = ["CheckpointCollected", "checkpoint_of", "diff", "read"]
+__all__ = ["CheckpointCollected", "LiveRows", "LiveViews", "checkpoint_of", "diff", "read"]

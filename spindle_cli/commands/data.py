@@ -234,24 +234,43 @@ def get_view(
     limit: Annotated[int, typer.Option(min=1, max=10_000, help="Rows per page.")] = 100,
     page: Annotated[int | None, typer.Option(min=1, help="Page number (1-based).")] = None,
     offset: Annotated[int | None, typer.Option(min=0, help="Rows to skip.")] = None,
-    as_of: Annotated[str, typer.Option("--as-of", help=AS_OF_HELP)] = "latest",
+    ge: Annotated[
+        str | None,
+        typer.Option("--ge", help="The column after the --key ones is at least this."),
+    ] = None,
+    lt: Annotated[
+        str | None, typer.Option("--lt", help="The column after the --key ones is below this.")
+    ] = None,
+    as_of: Annotated[
+        str | None,
+        typer.Option(
+            "--as-of",
+            help=f"{AS_OF_HELP} Default: the running pipeline's newest step, else the newest "
+            "checkpoint.",
+            show_default=False,
+        ),
+    ] = None,
     json_output: JsonOpt = False,
 ) -> None:
-    """A view's rows as of the pipeline's newest checkpoint, or an older retained one
-    (--as-of): by key, or paged."""
+    """A view's rows as of the running pipeline's newest step, else its newest checkpoint,
+    or an older retained one (--as-of): by key (--key, and a range of the next column:
+    --ge, --lt), or paged."""
     if page is not None and offset is not None:
         raise usage("give either --page or --offset")
     skip = offset if offset is not None else ((page or 1) - 1) * limit
     with connect() as api:
-        got = api.view(name, view, key or [], skip, limit, as_of)
+        got = api.view(name, view, key or [], skip, limit, as_of, ge, lt)
     if json_output:
         output.emit_json(got)
         return
     rows: list[dict[str, Any]] = list(got.get("rows") or [])
-    if got.get("checkpoint") is None:
+    if got.get("live"):
+        where = f"view {view} of {name} at step {got.get('step')} (live)"
+    elif got.get("checkpoint") is None:
         output.say(f"view {view} of {name} has no checkpointed state yet")
         return
-    where = f"view {view} of {name} at step {got.get('step')} (checkpoint {got['checkpoint']})"
+    else:
+        where = f"view {view} of {name} at step {got.get('step')} (checkpoint {got['checkpoint']})"
     if not rows:
         output.say(f"{where}: no rows")
         return

@@ -19,13 +19,13 @@ from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from .. import kernels
 from ..batch import Batch
 from ..cache import BufferCache
 from ..errors import CorruptionError, FormatVersionError, SchemaMismatchError
 from ..fileio import FileLayer
+from ..key_range import KeyRange
 from ..lookup.file_seek import FileSeeks
 from ..schema import ZSetSchema
 from .bloom import PROBES_V2
@@ -289,30 +289,20 @@ class BatchFile(FileSeeks):
         stop = kernels.count_below(rb, names, hi) if hi is not None else rb.num_rows
         return rb.slice(start, max(stop - start, 0))
 
-    def with_prefix(self, prefix: Sequence[Any]) -> pa.RecordBatch:
-        """Rows whose leading key columns equal `prefix`, reading only the blocks whose key
-        range may hold them (the block index: a point lookup reads one or two blocks)."""
+    def in_range(self, r: KeyRange) -> pa.RecordBatch:
+        """The rows in key range `r`, reading only the blocks whose key range may hold them
+        (the block index: a point lookup reads one or two blocks)."""
         names = self.schema.key_names
-        n, want = len(prefix), tuple(prefix)
         parts = []
         for i in range(self.num_blocks):
-            if kernels.compare_rows(kernels.row_tuple(self._lasts, names, i)[:n], want) < 0:
+            if r.skips_block(kernels.row_tuple(self._lasts, names, i)):
                 continue
-            if kernels.compare_rows(kernels.row_tuple(self._firsts, names, i)[:n], want) > 0:
+            if r.ends_before(kernels.row_tuple(self._firsts, names, i)):
                 break
             parts.append(self.block(i))
         if not parts:
             return kernels.empty(self.schema)
-        rb = pa.concat_batches(parts) if len(parts) > 1 else parts[0]
-        start = kernels.count_below(rb, names, want)
-        rows = rb.slice(start)
-        same = pa.array(np.ones(rows.num_rows, dtype=bool))
-        for name, v in zip(names[:n], want, strict=True):
-            col = rows.column(name)
-            eq = pc.is_null(col) if v is None else pc.fill_null(pc.equal(col, v), False)
-            same = pc.and_(same, eq)
-        differs = np.flatnonzero(~np.asarray(same.to_numpy(zero_copy_only=False)))
-        return rows.slice(0, int(differs[0]) if len(differs) else rows.num_rows)
+        return r.select(pa.concat_batches(parts) if len(parts) > 1 else parts[0], names)
 
     def to_batch(self) -> Batch:
         blocks = list(self.iter_blocks(prefetch_ahead=0))

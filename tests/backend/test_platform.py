@@ -171,8 +171,16 @@ def test_lifecycle_over_http(any_mode: Platform) -> None:
         60,
         "the final checkpoint to be remote-durable",
     )
+    # Views read the running driver's newest step; `as_of` the checkpoints.
     view = p.ok("GET", f"/api/v1/pipelines/{name}/views/v?limit=5")
-    assert view["checkpoint"] is not None and len(view["rows"]) == 5
+    assert view["live"] and view["checkpoint"] is None and len(view["rows"]) == 5
+    assert view["step"] >= stopped["result"]["step"]
+    column, key = next(iter(view["rows"][0].items()))
+    one = p.ok("GET", f"/api/v1/pipelines/{name}/views/v", params={"key": str(key)})
+    assert one["live"] and one["step"] >= view["step"]
+    assert [r[column] for r in one["rows"]] == [key]
+    stored = p.ok("GET", f"/api/v1/pipelines/{name}/views/v?limit=5&as_of=latest")
+    assert stored["checkpoint"] is not None and len(stored["rows"]) == 5
     assert "spindle_pipeline_up" in p.client.get("/metrics").text
 
 

@@ -431,14 +431,18 @@ def test_views_of_the_log_pipeline(
     assert op["status"] == "succeeded"
 
     page = cli.json("views", "get", BIDS, "latest", "--key", "3")
-    assert page["checkpoint"] == op["result"]["checkpoint"]
+    assert page["live"] and page["step"] >= op["result"]["step"]  # the running driver's
     assert page["rows"] == [{"auction": 3, "max_price": expect[3][0], "bids": expect[3][1]}]
+    stored = cli.json("views", "get", BIDS, "latest", "--key", "3", "--as-of", "latest")
+    assert stored["checkpoint"] == op["result"]["checkpoint"] and stored["rows"] == page["rows"]
+    ranged = cli.json("views", "get", BIDS, "latest", "--ge", "2", "--lt", "5")["rows"]
+    assert [r["auction"] for r in ranged] == [a for a in sorted(expect) if 2 <= a < 5]
     every = cli.json("views", "get", BIDS, "latest", "--limit", "100")["rows"]
     assert {r["auction"]: (r["max_price"], r["bids"]) for r in every} == expect
     paged = cli.json("views", "get", BIDS, "latest", "--page", "2", "--limit", "3")["rows"]
     assert paged == every[3:6]
     text = cli("views", "get", BIDS, "latest", "--key", "3").stdout
-    assert "max_price" in text and str(expect[3][1]) in text
+    assert "max_price" in text and str(expect[3][1]) in text and "(live)" in text
     r = cli("views", "get", BIDS, "nope", code=1)
     assert "has no view 'nope'" in r.stderr
 

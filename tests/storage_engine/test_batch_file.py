@@ -32,6 +32,7 @@ from storage_engine import (
 from storage_engine.cache import BufferCache
 from storage_engine.file_format import FORMAT_VERSION, BatchFileWriter, write_batch_file
 from storage_engine.fileio import PosixFileLayer
+from storage_engine.key_range import KeyRange
 from storage_engine.lookup.probes import key_table
 from tests.conftest import trials
 
@@ -558,9 +559,9 @@ def test_tiny_cache_evicts_but_reads_stay_correct(tmp_path: Path) -> None:
 def test_rows_with_a_key_prefix_read_only_their_blocks(
     tmp_path: Path, cache: BufferCache, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`with_prefix` (the API's key lookups of a checkpoint): a key spanning many blocks,
-    keys at either end, absent keys, a null key; only the blocks that may hold the key are
-    read."""
+    """`in_range` with a prefix (the API's key lookups of a checkpoint): a key spanning
+    many blocks, keys at either end, absent keys, a null key; only the blocks that may hold
+    the key are read."""
     rows = [((k,), (v,), 1) for k in (1, 3, 9) for v in range(5)]
     rows += [((5,), (v,), v % 3 + 1) for v in range(57)]
     bf = _open(_write(tmp_path, Batch.from_tuples(INT, rows), block_rows=8), cache, INT)
@@ -569,18 +570,18 @@ def test_rows_with_a_key_prefix_read_only_their_blocks(
     monkeypatch.setattr(bf, "block", lambda i: read.append(i) or block(i))
     for key in (1, 3, 5, 9):
         read.clear()
-        got = bf.with_prefix([key])
+        got = bf.in_range(KeyRange((key,)))
         cols = [got.column(c).to_pylist() for c in ("k", "v", "__weight")]
         want = sorted((k[0], v[0], w) for k, v, w in rows if k == (key,))
         assert sorted(zip(*cols, strict=True)) == want
         holding = [i for i in range(bf.num_blocks) if key in block(i).column("k").to_pylist()]
         assert read == holding, (key, read, holding)  # nothing else
     for absent in (0, 2, 4, 10):
-        assert bf.with_prefix([absent]).num_rows == 0
+        assert bf.in_range(KeyRange((absent,))).num_rows == 0
     case = CASES["nullable_int"]
     nulls = [((None,), (None,), 1), ((None,), ("p",), 1), ((1,), (None,), 1), ((2,), (None,), 1)]
     bf = _open(
         _write(tmp_path, Batch.from_tuples(case.schema, nulls), block_rows=2), cache, case.schema
     )
-    assert bf.with_prefix([None]).num_rows == 2
-    assert bf.with_prefix([2]).num_rows == 1
+    assert bf.in_range(KeyRange((None,))).num_rows == 2
+    assert bf.in_range(KeyRange((2,))).num_rows == 1

@@ -2,11 +2,11 @@
 operation_poll_s, reports its run's steps and heartbeat, follows the pipeline's desired
 state (pause, resume, stop, the automatic commit interval), hands the pipeline's pending
 operations to a second thread that performs them between steps, and keeps the checkpoint
-mirror. Operations have their own thread because a commit or a gc waits for a step
-boundary, and a partitioned step can outlast the heartbeat timeout: the heartbeat must not
-wait with it. It talks to the control plane
-only through the `control_plane.ControlPlane` it is given (over the database or the REST
-API).
+mirror. While the run lasts, its `view` sinks are served to the API (`ViewServer`).
+Operations have their own thread because a commit or a gc waits for a step boundary, and a
+partitioned step can outlast the heartbeat timeout: the heartbeat must not wait with it. It
+talks to the control plane only through the `control_plane.ControlPlane` it is given (over
+the database or the REST API).
 
 Operations and what the job does:
   commit             checkpoint now (waits until locally durable); result: the checkpoint
@@ -32,6 +32,7 @@ from pipeline_spec.exits import EXIT_INTERRUPTED, EXIT_RELAUNCH, EXIT_STOPPED
 from pipeline_spec.offsets import written_offsets
 from storage_engine import retention
 
+from .connectors.view_sink import ViewSink
 from .control_plane import (
     COMMIT,
     DELETE_CHECKPOINT,
@@ -48,6 +49,7 @@ from .control_plane import (
     Skipped,
 )
 from .runner import Runner
+from .view_server import ViewServer
 
 log = logging.getLogger("spindle.job")
 
@@ -70,6 +72,7 @@ class JobControl:
         self._plane_lock = threading.Lock()
         self._parent = os.getppid()
         self.runner: Runner | None = None
+        self._views: ViewServer | None = None  # the run's views, served while it runs
         # A checkpoint's metadata never changes: read once per checkpoint, not per mirror.
         # Its input tables' offsets, by uuid (none: it holds none).
         self._offsets: dict[str, dict[str, Any] | None] = {}
@@ -86,7 +89,12 @@ class JobControl:
         loc = runner.loc
         restored = loc.restored.uuid if loc.restored is not None else None
         skipped = [Skipped(c.uuid, c.reason) for c in runner.skipped]
-        self._follow(self.plane.opened(Opened(runner.step, restored, skipped, self._checkpoints())))
+        views = {n: s for n, s in runner.sinks.items() if isinstance(s, ViewSink)}
+        if views:
+            self._views = ViewServer(views)
+        endpoint = None if self._views is None else self._views.endpoint
+        opened = Opened(runner.step, restored, skipped, self._checkpoints(), endpoint)
+        self._follow(self.plane.opened(opened))
         self._thread = threading.Thread(target=self._loop, name="spindle-control", daemon=True)
         self._ops_thread = threading.Thread(
             target=self._operations, name="spindle-operations", daemon=True
@@ -99,6 +107,8 @@ class JobControl:
         for t in (self._ops_thread, self._thread):  # an operation's finish before the last report
             if t is not None:
                 t.join(timeout=10)
+        if self._views is not None:
+            self._views.close()
         if self.runner is not None:
             self.plane.report(self._report(heartbeat=True, checkpoints=self._checkpoints()))
 

@@ -46,14 +46,25 @@ class Skipped:
 
 
 @dataclass(frozen=True)
+class ViewEndpoint:
+    """Where the run serves its views' live rows (`workers.runtime.view_server`), and the
+    secret a reader presents."""
+
+    url: str
+    secret: str
+
+
+@dataclass(frozen=True)
 class Opened:
     """The run's state: it restored `restored` (None: started empty) at `step`, skipping
-    `skipped`, and is about to process."""
+    `skipped`, and is about to process; its views are served at `views` (None: it has no
+    `view` sink)."""
 
     step: int
     restored: str | None
     skipped: Sequence[Skipped]
     checkpoints: Checkpoints
+    views: ViewEndpoint | None = None
 
 
 @dataclass(frozen=True)
@@ -142,6 +153,7 @@ def opened_doc(run: Opened, pid: int) -> dict[str, Any]:
         "restored": run.restored,
         "skipped": [{"uuid": k.uuid, "reason": k.reason} for k in run.skipped],
         "checkpoints": checkpoints_doc(run.checkpoints),
+        "views": None if run.views is None else {"url": run.views.url, "secret": run.views.secret},
     }
 
 
@@ -194,6 +206,7 @@ __all__ = [
     "Opened",
     "Report",
     "Skipped",
+    "ViewEndpoint",
     "checkpoints_doc",
     "claimed_from",
     "desired_from",

@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import anyio
-import pyarrow as pa
 from fastapi import APIRouter, Query, Request
 from sqlalchemy.orm import Session
 
 from pipeline_spec.model import parse_spec
-from storage_engine.location_view import to_jsonable
+from storage_engine.key_range import KeyRange
+from storage_engine.location_view import jsonable_rows
 
 from ...errors import InvalidInput, NotFound
+from ...models import RunState
 from ...schemas.metrics import IngestOut, ViewDiff, ViewPage
-from ...services import ingest, views
+from ...services import ingest, lifecycle, views
 from ..context import Context
 from ..deps import DB, Ctx, Operator, Viewer, pipeline_by_name
 
@@ -72,30 +73,53 @@ def read_view(
     key: Annotated[
         list[str] | None, Query(description="values of the leading columns, in order")
     ] = None,
+    ge: Annotated[
+        str | None,
+        Query(description="the next column after `key`'s is at least this (a range)"),
+    ] = None,
+    lt: Annotated[
+        str | None,
+        Query(description="the next column after `key`'s is below this (a range)"),
+    ] = None,
     offset: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
     as_of: Annotated[
-        str,
+        str | None,
         Query(
             max_length=200,
             description="the checkpoint to read: latest (the newest), a checkpoint's uuid "
-            "or identifier, or a step (the retained checkpoint taken at that step)",
+            "or identifier, or a step (the retained checkpoint taken at that step); "
+            "default: the running pipeline's newest step, else the newest checkpoint",
         ),
-    ] = "latest",
+    ] = None,
 ) -> ViewPage:
-    """A view's rows as of the newest checkpoint, or an older retained one (`as_of`): by
-    key (leading columns) or paged."""
+    """A view's rows as of the running pipeline's newest step (`live`), else as of the
+    newest checkpoint, or an older retained one (`as_of`): those in a key range (`key`:
+    the leading columns' values; `ge`, `lt`: bounds on the next column) or all, paged."""
     storage = _view_storage(ctx, s, name, view)
-    got = views.read(storage, view, as_of, key=key)
+    within = (
+        None
+        if not (key or ge is not None or lt is not None)
+        else KeyRange(tuple(key or ()), ge, lt)
+    )
+    if as_of is None:
+        run = lifecycle.latest_run(s, pipeline_by_name(s, name))
+        if run is not None and run.state == RunState.running and run.views_url:
+            secret = run.views_secret or ""
+            live = ctx.live.read(run.views_url, secret, view, within, offset, limit)
+            if live is not None:
+                return ViewPage(
+                    view=view, step=live.step, checkpoint=None, live=True, rows=live.rows
+                )
+    got = views.read(storage, view, as_of or "latest", within=within)
     if got is None:
         return ViewPage(view=view, step=None, checkpoint=None, rows=[])
     t = got.rows
-    rows = [] if t is None else _pylist(t.slice(offset, limit))
     return ViewPage(
         view=view,
         step=got.checkpoint.step,
         checkpoint=got.checkpoint.uuid,
-        rows=[to_jsonable(r) for r in rows],
+        rows=[] if t is None else jsonable_rows(t.slice(offset, limit)),
     )
 
 
@@ -129,13 +153,13 @@ def diff_view(
             "from: the older checkpoint is required", errors=[("query.from", "required")]
         )
     old, new, t = views.diff(storage, view, from_, to)
-    rows = _pylist(t.slice(offset, limit).rename_columns([*t.column_names[:-1], "weight"]))
+    rows = jsonable_rows(t.slice(offset, limit).rename_columns([*t.column_names[:-1], "weight"]))
     return ViewDiff.model_validate(
         {
             "view": view,
             "from": {"checkpoint": old.checkpoint.uuid, "step": old.checkpoint.step},
             "to": {"checkpoint": new.checkpoint.uuid, "step": new.checkpoint.step},
-            "rows": [to_jsonable(r) for r in rows],
+            "rows": rows,
         }
     )
 
@@ -145,20 +169,3 @@ def _view_storage(ctx: Context, s: Session, name: str, view: str) -> Path:
     if view not in parse_spec(p.spec).readable_views():
         raise NotFound(f"pipeline {name!r} has no view {view!r}")
     return Path(ctx.settings.storage_dir(p.name))
-
-
-def _pylist(t: pa.Table) -> list[dict[str, Any]]:
-    """The rows as Python values. A string that is not valid UTF-8 (stored before ingest
-    refused it) is shown with replacement characters: reading stored state never fails."""
-    try:
-        rows: list[dict[str, Any]] = t.to_pylist()
-    except UnicodeDecodeError:
-        rows = pa.table([_lenient(c) for c in t.columns], names=t.column_names).to_pylist()
-    return rows
-
-
-def _lenient(col: pa.ChunkedArray) -> pa.ChunkedArray | pa.Array:
-    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
-        return col
-    raw = col.cast(pa.large_binary()).to_pylist()  # a cast that does not validate
-    return pa.array([None if b is None else b.decode("utf-8", "replace") for b in raw])

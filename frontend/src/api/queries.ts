@@ -131,8 +131,10 @@ export function useView(
   offset: number,
   limit: number,
   key: readonly string[],
-  asOf = "latest",
+  asOf = "",
 ) {
+  // "": now (the running pipeline's newest step, else the newest checkpoint).
+  const at = asOf ? { as_of: asOf } : {};
   return useQuery({
     queryKey: keys.view(name, view ?? "", offset, limit, key, asOf),
     enabled: view !== null && view !== "",
@@ -141,14 +143,14 @@ export function useView(
         api.GET("/api/v1/pipelines/{name}/views/{view}", {
           params: {
             path: { name, view: view ?? "" },
-            query: key.length
-              ? { key: [...key], limit, as_of: asOf }
-              : { offset, limit, as_of: asOf },
+            query: key.length ? { key: [...key], limit, ...at } : { offset, limit, ...at },
           },
           signal,
         }),
       ),
     placeholderData: (prev) => prev,
+    // A live read follows the running pipeline.
+    refetchInterval: (q) => (q.state.data?.live ? 2000 : false),
   });
 }
 

@@ -428,8 +428,9 @@ export interface paths {
         };
         /**
          * Read View
-         * @description A view's rows as of the newest checkpoint, or an older retained one (`as_of`): by
-         *     key (leading columns) or paged.
+         * @description A view's rows as of the running pipeline's newest step (`live`), else as of the
+         *     newest checkpoint, or an older retained one (`as_of`): those in a key range (`key`:
+         *     the leading columns' values; `ge`, `lt`: bounds on the next column) or all, paged.
          */
         get: operations["read_view_api_v1_pipelines__name__views__view__get"];
         put?: never;
@@ -1044,6 +1045,7 @@ export interface components {
             skipped: components["schemas"]["SkippedIn"][];
             /** Step */
             step: number;
+            views?: components["schemas"]["ViewEndpointIn"] | null;
         };
         /**
          * OperationKind
@@ -1525,20 +1527,36 @@ export interface components {
             /** View */
             view: string;
         };
+        /**
+         * ViewEndpointIn
+         * @description Where the driver serves its views (`workers.runtime.view_server`).
+         */
+        ViewEndpointIn: {
+            /** Secret */
+            secret: string;
+            /** Url */
+            url: string;
+        };
         /** ViewPage */
         ViewPage: {
             /**
              * Checkpoint
-             * @description the uuid of the checkpoint read
+             * @description the uuid of the checkpoint read (None: live)
              */
             checkpoint: string | null;
+            /**
+             * Live
+             * @description read from the running pipeline, not a checkpoint
+             * @default false
+             */
+            live: boolean;
             /** Rows */
             rows: {
                 [key: string]: unknown;
             }[];
             /**
              * Step
-             * @description the step of the checkpoint read (None: none yet)
+             * @description the step the rows reflect: the running pipeline's newest, or the checkpoint's (None: no checkpoint yet)
              */
             step: number | null;
             /** View */
@@ -3765,10 +3783,14 @@ export interface operations {
             query?: {
                 /** @description values of the leading columns, in order */
                 key?: string[] | null;
+                /** @description the next column after `key`'s is at least this (a range) */
+                ge?: string | null;
+                /** @description the next column after `key`'s is below this (a range) */
+                lt?: string | null;
                 offset?: number;
                 limit?: number;
-                /** @description the checkpoint to read: latest (the newest), a checkpoint's uuid or identifier, or a step (the retained checkpoint taken at that step) */
-                as_of?: string;
+                /** @description the checkpoint to read: latest (the newest), a checkpoint's uuid or identifier, or a step (the retained checkpoint taken at that step); default: the running pipeline's newest step, else the newest checkpoint */
+                as_of?: string | null;
             };
             header?: never;
             path: {

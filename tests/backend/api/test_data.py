@@ -308,7 +308,13 @@ def test_view_reads(api: Api) -> None:
     url = f"pipelines/{CLICKS}/views/v"
     empty = api.get(url)
     assert empty.status_code == 200
-    assert empty.json() == {"view": "v", "step": None, "checkpoint": None, "rows": []}
+    assert empty.json() == {
+        "view": "v",
+        "step": None,
+        "checkpoint": None,
+        "live": False,
+        "rows": [],
+    }
     uid = write_view(
         api.storage(CLICKS),
         "v",
@@ -325,12 +331,18 @@ def test_view_reads(api: Api) -> None:
         {"user": 4, "clicks": 5},
     ]
     got = api.get(url).json()
-    assert got == {"view": "v", "step": 7, "checkpoint": uid, "rows": everything}
+    assert got == {"view": "v", "step": 7, "checkpoint": uid, "live": False, "rows": everything}
     assert api.get(url, params={"offset": 1, "limit": 2}).json()["rows"] == everything[1:3]
     assert api.get(url, params={"offset": 3, "limit": 10}).json()["rows"] == everything[3:]
     assert api.get(url, params={"offset": 9}).json()["rows"] == []
     by_key = api.get(url, params={"key": "3"}).json()
-    assert by_key == {"view": "v", "step": 7, "checkpoint": uid, "rows": [everything[2]]}
+    assert by_key == {
+        "view": "v",
+        "step": 7,
+        "checkpoint": uid,
+        "live": False,
+        "rows": [everything[2]],
+    }
     assert api.get(url, params={"key": ["3", "2"]}).json()["rows"] == [everything[2]]
     assert api.get(url, params={"key": ["3", "1"]}).json()["rows"] == []
     assert api.get(url, params={"key": "5"}).json()["rows"] == []  # retracted to zero
@@ -457,7 +469,13 @@ def test_views_as_of_older_checkpoints_and_their_diff(api: Api) -> None:
     for step, uid in uids.items():
         for ref in (uid, str(step)):
             got = api.get(url, params={"as_of": ref}).json()
-            assert got == {"view": "v", "step": step, "checkpoint": uid, "rows": recorded[step]}
+            assert got == {
+                "view": "v",
+                "step": step,
+                "checkpoint": uid,
+                "live": False,
+                "rows": recorded[step],
+            }
     assert api.get(url, params={"as_of": "latest"}).json()["rows"] == recorded[8]
     # Keys and pages apply to the past too.
     assert api.get(url, params={"as_of": "3", "key": "3"}).json()["rows"] == [

@@ -109,6 +109,7 @@ def test_heartbeats_go_on_while_an_operation_waits_for_a_step(
         step=4,
         paused=False,
         skipped=[],
+        sinks={},
         spec=SimpleNamespace(source=SimpleNamespace(table="t")),
         loc=SimpleNamespace(restored=None, remote=None, list_checkpoints=lambda: []),
         checkpoints=SimpleNamespace(auto_commit_s=None, request=lambda _id: (_Handle(), 5)),

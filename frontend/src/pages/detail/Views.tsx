@@ -54,12 +54,14 @@ export function Views() {
   const [limit, setLimit] = useState<number>(PAGE_SIZES[0]);
   const [keyInputs, setKeyInputs] = useState<string[]>([""]);
   const [key, setKey] = useState<string[]>([]);
-  // Time travel: the checkpoint read ("latest" or a uuid), and one to compare it with.
-  const [asOf, setAsOf] = useState("latest");
+  // Time travel: "" (now: the running pipeline's newest step, else the newest
+  // checkpoint), "latest" (the newest checkpoint) or a checkpoint's uuid; and one to
+  // compare it with.
+  const [asOf, setAsOf] = useState("");
   const [since, setSince] = useState<string | null>(null);
   const ids = { view: useId(), size: useId(), key: useId(), asOf: useId(), since: useId() };
   const page = useView(pipeline.name, view, offset, limit, key, asOf);
-  const diff = useViewDiff(pipeline.name, view, since, asOf, 1000);
+  const diff = useViewDiff(pipeline.name, view, since, asOf || "latest", 1000);
   const checkpoints = useCheckpoints(pipeline.name);
   const retained = [...(checkpoints.data ?? [])].sort((a, b) => b.step - a.step);
 
@@ -144,6 +146,7 @@ export function Views() {
           }}
           data-testid="view-as-of"
         >
+          <option value="">now</option>
           <option value="latest">the newest checkpoint</option>
           {retained.map((c) => (
             <option key={c.uuid} value={c.uuid}>
@@ -217,9 +220,11 @@ export function Views() {
       <ErrorNote error={page.error} testId="view-error" />
       <div className="view-meta muted small" data-testid="view-meta">
         {page.data &&
-          (page.data.checkpoint
-            ? `As of checkpoint ${shortId(page.data.checkpoint)} (step ${page.data.step ?? "?"})`
-            : "No checkpoint yet: the view is empty until the pipeline commits one.")}
+          (page.data.live
+            ? `Live: the running pipeline's step ${page.data.step ?? "?"}`
+            : page.data.checkpoint
+              ? `As of checkpoint ${shortId(page.data.checkpoint)} (step ${page.data.step ?? "?"})`
+              : "No checkpoint yet: the view is empty until the pipeline commits one.")}
         {byKey && ` · key = ${key.map((k) => JSON.stringify(k)).join(", ")}`}
       </div>
 
