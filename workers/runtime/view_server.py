@@ -4,7 +4,8 @@ state instead of the newest checkpoint.
 
     GET /views/<view>?key=<v>&key=<v>...&ge=<v>&lt=<v>&offset=<n>&limit=<n>
     Authorization: Bearer <the run's view secret>
-    -> 200 {"view", "step", "rows": [...]} | 400/401/404/503 {"message"}, 410 once closed
+    -> 200 {"view", "step", "checkpoint": null, "live": true, "rows": [...]} (the API's
+       ViewPage) | 400/401/404/503 {"message"}, 410 once closed
 
 It listens on SPINDLE_DRIVER_HOST (default 127.0.0.1; `0.0.0.0` listens on every address and
 advertises this host's name), on a port the system picks. The URL and a secret made for the
@@ -92,7 +93,8 @@ class ViewServer:
         except (OSError, CorruptionError) as e:
             log.warning("view %s: lookup failed: %s", name, e)
             return 503, {"message": f"the view's state cannot be read: {e}"}
-        return 200, {"view": name, "step": got.step, "rows": jsonable_rows(got.rows)}
+        rows = jsonable_rows(got.rows)
+        return 200, {"view": name, "step": got.step, "checkpoint": None, "live": True, "rows": rows}
 
 
 def _range(q: Mapping[str, list[str]]) -> KeyRange | None:
@@ -119,6 +121,9 @@ def _count(q: Mapping[str, list[str]], name: str, default: int, most: int | None
 def _handler(server: ViewServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive: the API's client reuses connections
+        # Headers and body go out in two writes: with Nagle's algorithm the second waits
+        # for the client's delayed ACK (tens of milliseconds a lookup).
+        disable_nagle_algorithm = True
 
         def do_GET(self) -> None:
             status, body = server.answer(self.path, self.headers.get("Authorization", ""))

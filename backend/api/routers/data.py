@@ -6,15 +6,14 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import anyio
-from fastapi import APIRouter, Query, Request
-from sqlalchemy.orm import Session
+from fastapi import APIRouter, Query, Request, Response
 
 from pipeline_spec.model import parse_spec
 from storage_engine.key_range import KeyRange
 from storage_engine.location_view import jsonable_rows
 
 from ...errors import InvalidInput, NotFound
-from ...models import RunState
+from ...models import Pipeline, RunState
 from ...schemas.metrics import IngestOut, ViewDiff, ViewPage
 from ...services import ingest, lifecycle, views
 from ..context import Context
@@ -92,25 +91,24 @@ def read_view(
             "default: the running pipeline's newest step, else the newest checkpoint",
         ),
     ] = None,
-) -> ViewPage:
+) -> ViewPage | Response:
     """A view's rows as of the running pipeline's newest step (`live`), else as of the
     newest checkpoint, or an older retained one (`as_of`): those in a key range (`key`:
     the leading columns' values; `ge`, `lt`: bounds on the next column) or all, paged."""
-    storage = _view_storage(ctx, s, name, view)
+    p = pipeline_by_name(s, name)
+    storage = _view_storage(ctx, p, view)
     within = (
         None
         if not (key or ge is not None or lt is not None)
         else KeyRange(tuple(key or ()), ge, lt)
     )
     if as_of is None:
-        run = lifecycle.latest_run(s, pipeline_by_name(s, name))
+        run = lifecycle.latest_run(s, p)
         if run is not None and run.state == RunState.running and run.views_url:
             secret = run.views_secret or ""
             live = ctx.live.read(run.views_url, secret, view, within, offset, limit)
             if live is not None:
-                return ViewPage(
-                    view=view, step=live.step, checkpoint=None, live=True, rows=live.rows
-                )
+                return Response(live, media_type="application/json")
     got = views.read(storage, view, as_of or "latest", within=within)
     if got is None:
         return ViewPage(view=view, step=None, checkpoint=None, rows=[])
@@ -147,7 +145,7 @@ def diff_view(
 ) -> ViewDiff:
     """What changed in a view between two retained checkpoints: each row whose count
     differs, with its `weight` (+n: n more in `to`, -n: n fewer)."""
-    storage = _view_storage(ctx, s, name, view)
+    storage = _view_storage(ctx, pipeline_by_name(s, name), view)
     if from_ is None:  # checked after the pipeline and view, which a 404 names first
         raise InvalidInput(
             "from: the older checkpoint is required", errors=[("query.from", "required")]
@@ -164,8 +162,7 @@ def diff_view(
     )
 
 
-def _view_storage(ctx: Context, s: Session, name: str, view: str) -> Path:
-    p = pipeline_by_name(s, name)
+def _view_storage(ctx: Context, p: Pipeline, view: str) -> Path:
     if view not in parse_spec(p.spec).readable_views():
-        raise NotFound(f"pipeline {name!r} has no view {view!r}")
+        raise NotFound(f"pipeline {p.name!r} has no view {view!r}")
     return Path(ctx.settings.storage_dir(p.name))
