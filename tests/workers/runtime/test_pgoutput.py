@@ -1,14 +1,15 @@
 """The pgoutput decoder and PostgreSQL's text values (the `postgres_cdc` source's parts),
 on messages built byte by byte as the protocol documents them: relations, the three kinds
 of change, an unchanged TOASTed value, a truncate, transactions' end positions; and each
-column type's text, with values that do not convert. (The source against a real server:
-test_postgres_cdc.py.)"""
+column type's text, with values that do not convert; a snapshot step's rows read from the
+snapshot file's row groups. (The source against a real server: test_postgres_cdc.py.)"""
 
 from __future__ import annotations
 
 import struct
 from datetime import UTC, datetime
 from decimal import Decimal
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -139,3 +140,29 @@ def test_text_values_by_type() -> None:
     assert arr.to_pylist() == [1, None, None] and bad == {1, 2}
     arr, bad = convert(["2026-02-03"], pa.date32())
     assert str(arr[0]) == "2026-02-03" and not bad
+
+
+def test_a_snapshot_step_reads_only_the_row_groups_it_needs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`parquet_rows` gives exactly the slice a whole read would, across row-group edges,
+    and reads no row group outside it."""
+    import pyarrow.parquet as pq
+
+    from workers.runtime.connectors.cdc_slot import parquet_rows
+
+    path = str(tmp_path / "snapshot.parquet")
+    whole = pa.table({"id": list(range(20)), "name": [f"n{i}" for i in range(20)]})
+    with pq.ParquetWriter(path, whole.schema) as w:
+        for start in range(0, 20, 6):  # groups of 6, 6, 6 and 2 rows, as fetches write them
+            w.write_table(whole.slice(start, 6))
+    read: list[list[int]] = []
+    real = pq.ParquetFile.read_row_groups
+    monkeypatch.setattr(
+        pq.ParquetFile, "read_row_groups", lambda f, g, **k: read.append(list(g)) or real(f, g, **k)
+    )
+    for start, end, groups in [(0, 6, [0]), (5, 7, [0, 1]), (6, 18, [1, 2]), (17, 20, [2, 3])]:
+        read.clear()
+        assert parquet_rows(path, start, end) == whole.slice(start, end - start)
+        assert read == [groups]
+    assert parquet_rows(path, 20, 25).num_rows == 0

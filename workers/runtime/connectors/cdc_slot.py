@@ -210,6 +210,10 @@ class CdcTable:
         os.replace(path + ".tmp", path)
         return n
 
+    def snapshot_slice(self, start: int, end: int) -> pa.Table:
+        """The snapshot's rows [start, end)."""
+        return parquet_rows(os.path.join(self.dir, "snapshot.parquet"), start, end)
+
     # The stream.
 
     def _peeked(self, query: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -262,4 +266,20 @@ class CdcTable:
             )
 
 
-__all__ = ["LSN", "SNAPSHOT", "TIMEOUT_S", "CdcSourceError", "CdcTable"]
+def parquet_rows(path: str, start: int, end: int) -> pa.Table:
+    """Rows [start, end) of a Parquet file, reading only the row groups that hold them (the
+    snapshot file has one per fetch of its cursor)."""
+    f = pq.ParquetFile(path)
+    groups, first, at = [], 0, 0
+    for i in range(f.metadata.num_row_groups):
+        n = f.metadata.row_group(i).num_rows
+        if at + n > start and at < end:
+            first = at if not groups else first
+            groups.append(i)
+        at += n
+    if not groups:
+        return f.schema_arrow.empty_table()
+    return f.read_row_groups(groups).slice(start - first, end - start)
+
+
+__all__ = ["LSN", "SNAPSHOT", "TIMEOUT_S", "CdcSourceError", "CdcTable", "parquet_rows"]

@@ -24,12 +24,10 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSource
 
 from pipeline_spec.offsets import Offset
@@ -114,8 +112,7 @@ class CdcInput:
         return self.schema.empty_table()
 
     def _snapshot(self, start: int, end: int) -> pa.Table:
-        t = pq.read_table(os.path.join(self.cdc.dir, "snapshot.parquet"))
-        t = t.slice(start, end - start)
+        t = self.cdc.snapshot_slice(start, end)
         ops = pa.array(["upsert"] * t.num_rows, pa.string())
         return t.append_column(OP_COLUMN, ops).cast(self.schema)
 
