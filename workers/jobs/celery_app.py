@@ -7,8 +7,13 @@ life, mostly waiting, and the driver is tied to that thread (it dies with the wo
 
 from __future__ import annotations
 
-from celery import Celery
+import os
+import signal
 
+from celery import Celery
+from celery.signals import beat_embedded_init
+
+from backend.child_processes import die_with_parent
 from backend.settings import Settings
 
 
@@ -48,6 +53,20 @@ def make_celery(settings: Settings) -> Celery:
         },
     )
     return app
+
+
+def _beat_ends_with_its_worker(**_: object) -> None:
+    """An embedded beat (`worker --beat`) is a child process of the worker, and one forked
+    just as the worker began shutting down is never told to stop: an orphan scheduling
+    tasks for good. The kernel ends it with the worker; if the worker is already gone, it
+    ends now."""
+    worker = os.getppid()
+    die_with_parent(signal.SIGTERM)
+    if os.getppid() != worker:
+        os._exit(0)
+
+
+beat_embedded_init.connect(_beat_ends_with_its_worker)
 
 
 def declare_queues(app: Celery) -> None:

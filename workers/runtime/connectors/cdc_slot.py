@@ -270,7 +270,8 @@ def parquet_rows(path: str, start: int, end: int) -> pa.Table:
     """Rows [start, end) of a Parquet file, reading only the row groups that hold them (the
     snapshot file has one per fetch of its cursor)."""
     f = pq.ParquetFile(path)
-    groups, first, at = [], 0, 0
+    groups: list[int] = []
+    first = at = 0
     for i in range(f.metadata.num_row_groups):
         n = f.metadata.row_group(i).num_rows
         if at + n > start and at < end:
