@@ -147,6 +147,16 @@ class ObjectStoreLike(Protocol):
         """Delete `keys`; missing ones are ignored."""
         ...
 
+    @property
+    def locator(self) -> str:
+        """Where this store's root is among its siblings (an S3 prefix in the bucket, a
+        directory store's absolute root): what `sibling` takes (see `forks.py`)."""
+        ...
+
+    def sibling(self, locator: str) -> ObjectStoreLike:
+        """The store of the same backend (bucket, credentials, tuning) rooted at `locator`."""
+        ...
+
 
 class ObjectStore:
     """One bucket prefix. Thread-safe (the minio client is)."""
@@ -175,6 +185,14 @@ class ObjectStore:
 
     def url(self, key: str) -> str:
         return f"s3://{self.bucket}/{self._key(key)}"
+
+    @property
+    def locator(self) -> str:
+        return self.prefix
+
+    def sibling(self, locator: str) -> ObjectStore:
+        settings = self.settings.model_copy(update={"prefix": locator.strip("/")})
+        return ObjectStore(settings, client=self._client)
 
     def _key(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
@@ -341,6 +359,15 @@ class DirectoryObjectStore:
 
     def url(self, key: str) -> str:
         return f"file://{self.root.rstrip('/')}/{key}"
+
+    @property
+    def locator(self) -> str:
+        return self.root
+
+    def sibling(self, locator: str) -> DirectoryObjectStore:
+        if not os.path.isabs(locator):
+            raise ValueError(f"a directory store's locator is an absolute path, not {locator!r}")
+        return DirectoryObjectStore(locator, self.settings)
 
     def _path(self, key: str) -> str:
         _check_key(key)
