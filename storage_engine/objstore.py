@@ -12,7 +12,11 @@ The tier code (`remote.py`, `remote_cache.py`) talks to any `ObjectStoreLike`. T
 - `DirectoryObjectStore` keeps each object as a file under a local directory (the embedded
   run mode), with the same keys, the same errors and atomic, durable writes.
 
-`open_object_store(url)` opens either from a `file://` or `s3://` URL.
+`open_object_store(url)` opens either from a `file://` or `s3://` URL. A store's `sibling`
+is the store at another prefix of the same bucket (a fork's origin, `forks.py`).
+
+Why one long module: the protocol and its two implementations are read against each other
+(every method's keys, errors and durability must agree), so they stay side by side.
 """
 
 from __future__ import annotations
@@ -149,12 +153,11 @@ class ObjectStoreLike(Protocol):
 
     @property
     def locator(self) -> str:
-        """Where this store's root is among its siblings (an S3 prefix in the bucket, a
-        directory store's absolute root): what `sibling` takes (see `forks.py`)."""
+        """This root among its siblings (S3: the prefix; a directory store: its root)."""
         ...
 
     def sibling(self, locator: str) -> ObjectStoreLike:
-        """The store of the same backend (bucket, credentials, tuning) rooted at `locator`."""
+        """The store of the same backend and bucket at `locator` (see `forks.py`)."""
         ...
 
 
@@ -191,8 +194,7 @@ class ObjectStore:
         return self.prefix
 
     def sibling(self, locator: str) -> ObjectStore:
-        settings = self.settings.model_copy(update={"prefix": locator.strip("/")})
-        return ObjectStore(settings, client=self._client)
+        return ObjectStore(self.settings.model_copy(update={"prefix": locator}), self._client)
 
     def _key(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
@@ -365,9 +367,7 @@ class DirectoryObjectStore:
         return self.root
 
     def sibling(self, locator: str) -> DirectoryObjectStore:
-        if not os.path.isabs(locator):
-            raise ValueError(f"a directory store's locator is an absolute path, not {locator!r}")
-        return DirectoryObjectStore(locator, self.settings)
+        return DirectoryObjectStore(locator, self.settings)  # abspath'ed
 
     def _path(self, key: str) -> str:
         _check_key(key)
