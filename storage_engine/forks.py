@@ -310,6 +310,7 @@ def fork_location(
     fs: FileLayer | None = None,
     origin_store: ObjectStoreLike | None = None,
     fork_store: ObjectStoreLike | None = None,
+    upload_wait_s: float = 0.0,
 ) -> ForkResult:
     """Make `fork` (absent or empty) a location holding one checkpoint: `checkpoint` ("latest",
     a uuid or an identifier) of the location `origin`, sharing its files (see the module
@@ -318,7 +319,8 @@ def fork_location(
 
     With `origin_store` and `fork_store` (the two locations' object-store prefixes, siblings
     in one bucket), the fork's prefix gets the checkpoint too, borrowing the origin's objects;
-    the checkpoint must already be in the origin's remote manifest (remote durable)."""
+    the checkpoint must be in the origin's remote manifest (remote durable), within
+    `upload_wait_s` seconds (a checkpoint just taken may still be uploading)."""
     if (origin_store is None) != (fork_store is None):
         raise ValueError("origin_store and fork_store go together")
     fs = fs or PosixFileLayer()
@@ -370,7 +372,9 @@ def fork_location(
         mine = replace(info, parent=None)
         borrowed = 0
         if origin_store is not None and fork_store is not None:
-            borrowed = _fork_remote(origin_store, fork_store, mine, docs, names, written)
+            borrowed = _fork_remote(
+                origin_store, fork_store, mine, docs, names, written, upload_wait_s
+            )
         if not _still_there(fs, origin, info.uuid):
             raise _gone(info)
         write_doc(fs, os.path.join(fork, MANIFEST), Manifest([mine], mine.uuid).to_json())
@@ -445,6 +449,7 @@ def _fork_remote(
     docs: dict[str, dict[str, Any]],
     batches: list[str],
     written: list[tuple[ObjectStoreLike, str]],
+    upload_wait_s: float,
 ) -> int:
     """The fork's checkpoint in its prefix, borrowing the origin's objects; every object
     written goes into `written` (for the caller to remove if the fork fails)."""
@@ -452,7 +457,11 @@ def _fork_remote(
     # names are unique); a location that holds checkpoints or borrows is not forked over.
     if fork_store.list(_MANIFESTS) or fork_store.size(BORROWED) is not None:
         raise ForkError(f"{fork_store.url('')} is not empty")
+    fork_store.ensure_bucket()
     origin = SharedStore.wrap(origin_store)
+    deadline = time.monotonic() + upload_wait_s
+    while _remote_manifest(origin).find(info.uuid) is None and time.monotonic() < deadline:
+        time.sleep(0.2)
     present = {o.key: o.size for o in origin.list(_BATCHES)}
     want = {_BATCHES + b for b in batches}
     missing = sorted(want - set(present))

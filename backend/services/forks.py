@@ -32,6 +32,8 @@ from ..models import Pipeline
 from ..settings import Settings
 from . import views
 
+# How long a fork waits for a checkpoint just taken to reach the object store.
+UPLOAD_WAIT_S = 30.0
 # `drop_state` naming every operator whose state no longer fits (workers.runtime.restore).
 DROP_ALL = "*"
 # The sink fields that say where it writes (the others say how).
@@ -105,7 +107,12 @@ def fork_storage(settings: Settings, origin: Pipeline, name: str, ref: str) -> F
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
         return fork_location(
-            str(storage), str(target), uid, origin_store=origin_store, fork_store=fork_store
+            str(storage),
+            str(target),
+            uid,
+            origin_store=origin_store,
+            fork_store=fork_store,
+            upload_wait_s=UPLOAD_WAIT_S,
         )
     except CheckpointNotFoundError:
         raise _unknown(origin, storage, ref) from None
