@@ -98,6 +98,8 @@ def fork_storage(settings: Settings, origin: Pipeline, name: str, ref: str) -> F
     """The fork's storage location (and object-store prefix) from the origin's checkpoint
     `ref` (a uuid, an identifier, a step or `latest`)."""
     storage = settings.storage_dir(origin.name)
+    if not storage.is_dir():  # it never ran
+        raise _unknown(origin, storage, ref)
     try:
         uid = views.checkpoint_of(storage, ref)
     except NotFound:
@@ -123,7 +125,7 @@ def fork_storage(settings: Settings, origin: Pipeline, name: str, ref: str) -> F
 
 
 def _unknown(origin: Pipeline, storage: Path, ref: str) -> NotFound:
-    retained = list_checkpoints(storage).checkpoints
+    retained = list_checkpoints(storage).checkpoints if storage.is_dir() else []
     listed = ", ".join(
         f"{c.uuid} (step {c.step}{', ' + c.identifier if c.identifier else ''})"
         for c in retained[-20:]

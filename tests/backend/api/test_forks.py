@@ -123,13 +123,18 @@ def test_fork_validation(api: Api) -> None:
     build_checkpoints(api.storage("with-files"), 1)
     r = api.post("pipelines/with-files/fork", json={"name": FORK, "checkpoint": "1"})
     assert fields(error(r, 422, "invalid_spec")) == ["spec.sinks[0]"]
+    # An origin that never ran has no checkpoint to fork.
+    api.create_pipeline(view_only("never-ran"))
+    for ref in ("latest", "1", uids[0]):
+        r = api.post("pipelines/never-ran/fork", json={"name": FORK, "checkpoint": ref})
+        assert "retained: none" in error(r, 404, "not_found")["message"]
     # The same role as creating a pipeline; an unknown origin is a 404.
     assert fork(api, api.token(Role.viewer), checkpoint="1").status_code == 403
     assert error(api.post("pipelines/nope/fork", json={"name": FORK, "checkpoint": "1"}),
                  404, "not_found")  # fmt: skip
     # Nothing was left behind by the refusals.
     assert not api.storage(FORK).exists()
-    assert [p["name"] for p in api.get("pipelines").json()] == [CLICKS, "with-files"]
+    assert [p["name"] for p in api.get("pipelines").json()] == [CLICKS, "never-ran", "with-files"]
     # A changed spec (the view's own query is another) is accepted.
     changed = view_only(FORK)
     changed["sinks"] = [*changed["sinks"], {"name": "out", "kind": "discard", "from": "per_user"}]
