@@ -1,7 +1,7 @@
-"""End to end over HTTP against the real platform (embedded: SQLite, its broker, the object
-store in a directory; real Spark drivers): a running Nexmark SQL pipeline forked at an older
-checkpoint with one view changed. The fork's unchanged operator keeps its state, the changed
-one starts empty, and both pipelines end equal to DuckDB's answers over the same events."""
+"""End to end over HTTP against the real platform (both run modes; real Spark drivers): a
+running Nexmark SQL pipeline forked at an older checkpoint with one view changed. The fork's
+unchanged operator keeps its state, the changed one starts empty, and both pipelines end
+equal to DuckDB's answers over the same events."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from workers.runtime.nexmark import events
 from workers.runtime.sources import EPOCH_US
 
 from ..polling import wait_until
-from .live_platform import Platform, platform
+from .live_platform import REDIS, Platform, platform
+from .test_platform import s3_env
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -58,9 +59,15 @@ def spec(name: str, f: str) -> dict[str, Any]:
     }
 
 
-@pytest.fixture
-def embedded(tmp_path: Path) -> Iterator[Platform]:
-    yield from platform(tmp_path, None, None)
+@pytest.fixture(params=["embedded", "deployed"])
+def any_mode(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Platform]:
+    """Embedded: SQLite, its broker, the object store in a directory. Deployed: PostgreSQL,
+    Redis and S3 (SeaweedFS), where the fork borrows the origin's objects over S3."""
+    if request.param == "deployed":
+        env = s3_env(request.getfixturevalue("s3_server"), request.getfixturevalue("s3_bucket"))
+        yield from platform(tmp_path, request.getfixturevalue("pg_url"), REDIS, env)
+    else:
+        yield from platform(tmp_path, None, None)
 
 
 def view(p: Platform, name: str, v: str) -> Counter[tuple[Any, ...]]:
@@ -86,9 +93,9 @@ def finished(p: Platform, name: str) -> None:
 
 
 def test_a_running_nexmark_pipeline_forked_with_one_view_changed(
-    embedded: Platform, tmp_path: Path
+    any_mode: Platform, tmp_path: Path
 ) -> None:
-    p = embedded
+    p = any_mode
     p.ok("POST", "/api/v1/pipelines", json={"spec": spec("nx", "max")})
     p.ok("POST", "/api/v1/pipelines/nx/start")
     p.wait_state("nx", "running")
