@@ -164,3 +164,28 @@ def test_the_origins_gc_collects_what_the_fork_released(
         assert state(loc) == {**model((1000, 1100)), (2000, 2000 % 3): 1}
     assert all(o_store.size(k) is None for k in shared)
     assert batch_objects(bucket) == {"pipelines/origin/" + o.key for o in o_store.list(BATCHES)}
+
+
+def test_a_fork_of_a_fork_borrows_from_the_owner(
+    tmp_path: Path, s3_server: Any, s3_bucket: str, stores: tuple[ObjectStore, ...]
+) -> None:
+    """The grandchild references the objects where they are (the origin's prefix), so the
+    middle fork's deletion does not take them; the last release does."""
+    bucket, o_store, f_store = stores
+    g_store = prefix_store(s3_server, s3_bucket, "pipelines/grandchild")
+    a, f, g = tmp_path / "a", tmp_path / "f", tmp_path / "g"
+    uids, first = origin_with_history(a, o_store)
+    fork_location(str(a), str(f), uids[0], origin_store=o_store, fork_store=f_store)
+    res = fork_location(str(f), str(g), uids[0], origin_store=f_store, fork_store=g_store)
+    assert res.borrowed_objects == len(first) + 3
+    assert len(o_store.list(REFS)) == 2 and not f_store.list(REFS)
+    delete_remote(o_store)
+    shutil.rmtree(a)
+    delete_remote(f_store)  # the middle fork goes: its reference is released
+    shutil.rmtree(f)
+    assert len(o_store.list(REFS)) == 1
+    with open_remote(tmp_path / "g2", g_store, from_remote=True) as fork:
+        assert state(fork) == model((0, 100))
+    shutil.rmtree(g)
+    delete_remote(g_store)
+    assert not list(bucket.list(""))
