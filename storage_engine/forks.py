@@ -477,28 +477,38 @@ def _fork_remote(
     for key, size in sizes.items():
         at = lent[key][0] if key in lent else origin.own.locator
         by_owner.setdefault(at, {})[key] = size
-    origins = {}
+    origins: dict[str, dict[str, Any]] = {}
     for loc, keys in by_owner.items():
         ref = uuidlib.uuid4().hex
         owner = origin.own if loc == origin.own.locator else origin.owner(loc)
         rkey = f"{REFS}{ref}.json"
         written.append((owner, rkey))
         owner.put_bytes(rkey, encode(_ref_doc(fork_store.locator, keys)))
-        origins[loc] = {"ref": ref, "keys": keys}
+        origins[loc] = {"ref": ref, "keys": keys, "owner": owner}
+    # After the refs records: the checkpoint and its objects must still be at the origin.
+    remote = _remote_manifest(origin)
+    if remote.find(info.uuid) is None or any(origin.size(k) is None for k in want):
+        raise _gone(info)
+    # Log segments the origin truncated before its records were written (below a retained
+    # checkpoint's offset, so below this one's) are not borrowed after all.
+    truncated = {k for k in sizes if k.startswith(_LOG)} - {o.key for o in origin.list(_LOG)}
+    for entry in origins.values():
+        if truncated & set(entry["keys"]):
+            entry["keys"] = {k: v for k, v in entry["keys"].items() if k not in truncated}
+            rkey = f"{REFS}{entry['ref']}.json"
+            entry["owner"].put_bytes(rkey, encode(_ref_doc(fork_store.locator, entry["keys"])))
+    for entry in origins.values():
+        del entry["owner"]
     puts = {BORROWED: {"format": RECORD_FORMAT, "origins": origins}}
     puts.update({f"{_CHECKPOINTS}{info.uuid}/{name}": doc for name, doc in docs.items()})
     for key, doc in puts.items():
         written.append((fork_store, key))
         fork_store.put_bytes(key, encode(doc))
-    # After the refs records: the checkpoint and its objects must still be at the origin.
-    remote = _remote_manifest(origin)
-    if remote.find(info.uuid) is None or any(origin.size(k) is None for k in want):
-        raise _gone(info)
     manifest = {**Manifest([info], info.uuid).to_json(), "epoch": 0, "owner": "fork"}
     key = f"{_MANIFESTS}{0:010d}-{0:012d}.manifest"
     written.append((fork_store, key))
     fork_store.put_bytes(key, encode(manifest))
-    return len(sizes)
+    return len(sizes) - len(truncated)
 
 
 def _remote_manifest(store: ObjectStoreLike) -> Manifest:
