@@ -189,17 +189,11 @@ class SharedStore:
             for k, size in entry["keys"].items()
         }
 
-    def _write_borrowed(self) -> None:
-        doc = {"format": RECORD_FORMAT, "origins": self.origins()}
-        if self.origins():
-            self.own.put_bytes(BORROWED, encode(doc))
-        else:
-            self.own.remove([BORROWED])
-
     def release(self, keys: Iterable[str]) -> None:
         """Stop borrowing `keys` (the holder needs them no more): shrink or drop the refs
         record at each owner, then borrowed.json; where an owner has no manifest left (its
-        location was deleted), delete what no other record references."""
+        location was deleted), delete what no other record references. The record in
+        memory is replaced, never changed in place: readers on other threads iterate it."""
         wanted = set(keys)
         for loc, entry in list(self.origins().items()):
             gone = wanted & set(entry["keys"])
@@ -208,13 +202,19 @@ class SharedStore:
             owner = self.owner(loc)
             left = {k: v for k, v in entry["keys"].items() if k not in gone}
             rkey = f"{REFS}{entry['ref']}.json"
+            origins = dict(self.origins())
             if left:
                 owner.put_bytes(rkey, encode(_ref_doc(self.own.locator, left)))
-                entry["keys"] = left
+                origins[loc] = {**entry, "keys": left}
             else:
                 owner.remove([rkey])
-                del self.origins()[loc]
-            self._write_borrowed()
+                del origins[loc]
+            if origins:
+                self.own.put_bytes(BORROWED, encode({"format": RECORD_FORMAT, "origins": origins}))
+            else:
+                self.own.remove([BORROWED])
+            with self._mutex:
+                self._origins = origins
             if not owner.list(_MANIFESTS):
                 owner.remove(sorted(gone - referenced_keys(owner)))
 
