@@ -135,6 +135,12 @@ class Pipeline(Base):
     # object store unreachable, fencing), cleared once a checkpoint is durable again.
     durability_error: Mapped[str | None] = mapped_column(Text, default=None)
     durability_error_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, default=None)
+    # Lineage of a fork (`services/forks.py`): the pipeline and checkpoint it was forked from
+    # (the origin's name as it was: the origin may be deleted since), and when.
+    origin_pipeline: Mapped[str | None] = mapped_column(String(63), default=None)
+    origin_checkpoint: Mapped[str | None] = mapped_column(String(36), default=None)
+    origin_step: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    forked_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, default=None)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
 

@@ -153,6 +153,19 @@ class Api:
         body = {"spec": spec, "description": description}
         return dict(self._json("PUT", f"/api/v1/pipelines/{_seg(name)}", json=body))
 
+    def fork_pipeline(
+        self,
+        name: str,
+        new: str,
+        checkpoint: str,
+        spec: Json | None = None,
+        start: bool = False,
+        description: str = "",
+    ) -> Json:
+        body = {"name": new, "checkpoint": checkpoint, "spec": spec, "start": start}
+        body["description"] = description
+        return dict(self._json("POST", f"/api/v1/pipelines/{_seg(name)}/fork", json=body))
+
     def delete_pipeline(self, name: str) -> None:
         self.request("DELETE", f"/api/v1/pipelines/{_seg(name)}")
 

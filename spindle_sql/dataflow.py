@@ -60,6 +60,8 @@ from .watermarks import Bound, EventTime, Watermarks, column_bounds
 from .windows import assign
 
 METADATA_KEY = "sql"
+# Per view, a fingerprint of its query down to the input tables (`changed_views`).
+VIEWS_KEY = "view_fingerprints"
 _TS = pa.timestamp("us", tz="UTC")  # every bounded column's type (watermarks.py)
 
 
@@ -104,6 +106,7 @@ class Dataflow:
         used = {f.name for n in self._order if not isinstance(n, P.Scan) for f in n.schema}
         self._internal = frozenset(used - tables)
         self._final = self._finals()
+        self._view_fps: dict[str, str] = {}  # set by `_upstream` (SQL pipelines)
         ops = [*(s.op for s in self._stateful.values()), *(f.op for f in self._final.values())]
         # An operator spec's fingerprints cover each operator's layout only, as they did
         # before these pipelines were planned as views (their checkpoints restore).
@@ -214,6 +217,11 @@ class Dataflow:
             text = json.dumps(final.op.describe(), sort_keys=True, default=str)
             root = self.views[name].root
             out[final.op.id] = f"{text}|{self._describe(root, fps, _Canon(self._internal))}"
+        for name, view in self.views.items():
+            text = self._describe(view.root, fps, _Canon(self._internal))
+            ending = self._final.get(name)
+            text += f"|final={out[ending.op.id]}" if ending is not None else ""
+            self._view_fps[name] = fingerprint([{"view": text}])
         return out
 
     def _describe(
@@ -237,6 +245,15 @@ class Dataflow:
 
     def changed_operators(self, fingerprint: str, metadata: Mapping[str, Any]) -> list[str]:
         return self.circuit.changed_operators(fingerprint, metadata)
+
+    def changed_views(self, metadata: Mapping[str, Any]) -> list[str]:
+        """The views whose query changed since the checkpoint with this `metadata` (a view
+        sink's rows integrated from the old query no longer fit); none for a checkpoint
+        that records no view fingerprints."""
+        saved = metadata.get(VIEWS_KEY)
+        if not isinstance(saved, dict):
+            return []
+        return [v for v, fp in self._view_fps.items() if saved.get(v) != fp]
 
     def resume(self, metadata: Mapping[str, Any] | None) -> None:
         """Continue from a checkpoint with this metadata, or (None) start a new pipeline.
@@ -451,7 +468,8 @@ class Dataflow:
     def checkpoint_metadata(self) -> dict[str, Any]:
         """What a checkpoint keeps beside the operators' state (the watermarks), for
         `resume`."""
-        return {METADATA_KEY: self.watermarks.state()}
+        views = {VIEWS_KEY: self._view_fps} if self._view_fps else {}
+        return {METADATA_KEY: self.watermarks.state(), **views}
 
     def metrics(self) -> dict[str, dict[str, Any]]:
         return self.circuit.metrics()

@@ -55,6 +55,11 @@ class FileLayer(Protocol):
 
     def remove(self, path: str) -> None: ...
 
+    def link(self, src: str, dst: str) -> None:
+        """A hard link `dst` to the file `src` (the same file system): a fork's share of an
+        immutable file, durable once `dst`'s directory is synced (see forks.py)."""
+        ...
+
     def mkdir(self, path: str) -> None: ...
 
     def rmtree(self, path: str) -> None: ...
@@ -147,6 +152,9 @@ class PosixFileLayer:
 
     def remove(self, path: str) -> None:
         os.remove(path)
+
+    def link(self, src: str, dst: str) -> None:
+        os.link(src, dst)
 
     def mkdir(self, path: str) -> None:
         os.makedirs(path, exist_ok=True)

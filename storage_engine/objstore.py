@@ -12,7 +12,11 @@ The tier code (`remote.py`, `remote_cache.py`) talks to any `ObjectStoreLike`. T
 - `DirectoryObjectStore` keeps each object as a file under a local directory (the embedded
   run mode), with the same keys, the same errors and atomic, durable writes.
 
-`open_object_store(url)` opens either from a `file://` or `s3://` URL.
+`open_object_store(url)` opens either from a `file://` or `s3://` URL. A store's `sibling`
+is the store at another prefix of the same bucket (a fork's origin, `forks.py`).
+
+Why one long module: the protocol and its two implementations are read against each other
+(every method's keys, errors and durability must agree), so they stay side by side.
 """
 
 from __future__ import annotations
@@ -147,6 +151,15 @@ class ObjectStoreLike(Protocol):
         """Delete `keys`; missing ones are ignored."""
         ...
 
+    @property
+    def locator(self) -> str:
+        """This root among its siblings (S3: the prefix; a directory store: its root)."""
+        ...
+
+    def sibling(self, locator: str) -> ObjectStoreLike:
+        """The store of the same backend and bucket at `locator` (see `forks.py`)."""
+        ...
+
 
 class ObjectStore:
     """One bucket prefix. Thread-safe (the minio client is)."""
@@ -175,6 +188,13 @@ class ObjectStore:
 
     def url(self, key: str) -> str:
         return f"s3://{self.bucket}/{self._key(key)}"
+
+    @property
+    def locator(self) -> str:
+        return self.prefix
+
+    def sibling(self, locator: str) -> ObjectStore:
+        return ObjectStore(self.settings.model_copy(update={"prefix": locator}), self._client)
 
     def _key(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
@@ -341,6 +361,13 @@ class DirectoryObjectStore:
 
     def url(self, key: str) -> str:
         return f"file://{self.root.rstrip('/')}/{key}"
+
+    @property
+    def locator(self) -> str:
+        return self.root
+
+    def sibling(self, locator: str) -> DirectoryObjectStore:
+        return DirectoryObjectStore(locator, self.settings)  # abspath'ed
 
     def _path(self, key: str) -> str:
         _check_key(key)

@@ -45,6 +45,7 @@ from .commit import CommitHandle
 from .errors import CorruptionError, StorageError
 from .file_format import BatchFile
 from .fileio import FileLayer
+from .forks import SharedStore, removable
 from .manifest import (
     CHECKPOINT_META,
     CheckpointInfo,
@@ -171,7 +172,7 @@ class RemoteTier:
         timeline: Callable[[], list[str]],
         cache_dir: str | None = None,
     ) -> None:
-        self.store = store
+        self.store: ObjectStoreLike = SharedStore.wrap(store)  # with what it borrows (forks.py)
         self.path = path
         self.fs = fs
         self._protected = protected  # batch files the local side still needs
@@ -193,9 +194,12 @@ class RemoteTier:
         self.uploaded_bytes = 0
         self.upload_seconds = 0.0
         self.cache = RemoteFileCache(
-            store, cache_dir or os.path.join(path, CACHE_DIR), store.settings.cache_bytes, BATCHES
+            self.store,
+            cache_dir or os.path.join(path, CACHE_DIR),
+            store.settings.cache_bytes,
+            BATCHES,
         )
-        self.log = LogMirror(store, path, fs)
+        self.log = LogMirror(self.store, path, fs)
 
     # -- reads --
 
@@ -259,7 +263,7 @@ class RemoteTier:
             # killed), which nobody else would ever delete.
             orphans = batches - set().union(*refs.values()) - self._protected()
             if orphans:
-                store.remove([BATCHES + n for n in sorted(orphans)])
+                store.remove(removable(store, [BATCHES + n for n in sorted(orphans)]))
                 self._state.batches -= orphans
         # Line up: upload local checkpoints the remote lacks; delete what was gc'ed locally.
         remote_ids = {c.uuid for c in remote.checkpoints}
@@ -489,11 +493,14 @@ class RemoteTier:
         keep = set().union(*st.refs.values()) if st.refs else set()
         keep |= self._protected()
         self._check_fence()
-        doomed = [BATCHES + n for n in sorted(dropped - keep)]
+        # With the victims' objects, those kept earlier only for a fork that released them
+        # since (and any a failed upload left): the claim's orphan sweep, at each gc.
+        unneeded = (dropped | st.batches) - keep
+        doomed = removable(store, [BATCHES + n for n in sorted(unneeded)])
         for v in victims:
             doomed += [o.key for o in store.list(f"{CHECKPOINTS}{v}/")]
         store.remove(doomed)
-        st.batches -= dropped - keep
+        st.batches -= {k[len(BATCHES) :] for k in doomed if k.startswith(BATCHES)}
 
     def _write_manifest(self, manifest: Manifest) -> None:
         """PUT a new manifest under our epoch (the remote commit point), after checking that

@@ -19,6 +19,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 from .fileio import FileLayer, write_durably
+from .forks import removable
 from .input_log import LOG_DIR, list_segments, parse_segment
 from .objstore import ObjectStoreLike
 
@@ -82,8 +83,10 @@ class LogMirror:
             if names and name not in names and name < names[0]:
                 doomed.append(rel)
         if doomed:
-            store.remove([PREFIX + rel for rel in doomed])
-            remote.difference_update(doomed)
+            # Segments a fork still reads stay (and are tried again at the next sync).
+            gone = removable(store, [PREFIX + rel for rel in doomed])
+            store.remove(gone)
+            remote.difference_update(k[len(PREFIX) :] for k in gone)
 
 
 def pull_log(store: ObjectStoreLike, path: str, fs: FileLayer) -> int:

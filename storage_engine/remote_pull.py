@@ -16,6 +16,7 @@ from .cache import BufferCache
 from .errors import CheckpointNotFoundError, CorruptionError, StorageError
 from .file_format import BatchFile
 from .fileio import FileLayer
+from .forks import SharedStore
 from .manifest import (
     CHECKPOINT_META,
     MANIFEST,
@@ -67,6 +68,7 @@ def pull(
     """
     if fs.isdir(path) and any(n != CACHE_DIR for n in fs.listdir(path)):
         raise StorageError(f"{path} is not empty: pull restores into a new directory")
+    store = SharedStore.wrap(store)  # a fork's borrowed objects are read from their owner
     _, remote = read_remote_manifest(store)
     if not remote.checkpoints:
         raise CheckpointNotFoundError(f"{store.url('')} holds no checkpoint")

@@ -5,8 +5,13 @@ from typing import Any
 
 from pydantic import Field
 
+from pipeline_spec.fields import NAME_RE
+
 from ..models import DesiredState, PipelineState, RunState
 from .common import Body, Out
+
+# What names a checkpoint in a request: `latest`, a uuid, a step or an identifier.
+CHECKPOINT_REF_RE = r"^[A-Za-z0-9_.:-]{1,255}$"
 
 
 class PipelineCreate(Body):
@@ -19,6 +24,32 @@ class PipelineCreate(Body):
 
 class PipelineUpdate(PipelineCreate):
     """Replace the spec (only while stopped); the name cannot change."""
+
+
+class PipelineFork(Body):
+    """A new pipeline from another's checkpoint (`POST /pipelines/{name}/fork`)."""
+
+    name: str = Field(pattern=NAME_RE, description="the new pipeline's name (a unique slug)")
+    checkpoint: str = Field(
+        pattern=CHECKPOINT_REF_RE,
+        description="the origin's checkpoint: a uuid, an identifier, a step, or `latest`",
+    )
+    spec: dict[str, Any] | None = Field(
+        None,
+        description="the fork's spec (its `name` is the fork's name, or absent); default the "
+        "origin's. Operators it changes start empty, the others keep their state",
+    )
+    description: str = Field("", max_length=2000)
+    start: bool = Field(False, description="start the fork at once")
+
+
+class Lineage(Out):
+    """Where a forked pipeline came from."""
+
+    pipeline: str = Field(description="the origin pipeline's name (it may be deleted since)")
+    checkpoint: str = Field(description="the origin's checkpoint uuid (the fork's first)")
+    step: int
+    forked_at: dt.datetime
 
 
 class SpecValidation(Out):
@@ -55,6 +86,9 @@ class PipelineOut(Out):
     current_run: RunBrief | None = None
     last_step: int | None = None
     checkpoints: int = 0
+    forked_from: Lineage | None = Field(
+        None, description="the pipeline and checkpoint it was forked from; null if not a fork"
+    )
 
 
 class RunOut(Out):

@@ -56,10 +56,20 @@ def show(p: Json) -> None:
             ("restore point", output.dash(p.get("restore_point"))),
             ("error", output.dash(p.get("error"))),
             ("durability", output.dash(p.get("durability_error"))),
+            ("forked from", _lineage(p.get("forked_from"))),
             ("description", output.dash(p.get("description"))),
             ("created", output.when(p.get("created_at"))),
             ("updated", output.when(p.get("updated_at"))),
         ]
+    )
+
+
+def _lineage(origin: Json | None) -> str:
+    if not origin:
+        return "-"
+    return (
+        f"{origin['pipeline']} at checkpoint {origin['checkpoint']} (step {origin['step']}), "
+        f"{output.when(origin.get('forked_at'))}"
     )
 
 
@@ -75,6 +85,45 @@ def create(spec_file: SpecOpt, description: DescOpt = None, json_output: JsonOpt
         output.emit_json(p)
     else:
         output.say(f"created pipeline {p['name']} ({p['state']})")
+
+
+@pipelines_app.command("fork")
+def fork(
+    name: PipelineArg,
+    new: Annotated[str, typer.Option("--name", help="The new pipeline's name.")],
+    checkpoint: Annotated[
+        str,
+        typer.Option(
+            "--checkpoint", "-c", help="The origin's checkpoint: uuid, identifier, step or latest."
+        ),
+    ],
+    spec_file: Annotated[
+        str | None,
+        typer.Option(
+            "--spec",
+            "-f",
+            help="The fork's spec, YAML or JSON (`-`: stdin); default the origin's. "
+            "Operators it changes start empty.",
+        ),
+    ] = None,
+    start: Annotated[bool, typer.Option("--start", help="Start the fork at once.")] = False,
+    description: DescOpt = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """A new pipeline from a retained checkpoint of NAME, sharing its state (nothing is
+    copied); its sinks must write elsewhere than the origin's."""
+    f = _read(spec_file) if spec_file is not None else None
+    with connect(locate=f.position if f is not None else None) as api:
+        desc = description if description is not None else (f.description if f else None)
+        p = api.fork_pipeline(name, new, checkpoint, f.spec if f else None, start, desc or "")
+    if json_output:
+        output.emit_json(p)
+        return
+    origin = p["forked_from"]
+    output.say(
+        f"forked {p['name']} from {origin['pipeline']} at step {origin['step']} "
+        f"(checkpoint {origin['checkpoint']}), {p['state']}"
+    )
 
 
 @pipelines_app.command("ls")

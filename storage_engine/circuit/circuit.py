@@ -97,6 +97,9 @@ class Circuit:
             return [] if fingerprint == self.fingerprint else [op.id for op in self.operators]
         return [i for i, fp in self.operator_fingerprints.items() if saved.get(i) != fp]
 
+    def changed_views(self, metadata: Mapping[str, Any]) -> list[str]:
+        return []  # a circuit of operators has no views
+
     def step(self, deltas: Mapping[str, pa.Table | pa.RecordBatch]) -> dict[str, pa.Table]:
         """Feed one step's input deltas; returns every operator's output delta, by operator
         id."""
@@ -202,6 +205,10 @@ class Stepper(Protocol):
     def open(self, location: StorageLocation, drop: Collection[str] = ()) -> None: ...
 
     def changed_operators(self, fingerprint: str, metadata: Mapping[str, Any]) -> list[str]: ...
+
+    def changed_views(self, metadata: Mapping[str, Any]) -> list[str]:
+        """Views whose query changed since the checkpoint (their view sinks start empty)."""
+        ...
 
     def step(self, deltas: Mapping[str, pa.Table | pa.RecordBatch]) -> dict[str, pa.Table]: ...
 

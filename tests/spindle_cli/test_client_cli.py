@@ -26,6 +26,7 @@ import yaml
 from typer.testing import CliRunner
 
 from spindle_cli.main import app
+from tests.backend.api_fixtures import build_checkpoints
 from tests.backend.live_platform import Platform, free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -282,6 +283,33 @@ def test_validate_create_get_edit_rm(cli: Cli, tmp_path: Path) -> None:
     assert r.stdout.strip() == "deleted pipeline clicks-copy"
     r = cli("pipelines", "get", "clicks-copy", code=1)
     assert r.stderr.strip() == "error: no pipeline named 'clicks-copy'"
+
+
+def test_fork(cli: Cli, plat: Platform, tmp_path: Path) -> None:
+    spec = yaml.safe_load((EXAMPLES / "nexmark-q3-sql.yaml").read_text()) | {"name": "q3-cli"}
+    cli("pipelines", "create", "-f", "-", stdin=json.dumps({"spec": spec}))
+    uids = build_checkpoints(plat.data_dir / "pipelines" / "q3-cli" / "storage", 2)
+    r = cli("pipelines", "fork", "q3-cli", "--name", "q3-cli-fork", "--checkpoint", "1")
+    assert r.stdout.strip() == (
+        f"forked q3-cli-fork from q3-cli at step 1 (checkpoint {uids[0]}), stopped"
+    )
+    text = cli("pipelines", "get", "q3-cli-fork").stdout
+    assert f"forked from:   q3-cli at checkpoint {uids[0]} (step 1), " in text, text
+    assert "forked from:   -" in cli("pipelines", "get", "q3-cli").stdout
+    # Another spec from a file, a uuid, JSON out; then the errors, named.
+    (tmp_path / "fork.yaml").write_text(yaml.safe_dump(spec | {"name": "q3-cli-2"}))
+    got = cli.json(
+        "pipelines", "fork", "q3-cli", "--name", "q3-cli-2", "--checkpoint", uids[1],
+        "--spec", str(tmp_path / "fork.yaml"), "--description", "second",
+    )  # fmt: skip
+    assert got["forked_from"]["step"] == 2 and got["description"] == "second"
+    r = cli("pipelines", "fork", "q3-cli", "--name", "q3-cli-3", "--checkpoint", "9", code=1)
+    assert "no retained checkpoint '9'" in r.stderr and uids[1] in r.stderr
+    assert "  checkpoint: no such retained checkpoint" in r.stderr
+    r = cli("pipelines", "fork", "q3-cli", "--name", "q3-cli-2", "--checkpoint", "1", code=1)
+    assert "  name: already used" in r.stderr
+    for name in ("q3-cli", "q3-cli-fork", "q3-cli-2"):
+        cli("pipelines", "rm", name)
 
 
 def test_tokens_and_roles(cli: Cli) -> None:

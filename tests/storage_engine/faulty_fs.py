@@ -168,6 +168,10 @@ class FaultyFileLayer:
                 if r.current == src and not r.removed:
                     r.current = dst
 
+    def link(self, src: str, dst: str) -> None:
+        self._check("link", f"{src} -> {dst}")
+        self.inner.link(src, dst)
+
     def remove(self, path: str) -> None:
         self._check("remove", path)
         self.inner.remove(path)

@@ -64,6 +64,9 @@ class DataflowRun:
     def changed_operators(self, fingerprint: str, metadata: Mapping[str, Any]) -> list[str]:
         return self.flow.changed_operators(fingerprint, metadata)
 
+    def changed_views(self, metadata: Mapping[str, Any]) -> list[str]:
+        return self.flow.changed_views(metadata)
+
     def step(self, deltas: Mapping[str, pa.Table | pa.RecordBatch]) -> dict[str, pa.Table]:
         return self.flow.step(deltas)
 

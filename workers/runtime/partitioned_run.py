@@ -111,6 +111,9 @@ class PartitionedRun:
     def changed_operators(self, fingerprint: str, metadata: Mapping[str, Any]) -> list[str]:
         return self.flow.changed_operators(fingerprint, metadata)
 
+    def changed_views(self, metadata: Mapping[str, Any]) -> list[str]:
+        return self.flow.changed_views(metadata)
+
     def step(self, deltas: Mapping[str, pa.Table | pa.RecordBatch]) -> dict[str, pa.Table]:
         part = self._part()
         out = part.step(deltas)

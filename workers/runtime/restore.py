@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from storage_engine import EngineSettings, StorageLocation
 from storage_engine.circuit import Stepper
+from storage_engine.circuit.circuit import FINGERPRINTS_KEY
 from storage_engine.errors import (
     CheckpointNotFoundError,
     CorruptionError,
@@ -91,6 +92,8 @@ def open_state(
     ) from failed
 
 
+# The spine of a view sink (`workers/runtime/connectors/view_sink.py`): this and its name.
+VIEW_SPINE = "view."
 # `drop_state` holding this: every operator whose state does not fit starts empty.
 DROP_ALL = "*"
 
@@ -101,6 +104,7 @@ def open_circuit_state(
     from_checkpoint: str,
     *,
     drop_state: Collection[str] = (),
+    view_sinks: Mapping[str, str] | None = None,
     remote: ObjectStoreLike | None,
     fallback: bool,
     settings: EngineSettings | None = None,
@@ -110,7 +114,10 @@ def open_circuit_state(
     On a machine without the local copy, the location is restored from the object store
     (`remote`) first. An operator whose state in the checkpoint no longer fits (a changed
     query: `Stepper.changed_operators`) starts empty if `drop_state` names it (or holds
-    `DROP_ALL`); the others keep theirs. Otherwise the restore is refused, naming them."""
+    `DROP_ALL`); the others keep theirs. Otherwise the restore is refused, naming them.
+    A view sink (`view_sinks`: sink name -> its view) over a view whose query changed
+    starts empty: its rows were integrated from the old query, which the dropped operators
+    would never retract."""
 
     def opener(checkpoint: str, read_only: bool) -> StorageLocation:
         loc = StorageLocation.open(
@@ -124,7 +131,11 @@ def open_circuit_state(
             from_remote=not read_only and remote is not None and restorable_from(remote, storage),
         )
         try:
-            circuit.open(loc, _state_to_drop(loc, circuit, drop_state))
+            drop = _state_to_drop(loc, circuit, drop_state)
+            if loc.restored is not None and view_sinks:
+                changed = set(circuit.changed_views(loc.metadata))
+                loc.start_empty(f"{VIEW_SPINE}{s}" for s, v in view_sinks.items() if v in changed)
+            circuit.open(loc, drop)
         except BaseException:
             loc.close()
             raise
@@ -154,6 +165,40 @@ def _state_to_drop(
     return changed
 
 
+@dataclass(frozen=True)
+class StateReport:
+    """What a restore did with each operator's state (the run's `restored` metrics record):
+    `kept` restored from the checkpoint, `dropped` there but no longer fitting (started
+    empty, as `drop_state` allowed), `new` not in the checkpoint (started empty);
+    `views`: those whose query changed (their view sinks started empty)."""
+
+    checkpoint: str | None
+    step: int
+    kept: list[str]
+    dropped: list[str]
+    new: list[str]
+    views: list[str]
+
+
+def state_report(loc: StorageLocation, circuit: Stepper) -> StateReport:
+    """The report of a location opened by `open_circuit_state` for `circuit`."""
+    info = loc.restored
+    ops = [op.id for op in circuit.operators]
+    if info is None:
+        return StateReport(None, 0, [], [], ops, [])
+    saved = loc.metadata.get(FINGERPRINTS_KEY)
+    changed = circuit.changed_operators(info.fingerprint, loc.metadata)
+    had = set(ops) if saved is None else set(saved)
+    return StateReport(
+        info.uuid,
+        info.step,
+        kept=[i for i in ops if i not in changed],
+        dropped=[i for i in changed if i in had],
+        new=[i for i in changed if i not in had],
+        views=circuit.changed_views(loc.metadata),
+    )
+
+
 def restorable_from(remote: ObjectStoreLike, storage: str) -> bool:
     """True if `storage` has no checkpoints of its own but the object store has some."""
     if os.path.exists(os.path.join(storage, MANIFEST)):
@@ -173,7 +218,9 @@ __all__ = [
     "DROP_ALL",
     "Skipped",
     "StateError",
+    "StateReport",
     "open_circuit_state",
     "open_state",
     "restorable_from",
+    "state_report",
 ]

@@ -99,6 +99,7 @@ def open_runner(
         planned.dataflow,
         from_checkpoint,
         drop_state=drop_state,
+        view_sinks={s.name: s.from_ for s in spec.sinks if s.kind == "view"},
         remote=remote,
         fallback=spec.checkpoint.on_corruption == "fallback",
         settings=EngineSettings(memory_budget_bytes=spec.engine.memory_budget),

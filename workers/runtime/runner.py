@@ -30,6 +30,7 @@ with their logged input, which produce the same outputs. The command line is
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import shutil
@@ -59,7 +60,7 @@ from .partitioned.reads import TableInput, is_spark_must_read
 from .partitioned_run import PartitionedRun
 from .plan import Plan
 from .progress import QueryProgress, ReadAhead
-from .restore import Skipped
+from .restore import Skipped, state_report
 from .run_metrics import RunMetrics, StepTimes
 from .session import Timeline
 from .sinks import WrittenSteps
@@ -373,6 +374,8 @@ class Runner:
             "pid": os.getpid(),  # the driver's: a spare's keeps its own command line
             "first_step": self.step,
             "restored": self.loc.restored.uuid if self.loc.restored is not None else None,
+            # Which operators kept their state, which started empty (a changed query, a fork).
+            "state": dataclasses.asdict(state_report(self.loc, self.plan.dataflow)),
             "spare": tl.spare,
             "total_ms": tl.total_ms(),
             "phases_ms": tl.phases_ms(),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import shutil
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
@@ -12,6 +13,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from pipeline_spec.model import DROP_STATE_RE, PipelineSpec
+from storage_engine.forks import delete_prefix
 from storage_engine.objstore import open_object_store
 
 from ...errors import Conflict, Forbidden, InvalidSpec, NotFound
@@ -27,15 +29,18 @@ from ...models import (
 from ...schemas.common import INT32_MAX
 from ...schemas.operations import OperationOut
 from ...schemas.pipelines import (
+    Lineage,
     LogOut,
     PipelineCreate,
+    PipelineFork,
     PipelineOut,
     PipelineUpdate,
     RunBrief,
     RunOut,
     SpecValidation,
 )
-from ...services import lifecycle, specs
+from ...services import checkpoints as cps
+from ...services import forks, lifecycle, specs
 from ...services import operations as ops
 from ...services.logs import tail
 from ...services.tokens import Caller
@@ -69,8 +74,20 @@ def pipeline_outs(s: Session, pipelines: Sequence[Pipeline]) -> list[PipelineOut
         out.current_run = RunBrief.model_validate(run) if run is not None else None
         out.last_step = run.last_step if run is not None else None
         out.checkpoints = counts.get(p.id, 0)
+        out.forked_from = _lineage(p)
         outs.append(out)
     return outs
+
+
+def _lineage(p: Pipeline) -> Lineage | None:
+    if p.origin_pipeline is None or p.origin_checkpoint is None or p.forked_at is None:
+        return None
+    return Lineage(
+        pipeline=p.origin_pipeline,
+        checkpoint=p.origin_checkpoint,
+        step=p.origin_step or 0,
+        forked_at=p.forked_at,
+    )
 
 
 def pipeline_out(s: Session, p: Pipeline) -> PipelineOut:
@@ -101,17 +118,62 @@ def create(body: PipelineCreate, ctx: Ctx, s: DB, caller: Operator) -> PipelineO
     fields. A spec with `udfs` needs the admin role."""
     _may_register(caller, body.spec)
     spec = specs.validate(body.spec, ctx.settings.roots, ctx.settings.object_roots)
-    name = spec.name
+    _name_free(s, spec.name, "spec.name")
+    p = _register(s, spec, body.spec, body.description)
+    return pipeline_out(s, p)
+
+
+def _name_free(s: Session, name: str, field: str) -> None:
     if s.scalar(select(Pipeline.id).where(Pipeline.name == name)) is not None:
-        raise Conflict(f"a pipeline named {name!r} exists", errors=[("spec.name", "already used")])
-    p = Pipeline(name=name, spec=body.spec, description=body.description)
+        raise Conflict(f"a pipeline named {name!r} exists", errors=[(field, "already used")])
+
+
+def _register(s: Session, spec: PipelineSpec, doc: dict[str, Any], description: str) -> Pipeline:
+    p = Pipeline(name=spec.name, spec=doc, description=description)
     s.add(p)
     s.flush()
     pol = RetentionPolicy(pipeline_id=p.id)
     _policy_from_spec(pol, spec)
     s.add(pol)
     s.flush()
-    return pipeline_out(s, p)
+    return p
+
+
+@router.post("/{name}/fork", response_model=PipelineOut, status_code=201)
+def fork(name: Name, body: PipelineFork, ctx: Ctx, s: DB, caller: Operator) -> PipelineOut:
+    """A new pipeline from a retained checkpoint of this one (a uuid, an identifier, a step or
+    `latest`): its storage starts with that one checkpoint, sharing the origin's files
+    (nothing is copied), and its lineage records the origin. The spec defaults to the
+    origin's; operators a new spec changes start empty, the others keep their state. Its
+    sinks must write elsewhere than the origin's. `start` starts it at once."""
+    origin = pipeline_by_name(s, name)
+    doc = forks.fork_spec(origin, body.name, body.spec)
+    _may_register(caller, doc)
+    try:
+        spec = specs.validate(doc, ctx.settings.roots, ctx.settings.object_roots)
+    except InvalidSpec as e:  # its fields are the spec's, here inside the body's `spec`
+        e.errors = [(f if f.startswith("spec.") else f"spec.{f}", m) for f, m in e.errors]
+        raise
+    forks.check(origin, spec)
+    _name_free(s, body.name, "name")
+    made = forks.fork_storage(ctx.settings, origin, body.name, body.checkpoint)
+    try:
+        p = _register(s, spec, doc, body.description)
+        info = made.checkpoint
+        p.origin_pipeline, p.origin_checkpoint, p.origin_step = origin.name, info.uuid, info.step
+        p.forked_at = dt.datetime.now(dt.UTC)
+        cps.reconcile_dir(s, p.id, ctx.settings.storage_dir(p.name))
+        # Operators the new spec changed start empty, as on a restart with a changed query.
+        run = lifecycle.start(s, p, "latest", [forks.DROP_ALL]) if body.start else None
+        out = pipeline_out(s, p)
+        s.commit()
+    except BaseException:
+        s.rollback()
+        forks.discard_storage(ctx.settings, body.name)
+        raise
+    if run is not None:
+        ctx.queue.launch(run.id)
+    return out
 
 
 def _policy_doc(doc: dict[str, Any]) -> tuple[Any, Any]:
@@ -186,9 +248,8 @@ def delete(name: Name, ctx: Ctx, s: DB, _: Admin) -> Response:
     s.flush()
     shutil.rmtree(ctx.settings.pipeline_dir(name), ignore_errors=True)
     url = ctx.settings.pipeline_store_url(name)
-    if url:  # its mirror too, so a new pipeline of that name starts clean
-        store = open_object_store(url)
-        store.remove([o.key for o in store.list("")])
+    if url:  # its mirror too (but what its forks still use), so a new one starts clean
+        delete_prefix(open_object_store(url))
     return Response(status_code=204)
 
 
@@ -221,11 +282,17 @@ def start(
         )
         if known is None:
             raise NotFound(f"pipeline {name!r} has no checkpoint {from_checkpoint}")
+    if drop_state is None and p.origin_pipeline is not None and not _has_run(s, p):
+        drop_state = [forks.DROP_ALL]  # a fork's first run: as `fork` with `start` would do
     run = lifecycle.start(s, p, from_checkpoint, drop_state)
     out = pipeline_out(s, p)
     s.commit()
     ctx.queue.launch(run.id)
     return out
+
+
+def _has_run(s: Session, p: Pipeline) -> bool:
+    return s.scalar(select(Run.id).where(Run.pipeline_id == p.id).limit(1)) is not None
 
 
 @router.post("/{name}/stop", response_model=OperationOut, status_code=202)

@@ -210,6 +210,30 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/pipelines/{name}/fork": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Fork
+         * @description A new pipeline from a retained checkpoint of this one (a uuid, an identifier, a step or
+         *     `latest`): its storage starts with that one checkpoint, sharing the origin's files
+         *     (nothing is copied), and its lineage records the origin. The spec defaults to the
+         *     origin's; operators a new spec changes start empty, the others keep their state. Its
+         *     sinks must write elsewhere than the origin's. `start` starts it at once.
+         */
+        post: operations["fork_api_v1_pipelines__name__fork_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/pipelines/{name}/ingest/{stream}": {
         parameters: {
             query?: never;
@@ -964,6 +988,29 @@ export interface components {
                 [key: string]: number;
             } | null;
         };
+        /**
+         * Lineage
+         * @description Where a forked pipeline came from.
+         */
+        Lineage: {
+            /**
+             * Checkpoint
+             * @description the origin's checkpoint uuid (the fork's first)
+             */
+            checkpoint: string;
+            /**
+             * Forked At
+             * Format: date-time
+             */
+            forked_at: string;
+            /**
+             * Pipeline
+             * @description the origin pipeline's name (it may be deleted since)
+             */
+            pipeline: string;
+            /** Step */
+            step: number;
+        };
         /** LogOut */
         LogOut: {
             /** Lines */
@@ -1126,6 +1173,40 @@ export interface components {
                 [key: string]: unknown;
             };
         };
+        /**
+         * PipelineFork
+         * @description A new pipeline from another's checkpoint (`POST /pipelines/{name}/fork`).
+         */
+        PipelineFork: {
+            /**
+             * Checkpoint
+             * @description the origin's checkpoint: a uuid, an identifier, a step, or `latest`
+             */
+            checkpoint: string;
+            /**
+             * Description
+             * @default
+             */
+            description: string;
+            /**
+             * Name
+             * @description the new pipeline's name (a unique slug)
+             */
+            name: string;
+            /**
+             * Spec
+             * @description the fork's spec (its `name` is the fork's name, or absent); default the origin's. Operators it changes start empty, the others keep their state
+             */
+            spec?: {
+                [key: string]: unknown;
+            } | null;
+            /**
+             * Start
+             * @description start the fork at once
+             * @default false
+             */
+            start: boolean;
+        };
         /** PipelineOut */
         PipelineOut: {
             /**
@@ -1151,6 +1232,8 @@ export interface components {
             durability_error_at?: string | null;
             /** Error */
             error: string | null;
+            /** @description the pipeline and checkpoint it was forked from; null if not a fork */
+            forked_from?: components["schemas"]["Lineage"] | null;
             /** Last Step */
             last_step?: number | null;
             /** Name */
@@ -2739,6 +2822,95 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["DataflowOut"];
+                };
+            };
+            /** @description no valid token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description the token's role is not enough */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description no such pipeline, checkpoint, operation, token, stream or view */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description conflicts with the current state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description invalid spec, request or records; `errors` names the fields */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description stored state cannot be read (a corrupt or missing file, named in `message`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    fork_api_v1_pipelines__name__fork_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PipelineFork"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PipelineOut"];
                 };
             };
             /** @description no valid token */

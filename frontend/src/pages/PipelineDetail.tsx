@@ -74,6 +74,17 @@ export function PipelineDetail() {
           <dt>Desired</dt>
           <dd>{pipeline.desired_state}</dd>
         </div>
+        {pipeline.forked_from && (
+          <div data-testid="forked-from">
+            <dt>Forked from</dt>
+            <dd>
+              <Link to={`/pipelines/${encodeURIComponent(pipeline.forked_from.pipeline)}`}>
+                {pipeline.forked_from.pipeline}
+              </Link>{" "}
+              at step {pipeline.forked_from.step} (<code>{pipeline.forked_from.checkpoint.split("-")[0]}</code>)
+            </dd>
+          </div>
+        )}
         {pipeline.restore_point && (
           <div>
             <dt>Next start resumes from</dt>

@@ -122,6 +122,7 @@ def test_unknown_pipeline_is_404_on_every_route(api: Api) -> None:
         ("PUT", "/api/v1/pipelines/{name}"): {"json": {"spec": clicks_spec()}},
         ("PUT", "/api/v1/pipelines/{name}/retention"): {"json": {"keep_last": 2}},
         ("PATCH", "/api/v1/pipelines/{name}/checkpoints/{uuid}"): {"json": {"pinned": True}},
+        ("POST", "/api/v1/pipelines/{name}/fork"): {"json": {"name": "f", "checkpoint": "1"}},
         ("POST", "/api/v1/pipelines/{name}/ingest/{stream}"): {
             "content": ndjson([bid(1)]),
             "headers": NDJSON,

@@ -25,6 +25,13 @@ class PrefixedStore:
     def settings(self) -> TierSettings:
         return self.inner.settings
 
+    @property
+    def locator(self) -> str:
+        return "/".join(p for p in (self.inner.locator.rstrip("/"), self.prefix) if p)
+
+    def sibling(self, locator: str) -> ObjectStoreLike:
+        return self.inner.sibling(locator)
+
     def url(self, key: str) -> str:
         return self.inner.url(self._k(key))
 

@@ -42,6 +42,7 @@ from pyspark.sql import functions as F
 from spindle_sql.dataflow import Dataflow
 from spindle_sql.partitioning import DRIVER, Partitioning
 from storage_engine import EngineSettings
+from storage_engine.forks import SharedStore
 from storage_engine.objstore import DirectoryObjectStore, ObjectStore, ObjectStoreLike
 
 from .messages import FROM_DRIVER, SCHEMA
@@ -88,6 +89,8 @@ def salts(spark: SparkSession, partitions: int) -> list[int]:
 def store_recipe(store: ObjectStoreLike) -> StoreRecipe:
     """How an executor opens `store` again (a store holds locks and clients, which do
     not travel): an S3 store from its settings, a directory store from its root."""
+    if isinstance(store, SharedStore):  # a tier's view with what it borrows: re-made there
+        return store_recipe(store.own)
     if isinstance(store, PrefixedStore):
         return partial(_prefixed, store_recipe(store.inner), store.prefix)
     if isinstance(store, DirectoryObjectStore):
