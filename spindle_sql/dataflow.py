@@ -226,6 +226,8 @@ class Dataflow:
         parts = []
         for f in dataclasses.fields(node):
             v = getattr(node, f.name)
+            if f.metadata == P.NEWER and v == f.default:
+                continue  # a field added later, at its default: described as before it came
             if isinstance(v, tuple) and v and all(_is_node(x) for x in v):
                 inputs = ",".join(self._describe(x, fps, canon) for x in v)
                 parts.append(f"{f.name}=[{inputs}]")

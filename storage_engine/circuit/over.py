@@ -131,7 +131,7 @@ class RowsOver(PartitionedOperator):
             if (p, r) not in by_frame:
                 if r:
                     assert places is not None
-                    (column, desc), *_ = self.order_by
+                    (column, desc), *_ = self.order_by if p is not None else [("", False)]
                     lo = places.range_lo(rows, column, desc, p)
                     by_frame[p, r] = _Frames(starts, rows.num_rows, p, (lo, places.peer_last))
                 else:

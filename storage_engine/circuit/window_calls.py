@@ -31,6 +31,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .partitioned import changes
+
 CallFunc = Literal["row_number", "rank", "dense_rank", "lag", "lead"]
 RANKS = ("row_number", "rank", "dense_rank")
 
@@ -54,15 +56,8 @@ class WindowCall:
 def peers(rows: pa.Table, starts: np.ndarray[Any, Any], order: list[str]) -> np.ndarray[Any, Any]:
     """Where each peer group starts in `rows` (sorted, partitions at `starts`): a partition
     start, or a change of any ORDER BY column (NULL equal to NULL)."""
-    n = rows.num_rows
-    new = np.zeros(n, np.bool_)
+    new = changes(rows, order)
     new[starts] = True
-    for c in order:
-        col = rows.column(c)
-        a, b = col.slice(1), col.slice(0, n - 1)
-        same = pc.fill_null(pc.equal(a, b), False)
-        both_null = pc.and_(pc.is_null(a), pc.is_null(b))
-        new[1:] |= pc.invert(pc.or_(same, both_null)).to_numpy(zero_copy_only=False)
     return np.flatnonzero(new).astype(np.int64)
 
 
