@@ -180,6 +180,7 @@ NODES: dict[type[exp.Expr], Shape] = {
     exp.AddMonths: _BINARY,
     exp.DateDiff: _BINARY,
     exp.StrToUnix: {"this": CHILD, "format": ANY},
+    exp.CurrentTimestamp: {},  # the step's processing time, as PROCTIME() and NOW()
 }
 
 

@@ -203,7 +203,11 @@ class Stepper(Protocol):
 
     def changed_operators(self, fingerprint: str, metadata: Mapping[str, Any]) -> list[str]: ...
 
-    def step(self, deltas: Mapping[str, pa.Table | pa.RecordBatch]) -> dict[str, pa.Table]: ...
+    def step(
+        self, deltas: Mapping[str, pa.Table | pa.RecordBatch], proctime_us: int | None = None
+    ) -> dict[str, pa.Table]:
+        """The views' deltas; `proctime_us`: the step's processing time (PROCTIME())."""
+        ...
 
     def commit_async(
         self,

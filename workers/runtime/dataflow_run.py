@@ -64,8 +64,10 @@ class DataflowRun:
     def changed_operators(self, fingerprint: str, metadata: Mapping[str, Any]) -> list[str]:
         return self.flow.changed_operators(fingerprint, metadata)
 
-    def step(self, deltas: Mapping[str, pa.Table | pa.RecordBatch]) -> dict[str, pa.Table]:
-        return self.flow.step(deltas)
+    def step(
+        self, deltas: Mapping[str, pa.Table | pa.RecordBatch], proctime_us: int | None = None
+    ) -> dict[str, pa.Table]:
+        return self.flow.step(deltas, proctime_us)
 
     def commit_async(
         self,

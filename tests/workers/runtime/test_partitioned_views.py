@@ -301,3 +301,25 @@ def test_window_functions_partitioned(tmp_path: Path, name: str) -> None:
 
     expected = plain_run(make, steps, tmp_path / "plain")
     check_partitioned(make, steps, expected, tmp_path / "p", 2, reopen_at=4, rescale_to=3).close()
+
+
+def test_proctime_partitioned(tmp_path: Path) -> None:
+    """PROCTIME() evaluated on the shards (in level 0's projection) is the step's time the
+    driver gives, as in one process: rows per processing-time window and partition."""
+    sql = """CREATE VIEW out AS WITH s AS (SELECT p, o, PROCTIME() AS pt FROM w)
+        SELECT p, window_start, count(*) AS n, max(o) AS top
+        FROM TABLE(TUMBLE(TABLE s, DESCRIPTOR(pt), INTERVAL '3' SECOND))
+        GROUP BY p, window_start, window_end"""
+    rng = random.Random("proctime")
+    # Insertions only: a retraction in a later step would carry that step's time.
+    schema = WINDOW_TABLES["w"]
+    steps = [
+        {"w": delta_table(schema, [window_row(rng) for _ in range(6)], [1] * 6)} for _ in range(8)
+    ]
+
+    def make() -> Dataflow:
+        return Dataflow(plan(parse(sql), WINDOW_TABLES))
+
+    expected = plain_run(make, steps, tmp_path / "plain")
+    assert any(out["out"] for out, _ in expected)
+    check_partitioned(make, steps, expected, tmp_path / "p", 2, reopen_at=4).close()
