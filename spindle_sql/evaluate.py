@@ -127,6 +127,8 @@ def _on(e: Expr, rows: _Rows, mask: Any) -> Val:
     mask = pc.fill_null(mask, False)
     if pc.all(mask).as_py():
         return _eval(e, rows)
+    if not pc.any(mask).as_py():  # no row evaluates it (a kernel of scalars needs a row)
+        return pa.nulls(rows.n, e.type)
     value = _full(_eval(e, rows.subset(mask)), int(pc.sum(mask).as_py() or 0), e.type)
     return pc.replace_with_mask(pa.nulls(rows.n, e.type), mask, value)
 
