@@ -17,7 +17,7 @@ import pytest
 from storage_engine.circuit import Aggregate, Circuit, CircuitError, RowsOver, WindowCall
 
 from ..conftest import trials
-from .test_circuit import SCHEMA, Row, agg_row, check_against_model, history
+from .test_circuit import SCHEMA, Row, agg_row, check_against_model, history, open_circuit, table
 
 CALLS = [
     WindowCall("rn", "row_number"),
@@ -222,3 +222,22 @@ def test_range_offsets_need_one_numeric_order_column() -> None:
             [Aggregate("n", "count")],
             ranges=[True],
         )
+
+
+def test_nan_is_a_peer_of_nan_and_one_partition(tmp_path: Path) -> None:
+    """NaN equals NaN where SQL groups values (Spark, DuckDB): NaN rows are peers (one
+    RANK) and NaN partition keys one partition (ROW_NUMBER 1, 2, ...)."""
+    nan = float("nan")
+    schema = pa.schema([("g", pa.float64()), ("x", pa.float64()), ("i", pa.int64())])
+    rows = [(nan, nan, 1), (nan, nan, 2), (nan, 1.0, 3), (1.0, nan, 4)]
+    calls = [WindowCall("rn", "row_number"), WindowCall("rk", "rank")]
+    c, loc = open_circuit(
+        tmp_path,
+        lambda: Circuit([RowsOver("o", schema, ["g"], [("x", False)], None, calls)]),
+        "none",
+    )
+    out = c.step({"source": table([(r, 1) for r in rows], schema)})["o"].to_pylist()
+    loc.close()
+    got = sorted((r["i"], r["rn"], r["rk"]) for r in out)
+    # Arrow sorts NaN after the numbers ascending, as Spark does.
+    assert got == [(1, 2, 2), (2, 3, 2), (3, 1, 1), (4, 1, 1)]
