@@ -1,7 +1,8 @@
 """Nexmark q12 (docs/examples/nexmark/q12.yaml: bids per bidder per 10 seconds of
-processing time) run by the runtime, to the end of a limited stream: its files sink's rows
-integrate to DuckDB's answer over the same events, each event given the processing time the
-run's offset log holds for the step that read it (`oracles.nexmark`)."""
+processing time) run by the runtime, in one process and in two shards, to the end of a
+limited stream: its files sink's rows integrate to DuckDB's answer over the same events,
+each event given the processing time the run's offset log holds for the step that read it
+(`oracles.nexmark`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 import yaml
 
 from oracles.nexmark import PROCTIME_COLUMN, norm, oracle
@@ -26,8 +28,14 @@ ROOT = Path(__file__).resolve().parents[3]
 LIMIT, RATE = 40_000, 20_000.0
 
 
-def test_q12_run_equals_duckdb_over_the_logged_processing_times(tmp_path: Path) -> None:
+@pytest.mark.parametrize("parallelism", [1, 2])
+def test_q12_run_equals_duckdb_over_the_logged_processing_times(
+    tmp_path: Path, parallelism: int
+) -> None:
+    """At parallelism 2, level 0's tasks on Spark's executors evaluate PROCTIME() as the
+    time the driver logged."""
     spec = yaml.safe_load((ROOT / "docs" / "examples" / "nexmark" / "q12.yaml").read_text())
+    spec["parallelism"] = parallelism
     out = tmp_path / "out"
     out.mkdir()
     spec["source"].update(rows_per_second=RATE, max_rows_per_step=4_000, limit=LIMIT)
@@ -39,6 +47,7 @@ def test_q12_run_equals_duckdb_over_the_logged_processing_times(tmp_path: Path) 
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(yaml.safe_dump(spec))
     run(tmp_path, spec_path, None)
+    assert (tmp_path / "state" / "shards").is_dir() == (parallelism > 1)
 
     integral: Counter[tuple[Any, ...]] = Counter()
     for r in pq.read_table(str(out)).drop_columns([STEP]).to_pylist():
