@@ -60,7 +60,9 @@ QUERIES = {
         min(x) OVER (ORDER BY o DESC RANGE UNBOUNDED PRECEDING) AS lo,
         sum(o) OVER (PARTITION BY p) AS total,
         count(x) OVER (PARTITION BY p ORDER BY x RANGE BETWEEN CURRENT ROW AND CURRENT ROW)
-            AS peers FROM w""",
+            AS peers,
+        sum(o) OVER (PARTITION BY p ORDER BY x DESC RANGE BETWEEN 2 PRECEDING AND CURRENT ROW)
+            AS near FROM w""",
     "unbounded_row_number": """SELECT p, o, rn, lo FROM (SELECT p, o,
         ROW_NUMBER() OVER (PARTITION BY p ORDER BY EVERY) AS rn,
         LAG(o) OVER (PARTITION BY p ORDER BY EVERY) AS lo FROM w) WHERE rn <= 2""",
