@@ -4,6 +4,7 @@ by then; and the log itself: which entries a restored run redoes, which it forge
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -245,3 +246,33 @@ def _per_step_seen(out: Path) -> dict[int, list[tuple[Any, ...]]]:
         seen = r["seen"].timestamp() * 1_000_000 if r["seen"] is not None else None
         steps.setdefault(r[STEP], []).append((r["user"], r["n"], r["total"], seen, r[WEIGHT]))
     return {s: sorted(v, key=repr) for s, v in steps.items()}
+
+
+def test_an_earlier_releases_entries_get_their_first_redos_time(tmp_path: Path) -> None:
+    """Entries without a processing time (as a release before PROCTIME() wrote them): the
+    run redoing their steps stamps its time into each before the step's output, and the
+    step's rows carry that time."""
+    out = tmp_path / "out"
+    out.mkdir()
+    spec_path = tmp_path / "spec.yaml"
+    # Fewer steps than the runner's trimming period: the stamped entries stay to be read.
+    spec_path.write_text(PROCTIME_SPEC.format(limit=12_000, out=out))
+    assert run(tmp_path, spec_path, 0.0, after_steps=7) is None
+    checkpoint = list_checkpoints(tmp_path / "state").checkpoints[-1].step
+    entries = sorted((tmp_path / "state" / "offsets").glob("step-*.json"))
+    stripped = []
+    for e in entries:
+        doc = json.loads(e.read_text())
+        if doc["step"] > checkpoint:
+            del doc["proctime_us"]
+            e.write_text(json.dumps(doc))
+            stripped.append(doc["step"])
+    assert stripped, (checkpoint, [e.name for e in entries])
+
+    run(tmp_path, spec_path, None)
+    log = OffsetLog(str(tmp_path / "state"))
+    again = _per_step_seen(out)
+    for s in stripped:
+        logged = log.proctime(s)
+        assert logged is not None, f"step {s} was not stamped"
+        assert {seen for *_, seen, w in again[s] if w > 0} == {logged}, s
