@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from oracles.nexmark import PROCESSING_TIME
 from pipeline_spec.datagen import DATAGEN_SCHEMAS
 from pipeline_spec.model import FilesSource, PipelineSpec, parse_spec
 
@@ -109,7 +110,11 @@ def load(name: str) -> Query:
 
 
 def names() -> list[str]:
-    return sorted((p.stem for p in EXAMPLES.glob("q*.yaml")), key=lambda n: int(n[1:]))
+    """The queries the benchmark runs: not those over processing time (q12), whose rows
+    depend on when each system took its steps, so no one oracle checks them all
+    (tests/spindle_sql/test_nexmark.py checks Spindle's against its own logged times)."""
+    every = (p.stem for p in EXAMPLES.glob("q*.yaml"))
+    return sorted((n for n in every if n not in PROCESSING_TIME), key=lambda n: int(n[1:]))
 
 
 def spark_statements(q: Query, checked: bool = False) -> list[str]:

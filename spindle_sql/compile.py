@@ -45,6 +45,8 @@ _BINARY: dict[type[exp.Expr], str] = {
 # sqlglot's names for some Spark functions, and ours (Spark's).
 _SPARK = sqlglot.Dialect.get_or_raise("spark").generator()
 _ALIASES = {
+    "currenttimestamp": "proctime",  # CURRENT_TIMESTAMP, a step's processing time
+    "now": "proctime",
     "dayofmonth": "day",
     "tsordstodate": "to_date",
     "ceil": "ceil",
@@ -392,6 +394,7 @@ class Compiler:
         args: list[exp.Expr] = []
         if isinstance(node, exp.Anonymous):
             name = str(node.this).lower()
+            name = "proctime" if name == "now" else name
             args = list(node.expressions)
             udf = self.script.udfs.get(name)
             if udf is not None:

@@ -91,6 +91,8 @@ class Dataflow:
         self.views = dict(views)
         self.layout = layout or Layout()
         self.watermarks = Watermarks(event_time or {})
+        # The current step's processing time (`step`; a shard's level step sets it too).
+        self.proctime_us: int | None = None
         self._bounds: dict[int, dict[str, Bound]] = {}
         self._aliases = {table: name for name, table in (inputs or {}).items()}
         self._tables = dict(inputs or {})  # input name -> table
@@ -234,6 +236,8 @@ class Dataflow:
         parts = []
         for f in dataclasses.fields(node):
             v = getattr(node, f.name)
+            if f.metadata == P.NEWER and v == f.default:
+                continue  # a field added later, at its default: described as before it came
             if isinstance(v, tuple) and v and all(_is_node(x) for x in v):
                 inputs = ",".join(self._describe(x, fps, canon) for x in v)
                 parts.append(f"{f.name}=[{inputs}]")
@@ -302,10 +306,16 @@ class Dataflow:
             for name, v in self.views.items()
         }
 
-    def step(self, deltas: Mapping[str, pa.Table | pa.RecordBatch]) -> dict[str, pa.Table]:
+    def step(
+        self, deltas: Mapping[str, pa.Table | pa.RecordBatch], proctime_us: int | None = None
+    ) -> dict[str, pa.Table]:
         """Every view's delta for these input deltas (tables absent: no change), with the
         view's column names and `__weight`; rows that cancel out are left out (a delta
-        holding only insertions is given as it is: equal rows may come one by one)."""
+        holding only insertions is given as it is: equal rows may come one by one).
+        `proctime_us`: the step's processing time (UTC microseconds), what PROCTIME(),
+        NOW() and CURRENT_TIMESTAMP give; a run gives the time its offset log recorded for
+        the step, so a step redone gives the same rows."""
+        self.proctime_us = proctime_us
         tables = self.admit(deltas)
         values: dict[int, pa.Table] = {}
         for node in self._order:
@@ -418,9 +428,9 @@ class Dataflow:
         if isinstance(node, P.Filter):
             if first.num_rows == 0:
                 return first
-            return first.filter(evaluate_predicate(node.predicate, first))
+            return first.filter(evaluate_predicate(node.predicate, first, self.proctime_us))
         if isinstance(node, P.Project):
-            cols = [evaluate(e, first) for _, e in node.outputs]
+            cols = [evaluate(e, first, self.proctime_us) for _, e in node.outputs]
             names = [n for n, _ in node.outputs]
             return pa.table([*cols, first.column(WEIGHT)], names=[*names, WEIGHT])
         if isinstance(node, P.Windows):

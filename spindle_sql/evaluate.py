@@ -33,12 +33,19 @@ from .functions.logic import equal
 BOOL = pa.bool_()
 
 
-class _Rows:
-    """The rows an expression is evaluated on: a table, or some of its rows."""
+PROCTIME = "proctime"  # the function a step's processing time is
 
-    def __init__(self, table: pa.Table, indices: pa.Array | None = None) -> None:
+
+class _Rows:
+    """The rows an expression is evaluated on: a table, or some of its rows; the step's
+    processing time (UTC microseconds, None if the caller gave none)."""
+
+    def __init__(
+        self, table: pa.Table, indices: pa.Array | None = None, step_time_us: int | None = None
+    ) -> None:
         self.table = table
         self.indices = indices
+        self.step_time_us = step_time_us
         self.n = table.num_rows if indices is None else len(indices)
         self._columns: dict[str, pa.Array] = {}
 
@@ -54,22 +61,25 @@ class _Rows:
     def subset(self, mask: pa.Array) -> _Rows:
         """The rows where `mask` (one boolean per row here, no nulls) is true."""
         idx = pc.indices_nonzero(mask)
-        return _Rows(self.table, idx if self.indices is None else self.indices.take(idx))
+        indices = idx if self.indices is None else self.indices.take(idx)
+        return _Rows(self.table, indices, self.step_time_us)
 
 
-def evaluate(e: Expr, table: pa.Table) -> pa.Array:
+def evaluate(e: Expr, table: pa.Table, step_time_us: int | None = None) -> pa.Array:
     """`e` on every row of `table`: an array of `table.num_rows` values of type `e.type`.
-    EvaluationError where Spark (ANSI mode) raises."""
+    EvaluationError where Spark (ANSI mode) raises. `step_time_us`: the step's processing
+    time, what PROCTIME() gives on every row (one value per step, as Spark's
+    current_timestamp() per micro-batch)."""
     if table.num_rows == 0:  # no row evaluates anything (Spark raises per row)
         return pa.array([], e.type)
-    return _full(_eval(e, _Rows(table)), table.num_rows, e.type)
+    return _full(_eval(e, _Rows(table, None, step_time_us)), table.num_rows, e.type)
 
 
-def evaluate_predicate(e: Expr, table: pa.Table) -> pa.Array:
+def evaluate_predicate(e: Expr, table: pa.Table, step_time_us: int | None = None) -> pa.Array:
     """A boolean filter mask for `e` (WHERE, HAVING, ON): NULL counts as false."""
     if is_null(e.type):
         return pa.array([False] * table.num_rows, BOOL)
-    return pc.fill_null(evaluate(e, table), False)
+    return pc.fill_null(evaluate(e, table, step_time_us), False)
 
 
 def _full(v: Val, n: int, t: pa.DataType) -> pa.Array:
@@ -96,6 +106,13 @@ def _eval(e: Expr, rows: _Rows) -> Val:
         return _case(e, rows)
     if isinstance(e, UdfCall):
         return e.udf([_eval(a, rows) for a in e.args], rows.n)
+    if e.fn == PROCTIME:
+        if rows.step_time_us is None:
+            raise EvaluationError(
+                "PROCTIME(): this step has no processing time (a pipeline's run gives each "
+                "step the time its offset log recorded)"
+            )
+        return pa.scalar(rows.step_time_us, e.type)
     return _call(e, rows)
 
 
@@ -110,6 +127,8 @@ def _on(e: Expr, rows: _Rows, mask: Any) -> Val:
     mask = pc.fill_null(mask, False)
     if pc.all(mask).as_py():
         return _eval(e, rows)
+    if not pc.any(mask).as_py():  # no row evaluates it (a kernel of scalars needs a row)
+        return pa.nulls(rows.n, e.type)
     value = _full(_eval(e, rows.subset(mask)), int(pc.sum(mask).as_py() or 0), e.type)
     return pc.replace_with_mask(pa.nulls(rows.n, e.type), mask, value)
 

@@ -125,6 +125,10 @@ NODES: dict[type[exp.Expr], Shape] = {
     exp.Order: {"expressions": CHILD},
     exp.Ordered: {"this": CHILD, "desc": _BOOL, "nulls_first": _BOOL},
     exp.RowNumber: {},
+    exp.Rank: {},
+    exp.DenseRank: {},
+    exp.Lag: {"this": CHILD, "offset": CHILD, "default": CHILD},
+    exp.Lead: {"this": CHILD, "offset": CHILD, "default": CHILD},
     # -- functions read by name (`compile.Compiler._function`) ----------------------------
     exp.Anonymous: {"this": ANY, "expressions": CHILD},
     exp.Abs: _UNARY,
@@ -176,6 +180,7 @@ NODES: dict[type[exp.Expr], Shape] = {
     exp.AddMonths: _BINARY,
     exp.DateDiff: _BINARY,
     exp.StrToUnix: {"this": CHILD, "format": ANY},
+    exp.CurrentTimestamp: {},  # the step's processing time, as PROCTIME() and NOW()
 }
 
 

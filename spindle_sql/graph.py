@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, replace
+from typing import get_args
 
 from pipeline_spec import model as S
 
@@ -100,9 +101,14 @@ def _describe(node: P.Node) -> tuple[str, str]:
     if isinstance(node, P.TopN):
         return "top_n", f"top {node.limit}"
     if isinstance(node, P.RowsOver):
+        ranges = node.ranges or (False,) * len(node.aggs)
         labels = (
-            f"{a.func} over {'all rows' if p is None else f'{p + 1} rows'}"
-            for a, p in zip(node.aggs, node.frames, strict=True)
+            a.func
+            if a.func in get_args(P.WindowFunc)
+            else f"{a.func} over {'all rows to peers' if p is None else f'range {p}'}"
+            if r
+            else f"{a.func} over {'all rows' if p is None else f'{p + 1} rows'}"
+            for a, p, r in zip(node.aggs, node.frames, ranges, strict=True)
         )
         return "aggregate", ", ".join(labels)
     if isinstance(node, P.Negate):

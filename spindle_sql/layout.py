@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any, get_args
 
 import pyarrow as pa
 
@@ -36,6 +37,7 @@ from storage_engine.circuit import (
     UdfGroupAggregate,
     Upsert,
     WindowAggregate,
+    WindowCall,
 )
 from storage_engine.schema import WEIGHT
 
@@ -96,7 +98,20 @@ class Layout:
         for j, a in enumerate(aggs):
             assert a.func != "udf", "planned apart (grouping.grouped)"
             name = f"a{j}" if self.names is None else self.names[a.name]
-            out.append(EngineAggregate(name, a.func, c[a.column] if a.column else None))
+            func: Any = a.func  # a window function only where `_over_aggs` replaces it
+            out.append(EngineAggregate(name, func, c[a.column] if a.column else None))
+        return out
+
+    def _over_aggs(
+        self, aggs: tuple[P.AggCall, ...], c: Mapping[str, str]
+    ) -> list[EngineAggregate | WindowCall]:
+        """A `RowsOver`'s aggregates and window functions, as the engine's."""
+        out: list[EngineAggregate | WindowCall] = list(self._aggs(aggs, c))
+        for j, a in enumerate(aggs):
+            if a.func in get_args(P.WindowFunc):
+                column = c[a.column] if a.column else None
+                default = c[a.default] if a.default else None
+                out[j] = WindowCall(out[j].name, a.func, column, a.offset, default)  # type: ignore[arg-type]
         return out
 
     def _udf_calls(self, aggs: tuple[P.AggCall, ...], c: Mapping[str, str]) -> list[UdfCall]:
@@ -205,8 +220,8 @@ class Layout:
             order = [(c[col], desc) for col, desc in node.order]
             op_id = self._id(view, "over", counter)
             partition = [c[k] for k in keys]
-            aggs = self._aggs(node.aggs, c)
-            op = RowsOver(op_id, schema, partition, order, node.preceding, aggs, input=inp)
+            over = self._over_aggs(node.aggs, c)
+            op = RowsOver(op_id, schema, partition, order, node.preceding, over, inp, node.ranges)
         else:
             columns = [c[k] for k in keys] if keys != keyed else None
             op = Distinct(self._id(view, "distinct", counter), schema, columns, input=inp)

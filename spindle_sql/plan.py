@@ -21,6 +21,8 @@ from .expr import Expr
 NEWER = {"described": "unless default"}
 
 AggFunc = Literal["count", "sum", "avg", "min", "max", "udf"]
+# Window functions: in a `RowsOver` only.
+WindowFunc = Literal["row_number", "rank", "dense_rank", "lag", "lead"]
 JoinKind = Literal["inner", "left", "right", "full"]
 
 
@@ -118,10 +120,12 @@ class Sessions:
 class AggCall:
     """`func` over input column `column` (None: count(*)), output column `name`; with
     `distinct`, over the distinct non-null values of the group. A Python aggregate (`func`
-    "udf") is `udf` (`udafs.Udaf`) over the input columns `columns`."""
+    "udf") is `udf` (`udafs.Udaf`) over the input columns `columns`. In a `RowsOver`, a
+    window function: LAG and LEAD of `column` by `offset` rows, with column `default`'s
+    value where there is no such row (None: NULL)."""
 
     name: str
-    func: AggFunc
+    func: AggFunc | WindowFunc
     column: str | None
     type: pa.DataType
     distinct: bool = False
@@ -129,11 +133,15 @@ class AggCall:
     # a plan of an earlier release is described as it was.
     udf: Any = field(default=None, metadata=NEWER)
     columns: tuple[str, ...] = field(default=(), metadata=NEWER)
+    offset: int = field(default=1, metadata=NEWER)
+    default: str | None = field(default=None, metadata=NEWER)
 
     @property
     def reads(self) -> tuple[str, ...]:
         """The input columns it reads."""
-        return self.columns if self.func == "udf" else (self.column,) if self.column else ()
+        if self.func == "udf":
+            return self.columns
+        return tuple(c for c in (self.column, self.default) if c)
 
 
 @dataclass(frozen=True)
@@ -230,13 +238,17 @@ class RowsOver:
     node, and its fingerprint, is what it was before frames per aggregate), or a tuple of
     one per aggregate where they differ. The window aggregates of a SELECT that share
     PARTITION BY and ORDER BY are one node: one ordering of each partition, so rows equal in
-    every column pair their values as Spark's do."""
+    every column pair their values as Spark's do. `ranges`: per aggregate, whether its
+    frame is RANGE (`preceding` in the single order column's units, the frame ending at the
+    row's last peer); empty: all ROWS. Window functions (ROW_NUMBER, RANK, DENSE_RANK, LAG,
+    LEAD) are `aggs` too, their frame ignored."""
 
     input: Node
     partition: tuple[str, ...]
     order: tuple[tuple[str, bool], ...]  # (column, descending)
     preceding: int | tuple[int | None, ...] | None
     aggs: tuple[AggCall, ...]
+    ranges: tuple[bool, ...] = field(default=(), metadata=NEWER)
 
     @property
     def frames(self) -> tuple[int | None, ...]:
@@ -320,6 +332,7 @@ __all__ = [
     "Upsert",
     "ViewRef",
     "WindowAggregate",
+    "WindowFunc",
     "Windows",
     "children",
 ]

@@ -37,10 +37,11 @@ from .plan import (
     ViewRef,
     Windows,
 )
-from .ranking import is_row_number, over_rows, rank_bounds, top_n, window_items
+from .ranking import is_row_number, over_rows, rank_bounds, top_n, window_items, windows_in
 from .relation import Relation
 from .subqueries import Correlated, Subqueries, correlations, has_subquery
 from .udafs import marked
+from .window_functions import is_function
 from .windows import is_session, session_args, window_args, window_call
 
 
@@ -276,24 +277,26 @@ class Planner:
         aggs = [a for item in items for a in aggregates(item)]
         if having is not None:
             aggs += aggregates(having.this)
-        windows = window_items(items)
-        ranks = [w for w in windows if is_row_number(w)]
-        if windows and (group is not None or aggs or (ranks and len(windows) > 1)):
-            first = "ROW_NUMBER()" if ranks else "an aggregate OVER a window"
+        windows = windows_in(items)
+        if windows and (group is not None or aggs):
+            what = "a window function" if is_function(windows[-1]) else "an aggregate OVER a window"
             raise self._error(
                 windows[-1],
-                f"{first} goes alone in its SELECT, without GROUP BY (aggregate in a "
+                f"{what} goes alone in its SELECT, without GROUP BY (aggregate in a "
                 "subquery first)",
             )
+        # A lone ROW_NUMBER bounded by the outer query is a top-N: only the top rows.
+        tops = [w for w in window_items(items) if is_row_number(w)]
+        top = tops[0] if len(windows) == 1 and tops and _bounded(tops[0], bounds) else None
         keys: list[Column] = []
         if group is not None or aggs or extra:
             rel, scope, keys = Aggregates(self.script, self._fresh).group(
                 q, rel, items, aggs, extra
             )
         elif windows:
-            if ranks:
+            if top is not None:
                 windowed, found = top_n(
-                    self.script, Scope(rel.fields), rel.node, ranks[0], dict(bounds), self._fresh
+                    self.script, Scope(rel.fields), rel.node, top, dict(bounds), self._fresh
                 )
             else:
                 windowed, found = over_rows(
@@ -457,6 +460,11 @@ class Planner:
         return Relation(node, fields)
 
     # -- GROUP BY --
+
+
+def _bounded(item: exp.Expr, bounds: Mapping[str, int]) -> bool:
+    """Whether the outer query bounds the window item's alias (`rn <= N`)."""
+    return isinstance(item, exp.Alias) and item.alias.lower() in bounds
 
 
 def _output_name(item: exp.Expr) -> str:

@@ -7,18 +7,20 @@ Top-N per group:
     ) WHERE rn <= 3                      -- or rn < 4, or rn = 1
 
 The outer query's bound on the rank (`bounds`) is handed to the inner SELECT, whose
-ROW_NUMBER becomes a `plan.TopN` with that limit. A ROW_NUMBER without such a bound would
-rank every row of a group, and a change at the top would renumber all of them: refused.
+ROW_NUMBER becomes a `plan.TopN` with that limit, which keeps only the top rows' changes.
 
-Aggregates over a frame of rows (`over_rows`), a `plan.RowsOver` per window (PARTITION BY
-and ORDER BY), each aggregate with its own frame:
+Every other window (`over_rows`), anywhere in the select list, is a column of a
+`plan.RowsOver` per PARTITION BY and ORDER BY: aggregates over ROWS or RANGE frames ending
+at the current row, each with its own frame, and ROW_NUMBER, RANK, DENSE_RANK, LAG, LEAD
+(`window_functions`):
 
     SELECT ..., avg(x) OVER (PARTITION BY p ORDER BY o ROWS BETWEEN 10 PRECEDING AND
-    CURRENT ROW) AS a FROM t             -- or UNBOUNDED PRECEDING; ROWS n PRECEDING
+    CURRENT ROW) AS a, RANK() OVER (PARTITION BY p ORDER BY o) AS r FROM t
 
-Only ROWS frames ending at the current row: a RANGE frame (the default with ORDER BY)
-includes the current row's peers, and a frame ending after it makes a row's value depend
-on rows that have not arrived.
+A ROW_NUMBER (or RANK) without a bound ranks every row of its partition: a change near the
+top re-emits every later row of the partition (its rank moved), so each change costs up
+to the partition's size. A frame ending after the current row is refused: a row's value
+would depend on rows that have not arrived.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from collections.abc import Callable, Iterable
 import pyarrow as pa
 from sqlglot import exp
 
+from . import window_functions as W
 from .compile import Compiler, Scope, key
 from .errors import Problem, SqlError
 from .expr import Column, Expr
@@ -65,6 +68,19 @@ def rank_bounds(where: exp.Expr | None) -> dict[str, int]:
 
 def window_items(items: list[exp.Expr]) -> list[exp.Expr]:
     return [i for i in items if isinstance(i.this if isinstance(i, exp.Alias) else i, exp.Window)]
+
+
+def windows_in(items: list[exp.Expr]) -> list[exp.Window]:
+    """The window expressions anywhere in `items` (not those of a subquery), each once."""
+    found: dict[str, exp.Window] = {}
+    todo = list(reversed(items))
+    while todo:
+        n = todo.pop()
+        if isinstance(n, exp.Window):
+            found.setdefault(key(n), n)
+        elif not isinstance(n, exp.Query):
+            todo += reversed(list(n.iter_expressions()))
+    return list(found.values())
 
 
 def is_row_number(item: exp.Expr) -> bool:
@@ -139,58 +155,81 @@ def over_rows(
     script: Script,
     scope: Scope,
     node: Node,
-    items: list[exp.Expr],
+    windows: list[exp.Window],
     fresh: Callable[[], str],
     agg_call: Callable[[exp.Expr, Compiler], tuple[AggCall, Expr | None]],
 ) -> tuple[Node, dict[str, Column]]:
-    """`node` with a `RowsOver` per PARTITION BY and ORDER BY of the window items (an
-    aggregate OVER a ROWS frame; each its own frame), and each item's column by the window
-    expression's text (for the select list). Items sharing a window are one operator, one
-    ordering of each partition, as Spark computes them: rows equal in every column then pair
-    their values as Spark's do. Windows that differ are operators in a chain."""
+    """`node` with a `RowsOver` per PARTITION BY and ORDER BY of the windows (aggregates
+    over ROWS or RANGE frames, each its own; ROW_NUMBER, RANK, DENSE_RANK, LAG, LEAD:
+    `window_functions`), and each window's column by its text (for the select list).
+    Windows sharing PARTITION BY and ORDER BY are one operator, one ordering of each
+    partition, as Spark computes them: rows equal in every column then pair their values as
+    Spark's do. Windows that differ are operators in a chain."""
 
     def error(at: exp.Expr, message: str) -> SqlError:
         line, col = script.at(at)
         return SqlError([Problem(message, line, col)])
 
-    groups: dict[tuple[object, ...], list[tuple[exp.Window, int | None]]] = {}
+    groups: dict[tuple[object, ...], list[exp.Window]] = {}
     signature = Compiler(script, scope)
-    for item in items:
-        window = item.this if isinstance(item, exp.Alias) else item
-        assert isinstance(window, exp.Window)
+    for window in windows:
         order = window.args.get("order")
-        if order is None or not order.expressions:
-            raise error(window, f"{key(window.this)} OVER (...) needs ORDER BY")
-        preceding = _preceding(window, error)
+        ordering = order.expressions if order is not None else []
         same = (
             tuple(repr(signature(p)) for p in window.args.get("partition_by") or []),
-            tuple((repr(signature(o.this)), bool(o.args.get("desc"))) for o in order.expressions),
+            tuple((repr(signature(o.this)), bool(o.args.get("desc"))) for o in ordering),
         )
-        groups.setdefault(same, []).append((window, preceding))
+        groups.setdefault(same, []).append(window)
     found: dict[str, Column] = {}
     for group in groups.values():
         columns = _Columns(Compiler(script, scope), fresh)
         calls: list[AggCall] = []
+        frames: list[tuple[int | None, bool]] = []
+        first = group[0]
+        order = first.args.get("order")
+        ordering = order.expressions if order is not None else []
+        compiled = [columns.compiler(o.this) for o in ordering]
         window_of: tuple[tuple[str, ...], tuple[tuple[str, bool], ...]] | None = None
-        for window, _ in group:
-            call, arg = agg_call(window.this, columns.compiler)
-            if call.distinct:
-                raise error(window, "DISTINCT is not supported in an aggregate OVER a window")
-            _check_type(call, arg, window, error)
-            column = None if arg is None else columns(arg)
-            if window_of is None:
-                partition = _unique(columns(p) for p in window.args.get("partition_by") or [])
-                order = window.args["order"]
+        for window in group:
+            if W.is_function(window):
+                call, arg, default = W.call(window, columns.compiler, fresh(), error)
+                column = None if arg is None else columns(arg)
+                default_column = None if default is None else columns(default)
+                call = AggCall(
+                    call.name,
+                    call.func,
+                    column,
+                    call.type,
+                    offset=call.offset,
+                    default=default_column,
+                )
+                frames.append((None, False))
+            else:
+                agg, arg = agg_call(window.this, columns.compiler)
+                if agg.distinct:
+                    raise error(window, "DISTINCT is not supported in an aggregate OVER a window")
+                _check_type(agg, arg, window, error)
+                frames.append(W.frame(window, compiled, error))
+                column = None if arg is None else columns(arg)
+                call = AggCall(agg.name, agg.func, column, agg.type)
+            if window_of is None:  # after the first call's columns: the names they always had
+                partition = _unique(columns(p) for p in first.args.get("partition_by") or [])
                 window_of = (
                     partition,
-                    _first((columns(o.this), bool(o.args.get("desc"))) for o in order.expressions),
+                    _first(
+                        (columns(e), bool(o.args.get("desc")))
+                        for e, o in zip(compiled, ordering, strict=True)
+                    ),
                 )
-            calls.append(AggCall(call.name, call.func, column, call.type))
+            calls.append(call)
             found[key(window)] = Column(call.name, call.type)
+        preceding = tuple(p for p, _ in frames)
+        shared = preceding[0] if len(set(preceding)) == 1 else preceding  # one: as it always was
+        ranges = tuple(r for _, r in frames)
         assert window_of is not None
-        frames = tuple(p for _, p in group)
-        shared = frames[0] if len(set(frames)) == 1 else frames  # one: as it always was
-        node = RowsOver(columns.project(node), *window_of, shared, tuple(calls))
+        node = RowsOver(
+            columns.project(node), *window_of, shared, tuple(calls), ranges if any(ranges) else ()
+        )
     return node, found
 
 
@@ -205,27 +244,6 @@ def _first(order: Iterable[tuple[str, bool]]) -> tuple[tuple[str, bool], ...]:
     for column, desc in order:
         out.setdefault(column, desc)
     return tuple(out.items())
-
-
-def _preceding(window: exp.Window, error: Callable[[exp.Expr, str], SqlError]) -> int | None:
-    """The rows before the current one in the window's frame (None: unbounded)."""
-    spec = window.args.get("spec")
-    frame = "ROWS BETWEEN n PRECEDING (or UNBOUNDED PRECEDING) AND CURRENT ROW"
-    if spec is None or str(spec.args.get("kind") or "").upper() != "ROWS":
-        raise error(window, f"an aggregate OVER a window needs a frame of rows: {frame}")
-    start, side = spec.args.get("start"), str(spec.args.get("start_side") or "").upper()
-    end = spec.args.get("end")
-    if end is not None and str(end).upper() != "CURRENT ROW":
-        raise error(window, f"the frame must end at the current row: {frame}")
-    if isinstance(start, str) and start.upper() == "UNBOUNDED" and side == "PRECEDING":
-        return None
-    if isinstance(start, str) and start.upper() == "CURRENT ROW":
-        return 0
-    if isinstance(start, exp.Literal) and not start.is_string and side == "PRECEDING":
-        text = str(start.this)
-        if text.isdigit():
-            return int(text)
-    raise error(window, f"the frame must start n rows before the current row: {frame}")
 
 
 def _check_type(
@@ -244,4 +262,4 @@ def _check_type(
     raise error(window, f"{call.func} OVER a window of rows of {t} is not supported")
 
 
-__all__ = ["is_row_number", "over_rows", "rank_bounds", "top_n", "window_items"]
+__all__ = ["is_row_number", "over_rows", "rank_bounds", "top_n", "window_items", "windows_in"]

@@ -63,7 +63,8 @@ class LevelStep:
     `inputs`: the rows that reached this shard, by port (records under `w`);
     `watermarks`: `Watermarks.state()` after the step before; `first`: whether this is the
     pipeline's first step; `sources`: how many tasks level 0 had (each sent a record);
-    `outputs`: the views whose rows the driver wants (default: all)."""
+    `outputs`: the views whose rows the driver wants (default: all); `proctime_us`: the
+    step's processing time (`Dataflow.step`)."""
 
     def __init__(
         self,
@@ -77,8 +78,10 @@ class LevelStep:
         first: bool,
         sources: int | None = None,
         outputs: Collection[str] | None = None,
+        proctime_us: int | None = None,
     ) -> None:
         self.part, self.flow = part, part.flow
+        self.flow.proctime_us = proctime_us
         self.outputs = None if outputs is None else frozenset(outputs)
         self.level, self.shard, self.shards, self.groups = level, shard, shards, groups
         self.inputs = {p: t for p, t in inputs.items() if p == WATERMARKS or t.num_rows}

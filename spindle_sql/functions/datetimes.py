@@ -256,6 +256,10 @@ def _datediff(args: list[Val], n: int) -> Val:
     return result[0] if all(is_scalar(a) for a in args) else result
 
 
+def _bound_by_evaluator(args: list[Val], n: int) -> Val:
+    raise AssertionError("proctime is the evaluator's (evaluate.PROCTIME)")
+
+
 def _unix_timestamp(args: list[Val], n: int) -> Val:
     """Seconds since the epoch, truncated towards zero (Java's long division)."""
     if (done := _nulls(args, n, pa.int64())) is not None:
@@ -350,6 +354,9 @@ def functions() -> list[Function]:
         Function(
             "unix_timestamp", 1, 1, _typed("unix_timestamp", pa.int64(), "d"), _unix_timestamp
         ),
+        # PROCTIME(), NOW(), CURRENT_TIMESTAMP: the step's processing time, which the
+        # evaluator gives (`evaluate.PROCTIME`): never called.
+        Function("proctime", 0, 0, lambda ts: TIMESTAMP, _bound_by_evaluator, safe=True),
         Function(
             "date_format",
             2,

@@ -12,6 +12,7 @@ from .top_n import TopN
 from .udf_aggregate import AggregateFunction, UdfCall, UdfGroupAggregate
 from .upsert import Upsert
 from .window import WindowAggregate
+from .window_calls import WindowCall
 
 __all__ = [
     "AggFunc",
@@ -33,5 +34,6 @@ __all__ = [
     "UdfGroupAggregate",
     "Upsert",
     "WindowAggregate",
+    "WindowCall",
     "operator_state",
 ]

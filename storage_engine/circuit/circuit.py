@@ -210,7 +210,11 @@ class Stepper(Protocol):
         """Views whose query changed since the checkpoint (their view sinks start empty)."""
         ...
 
-    def step(self, deltas: Mapping[str, pa.Table | pa.RecordBatch]) -> dict[str, pa.Table]: ...
+    def step(
+        self, deltas: Mapping[str, pa.Table | pa.RecordBatch], proctime_us: int | None = None
+    ) -> dict[str, pa.Table]:
+        """The views' deltas; `proctime_us`: the step's processing time (PROCTIME())."""
+        ...
 
     def commit_async(
         self,

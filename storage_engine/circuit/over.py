@@ -17,6 +17,11 @@ rows equal in every column (as Spark's one Window operator per PARTITION BY and 
 operators chained would order the copies by the earlier one's values). An operator whose
 aggregates share a frame describes it as one `preceding`, as before frames per aggregate,
 so its fingerprint and checkpoints are those of then.
+
+Besides aggregates over ROWS frames: RANGE frames (`ranges`, frames ending at the current
+row's last peer) and the window functions ROW_NUMBER, RANK, DENSE_RANK, LAG and LEAD
+(`WindowCall`), all over the same ordering (`window_calls` has their semantics). An
+operator without them describes as before, so its fingerprint is unchanged.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from .aggregate import Aggregate
 from .decimals import average, avg_type, from_unscaled, sum_type, unscaled
 from .operator import CircuitError, empty_delta, require_columns
 from .partitioned import PartitionedOperator
+from .window_calls import RANKS, Places, WindowCall, call_type, range_ok, reduce_frames
 
 
 class RowsOver(PartitionedOperator):
@@ -43,22 +49,33 @@ class RowsOver(PartitionedOperator):
         partition_by: Sequence[str],
         order_by: Sequence[tuple[str, bool]],
         preceding: int | Sequence[int | None] | None,
-        aggregates: Sequence[Aggregate],
+        aggregates: Sequence[Aggregate | WindowCall],
         input: str = "source",
+        ranges: Sequence[bool] = (),
     ) -> None:
         """`order_by`: (column, descending) pairs; `preceding`: the frame's rows before
         the current one (None: unbounded), one for all aggregates or one per aggregate;
-        `aggregates`: output columns, after the input's. All aggregates are computed over
-        one ordering of each partition, so an output row's values are all its own row's
-        even among rows equal in every column."""
+        `aggregates`: output columns, after the input's (`WindowCall`s ignore their
+        frame). `ranges`: per aggregate, whether its frame is RANGE (`preceding` then in
+        the single order column's units; `window_calls`); empty: all ROWS. All aggregates
+        are computed over one ordering of each partition, so an output row's values are
+        all its own row's even among rows equal in every column."""
         frames = (
             list(preceding) if isinstance(preceding, Sequence) else [preceding] * len(aggregates)
         )
-        if len(frames) != len(aggregates):
+        if len(frames) != len(aggregates) or len(ranges) not in (0, len(aggregates)):
             raise CircuitError(f"operator {op_id!r}: one frame per aggregate")
         if any(p is not None and p < 0 for p in frames):
             raise CircuitError(f"operator {op_id!r}: the frame cannot end before it starts")
         require_columns(op_id, input_schema, [c for c, _ in order_by], "order columns")
+        offsets = [p is not None and r for p, r in zip(frames, ranges, strict=False)]
+        if any(offsets) and not (
+            len(order_by) == 1 and range_ok(input_schema.field(order_by[0][0]).type)
+        ):
+            raise CircuitError(
+                f"operator {op_id!r}: a RANGE frame with an offset orders by one numeric "
+                "or temporal column"
+            )
         fields = []
         for a in aggregates:
             if a.name in input_schema.names:
@@ -74,9 +91,10 @@ class RowsOver(PartitionedOperator):
             frames[0] if len(set(frames)) == 1 else frames
         )
         self.aggregates = list(aggregates)
+        self.ranges = list(ranges) if any(ranges) else [False] * len(aggregates)
 
     def describe(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "kind": "rows_over",
             "id": self.id,
             "input": self.inputs[0],
@@ -84,8 +102,14 @@ class RowsOver(PartitionedOperator):
             "partition_by": self.partition_by,
             "order_by": self.order_by,
             "preceding": self.preceding,
-            "aggregates": [(a.name, a.func, a.column) for a in self.aggregates],
+            "aggregates": [
+                a.describe() if isinstance(a, WindowCall) else (a.name, a.func, a.column)
+                for a in self.aggregates
+            ],
         }
+        if any(self.ranges):  # only then: operators of ROWS frames describe as they did
+            out["ranges"] = self.ranges
+        return out
 
     def _result(self, rows: pa.Table) -> pa.Table:
         """Every live row (once per unit of its weight) with its frame's aggregates."""
@@ -93,13 +117,26 @@ class RowsOver(PartitionedOperator):
         if ordered is None:
             return empty_delta(self._out)
         rows, starts = ordered
-        by_frame: dict[int | None, _Frames] = {}
+        by_frame: dict[tuple[int | None, bool], _Frames] = {}
         out = rows.select(self.input_schema.names)
         added = list(self._out)[len(self.input_schema) :]
-        for a, f, p in zip(self.aggregates, added, self.frames, strict=True):
-            if p not in by_frame:
-                by_frame[p] = _Frames(starts, rows.num_rows, p)
-            frames = by_frame[p]
+        places: Places | None = None
+        if any(self.ranges) or any(isinstance(a, WindowCall) for a in self.aggregates):
+            places = Places(rows, starts, [c for c, _ in self.order_by])
+        for a, f, p, r in zip(self.aggregates, added, self.frames, self.ranges, strict=True):
+            if isinstance(a, WindowCall):
+                assert places is not None
+                out = out.append_column(f, places.call(a, rows, f.type))
+                continue
+            if (p, r) not in by_frame:
+                if r:
+                    assert places is not None
+                    (column, desc), *_ = self.order_by if p is not None else [("", False)]
+                    lo = places.range_lo(rows, column, desc, p)
+                    by_frame[p, r] = _Frames(starts, rows.num_rows, p, (lo, places.peer_last))
+                else:
+                    by_frame[p, r] = _Frames(starts, rows.num_rows, p)
+            frames = by_frame[p, r]
             col = None if a.column is None else rows.column(a.column)
             if col is not None and pa.types.is_decimal(col.type) and a.func != "count":
                 what = f"operator {self.id!r}: {a.func} of column {a.column!r}"
@@ -110,11 +147,22 @@ class RowsOver(PartitionedOperator):
 
 
 class _Frames:
-    """Row i's frame in rows sorted by partition: positions lo[i] to i."""
+    """Row i's frame in rows sorted by partition: positions lo[i] to i (ROWS), or to the
+    given bounds (a RANGE frame's: `window_calls`)."""
 
-    def __init__(self, starts: np.ndarray[Any, Any], n: int, preceding: int | None) -> None:
+    def __init__(
+        self,
+        starts: np.ndarray[Any, Any],
+        n: int,
+        preceding: int | None,
+        bounds: tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None = None,
+    ) -> None:
         lengths = np.diff(np.append(starts, n))
         self.starts, self.lengths, self.preceding = starts, lengths, preceding
+        self.ranged = bounds is not None
+        if bounds is not None:
+            self.lo, self.at = bounds  # `at`: the frame's last row
+            return
         first = np.repeat(starts, lengths)
         at = np.arange(n)
         self.lo = first if preceding is None else np.maximum(first, at - preceding)
@@ -175,6 +223,8 @@ class _Frames:
         """Each frame's `op`-reduction of `values`, partition by partition, so that a row's
         result depends on its frame's values alone, bit for bit (a floating-point sum over
         all the rows sorted would also depend on the other partitions of the step)."""
+        if self.ranged:  # frames of any length: each reduced on its own
+            return reduce_frames(values, self.lo, self.at, op)
         out = np.empty_like(values)
         for s, n in zip(self.starts, self.lengths, strict=True):
             part = values[s : s + n]
@@ -203,7 +253,17 @@ def _storage(t: pa.DataType) -> pa.DataType:
     return t
 
 
-def _type(op_id: str, schema: pa.Schema, a: Aggregate) -> pa.DataType:
+def _type(op_id: str, schema: pa.Schema, a: Aggregate | WindowCall) -> pa.DataType:
+    if isinstance(a, WindowCall):
+        if a.func in RANKS:
+            return call_type(schema, a)
+        require_columns(op_id, schema, [c for c in (a.column, a.default) if c], "columns")
+        if a.column is None:
+            raise CircuitError(f"operator {op_id!r}: {a.func} needs a column")
+        t = call_type(schema, a)
+        if a.default is not None and schema.field(a.default).type != t:
+            raise CircuitError(f"operator {op_id!r}: {a.func}'s default is not of type {t}")
+        return t
     if a.func == "count":
         return pa.int64()
     if a.column is None:

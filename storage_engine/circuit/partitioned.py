@@ -127,21 +127,30 @@ class PartitionedOperator(Operator):
 
     def _starts(self, rows: pa.Table) -> np.ndarray[Any, np.dtype[np.int64]]:
         """Where each partition starts in `rows` sorted by `_sorted` (NULL equal to NULL)."""
-        keys = rows.select(self._keys)
-        n = keys.num_rows
-        new = np.zeros(n, np.bool_)
-        if n:
+        new = changes(rows, self._keys)
+        if len(new):
             new[0] = True
-        for col in keys.columns:
-            a, b = col.slice(1), col.slice(0, n - 1)
-            same = pc.fill_null(pc.equal(a, b), False)
-            both_null = pc.and_(pc.is_null(a), pc.is_null(b))
-            new[1:] |= pc.invert(pc.or_(same, both_null)).to_numpy(zero_copy_only=False)
         return np.flatnonzero(new).astype(np.int64)
 
     def metrics(self) -> dict[str, Any]:
         assert self._rows is not None
         return {"rows": self._rows.stats().rows}
+
+
+def changes(rows: pa.Table, columns: Sequence[str]) -> np.ndarray[Any, np.dtype[np.bool_]]:
+    """Per row, whether any of `columns` differs from the row before (NULL equal to NULL,
+    NaN to NaN, as SQL groups them; the first row: False)."""
+    n = rows.num_rows
+    new = np.zeros(n, np.bool_)
+    for c in columns:
+        col = rows.column(c)
+        a, b = col.slice(1), col.slice(0, n - 1)
+        same = pc.or_(pc.fill_null(pc.equal(a, b), False), pc.and_(pc.is_null(a), pc.is_null(b)))
+        if pa.types.is_floating(col.type):
+            both_nan = pc.and_(pc.is_nan(a), pc.is_nan(b))
+            same = pc.or_(same, pc.fill_null(both_nan, False))
+        new[1:] |= pc.invert(same).to_numpy(zero_copy_only=False)
+    return new
 
 
 def live(rows: pa.Table) -> pa.Table:
@@ -151,4 +160,4 @@ def live(rows: pa.Table) -> pa.Table:
     return rows.take(pa.array(keep, pa.int64())).drop_columns([WEIGHT])
 
 
-__all__ = ["PartitionedOperator", "live"]
+__all__ = ["PartitionedOperator", "changes", "live"]

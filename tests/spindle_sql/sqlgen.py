@@ -453,19 +453,38 @@ class Generator:
             "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW",
             "ROWS BETWEEN CURRENT ROW AND CURRENT ROW",
         ]
+        # Peers (RANGE frames, RANK) are rows equal in the ORDER BY (NULL to NULL, NaN to NaN).
+        frames += ["RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW", ""]
         ties = ", ".join(f"{c.duck} ASC NULLS FIRST" for c in src.columns)
 
         def over(frame: str) -> tuple[str, str]:
+            # A RANGE frame (or none: SQL's default) takes the row's peers: no tie-break.
+            broken = "" if frame.startswith("RANGE") or not frame else f", {ties}"
             return (
                 f"OVER (PARTITION BY {p.spark} ORDER BY {o.spark}{desc} {frame})",
-                f"OVER (PARTITION BY {p.duck} ORDER BY {o.duck}{desc}{nulls}, {ties} {frame})",
+                f"OVER (PARTITION BY {p.duck} ORDER BY {o.duck}{desc}{nulls}{broken} {frame})",
             )
 
         # Several aggregates share the window, each its own frame: one operator, whose
         # values pair among duplicate rows as over one ordering (docs/sql.md, Aggregates
         # over a frame of rows). Windows apart are not drawn: their pairing of duplicates
-        # is undefined (docs/sql.md, the known difference not refused).
+        # is undefined (docs/sql.md, the known difference not refused). Window functions
+        # share it too.
         aggs = [self.aggregate(ex, over(r.choice(frames))) for _ in range(r.randint(1, 3))]
+        for _ in range(r.randint(0, 2)):
+            f = r.choice(["ROW_NUMBER", "LAG", "LEAD", "RANK", "DENSE_RANK"])
+            if f in ("RANK", "DENSE_RANK"):
+                call = f"{f}() {over('')[0]}", f"{f}() {over('')[1].replace(' )', ')')}"
+                aggs.append(E(*call, INT))
+                continue
+            rows = over("ROWS UNBOUNDED PRECEDING")  # ties broken in DuckDB's; no frame
+            spark, duck = (w.replace(" ROWS UNBOUNDED PRECEDING", "") for w in rows)
+            if f == "ROW_NUMBER":
+                aggs.append(E(f"ROW_NUMBER() {spark}", f"ROW_NUMBER() {duck}", INT))
+                continue
+            arg = ex.expr(ex.any_type(), 1)
+            n = r.choice(["", ", 2", ", -1"])
+            aggs.append(E(f"{f}({arg.spark}{n}) {spark}", f"{f}({arg.duck}{n}) {duck}", arg.type))
         sel = _items(aggs)
         where = _where([ex.pred(1)] if r.random() < 0.4 else [])
         return Case(

@@ -164,6 +164,7 @@ CONSTRUCTS = [
     *("GROUP BY", "GROUP BY 1", "GROUP BY c0", "HAVING", "FILTER (WHERE", "count(DISTINCT"),
     *("count(*)", "sum(", "avg(", "min(", "max(", "UNION ALL", "TUMBLE(", "HOP(", "SESSION("),
     *("ROW_NUMBER() OVER", "rn = 1", "rn <=", "PRECEDING AND CURRENT ROW", "UNBOUNDED"),
+    *("RANK() OVER", "DENSE_RANK() OVER", "LAG(", "LEAD(", ", -1)", "RANGE BETWEEN"),
     *(" + ", " - ", " * ", " / ", " % ", " = ", " <> ", " < ", " <= ", " > ", " >= ", "<=>"),
     *(" AND ", " OR ", "NOT ", " IS NULL", " IS NOT NULL", " IN (", " BETWEEN ", " LIKE "),
     *(" NOT LIKE ", " RLIKE ", "CASE WHEN", "CAST(", "if(", "coalesce(", "nullif(", "ifnull("),

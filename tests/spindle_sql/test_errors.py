@@ -144,17 +144,58 @@ def problem(text: str) -> tuple[str, int, int]:
             38,
         ),
         (
-            "CREATE VIEW v AS SELECT sum(price) OVER (PARTITION BY bidder ORDER BY date_time) "
-            "FROM bid",
-            "an aggregate OVER a window needs a frame of rows: ROWS BETWEEN n PRECEDING",
+            "CREATE VIEW v AS SELECT sum(price) OVER (PARTITION BY bidder ORDER BY date_time "
+            "RANGE BETWEEN 3 PRECEDING AND CURRENT ROW) FROM bid",
+            "the RANGE frame's offset: expected an interval",
             1,
             25,
         ),
         (
-            "CREATE VIEW v AS\nSELECT auction, avg(price) OVER (PARTITION BY bidder) FROM bid",
-            "avg(price) OVER (...) needs ORDER BY",
+            "CREATE VIEW v AS SELECT sum(price) OVER (ORDER BY date_time "
+            "RANGE BETWEEN INTERVAL '1' MONTH PRECEDING AND CURRENT ROW) FROM bid",
+            "a RANGE frame's INTERVAL must have a fixed length, not months",
+            1,
+            25,
+        ),
+        (
+            "CREATE VIEW v AS SELECT sum(price) OVER (ORDER BY auction, date_time "
+            "RANGE BETWEEN 2 PRECEDING AND CURRENT ROW) FROM bid",
+            "a RANGE frame with an offset needs ORDER BY one column",
+            1,
+            25,
+        ),
+        (
+            "CREATE VIEW v AS SELECT sum(price) OVER (ORDER BY channel "
+            "RANGE BETWEEN 2 PRECEDING AND CURRENT ROW) FROM bid",
+            "a RANGE frame with an offset orders by an integer, floating, date or timestamp "
+            "column, not string",
+            1,
+            25,
+        ),
+        (
+            "CREATE VIEW v AS\nSELECT auction, RANK() OVER (PARTITION BY bidder) FROM bid",
+            "RANK() OVER (...) needs ORDER BY",
             2,
             17,
+        ),
+        (
+            "CREATE VIEW v AS SELECT lag(price) OVER (ORDER BY date_time "
+            "ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) FROM bid",
+            "LAG(PRICE) takes no frame",
+            1,
+            25,
+        ),
+        (
+            "CREATE VIEW v AS SELECT lag(price, auction) OVER (ORDER BY date_time) FROM bid",
+            "the offset must be an integer literal",
+            1,
+            25,
+        ),
+        (
+            "CREATE VIEW v AS SELECT lead(price, 1, 'none') OVER (ORDER BY date_time) FROM bid",
+            "the default must be of type int64",
+            1,
+            25,
         ),
         (
             "CREATE VIEW v AS SELECT sum(price) OVER (ORDER BY date_time "

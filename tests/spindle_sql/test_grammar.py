@@ -127,7 +127,8 @@ def test_unknown_flags_and_nodes_are_refused_at_their_line(sql: str, message: st
     ("query", "message"),
     [
         ("SELECT k FROM t NATURAL JOIN t u", "NATURAL is not supported"),
-        ("SELECT k, rank() OVER (ORDER BY k) FROM t", "not supported in a view"),
+        ("SELECT k, percent_rank() OVER (ORDER BY k) FROM t", "not supported in a view"),
+        ("SELECT k, lag(k) IGNORE NULLS OVER (ORDER BY k) FROM t", "not supported in a view"),
         (
             "SELECT k, row_number() OVER (ORDER BY k DESC NULLS FIRST) AS r FROM t",
             "NULLS FIRST with DESC",

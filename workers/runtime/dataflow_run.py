@@ -67,8 +67,10 @@ class DataflowRun:
     def changed_views(self, metadata: Mapping[str, Any]) -> list[str]:
         return self.flow.changed_views(metadata)
 
-    def step(self, deltas: Mapping[str, pa.Table | pa.RecordBatch]) -> dict[str, pa.Table]:
-        return self.flow.step(deltas)
+    def step(
+        self, deltas: Mapping[str, pa.Table | pa.RecordBatch], proctime_us: int | None = None
+    ) -> dict[str, pa.Table]:
+        return self.flow.step(deltas, proctime_us)
 
     def commit_async(
         self,

@@ -7,6 +7,14 @@ new input, so every sink can rely on "same step, same output" (a sink that canno
 such as a Kafka transaction already committed, skips a step it holds). Entries up to the
 oldest checkpoint's step are deleted as retention deletes checkpoints.
 
+Each entry also holds the step's processing time (`proctime_us`, UTC microseconds: the wall
+clock when the step was first taken), which the step's PROCTIME(), NOW() and
+CURRENT_TIMESTAMP give, so a step redone gives the same rows (`proctime`). An entry an
+earlier release wrote has none: the first redo of its step takes its own clock's time and
+writes it into the entry (`stamp`) before the step's output is written, so every later redo
+gives that time again. (No output of such a step can have depended on another: the release
+that wrote the entry had no PROCTIME.)
+
 With an object store (the run's checkpoint tier), each entry is also put there, as
 `offsets/step-<step:012d>.json` beside the checkpoints, before the step runs: a run restored
 on another machine from the store's checkpoints redoes the same steps with the same input
@@ -24,6 +32,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from pipeline_spec.offsets import Offset, parse
 from storage_engine import PosixFileLayer
@@ -39,8 +48,9 @@ _PREFIX, _SUFFIX = "step-", ".json"
 
 class OffsetLog:
     """The offset log of the storage location `storage`. An entry is `{"step": S, "offsets":
-    {<table>: {"start": a, "end": b}}}`: the step read offsets [a, b) of each input table
-    (counts, or a Kafka table's offsets per partition: `pipeline_spec.offsets`)."""
+    {<table>: {"start": a, "end": b}}, "proctime_us": T}`: the step read offsets [a, b) of
+    each input table (counts, or a Kafka table's offsets per partition:
+    `pipeline_spec.offsets`) at processing time T (absent in an earlier release's entry)."""
 
     def __init__(
         self,
@@ -93,14 +103,39 @@ class OffsetLog:
 
     def read(self, step: int) -> dict[str, tuple[Offset, Offset]] | None:
         """Step `step`'s offsets per table, or None if it is not logged (or unreadable)."""
+        doc = self._doc(step)
+        if doc is None:
+            return None
+        try:
+            offsets: Any = doc["offsets"]
+            return {t: (parse(o["start"]), parse(o["end"])) for t, o in offsets.items()}
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+    def proctime(self, step: int) -> int | None:
+        """Step `step`'s processing time (UTC microseconds), or None if the step is not
+        logged or its entry has none (an earlier release's)."""
+        doc = self._doc(step)
+        value = None if doc is None else doc.get("proctime_us")
+        return value if isinstance(value, int) else None
+
+    def stamp(self, step: int, proctime_us: int) -> None:
+        """Write a processing time into step `step`'s entry (an earlier release's, which
+        has none), durably, keeping its offsets: later redos of the step read it."""
+        doc = self._doc(step)
+        if doc is None:
+            raise ValueError(f"step {step} is not in the offset log")
+        self._write(step, {**doc, "proctime_us": proctime_us})
+
+    def _doc(self, step: int) -> dict[str, object] | None:
         if step not in self._steps:
             return None
         try:
             with open(self._path(step), encoding="utf-8") as f:
                 doc = json.load(f)
-            return {t: (parse(o["start"]), parse(o["end"])) for t, o in doc["offsets"].items()}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        except (OSError, ValueError):
             return None
+        return doc if isinstance(doc, dict) else None
 
     def pending(
         self, step: int, offsets: Mapping[str, Offset]
@@ -117,16 +152,28 @@ class OffsetLog:
             at = {t: end for t, (_, end) in entry.items()}
         return out
 
-    def record(self, step: int, offsets: Mapping[str, tuple[Offset, Offset]]) -> None:
-        """Log step `step`'s offsets durably. Entries after it belong to a timeline that no
-        longer follows (a different input for this step): they are deleted first."""
+    def record(
+        self,
+        step: int,
+        offsets: Mapping[str, tuple[Offset, Offset]],
+        proctime_us: int | None = None,
+    ) -> None:
+        """Log step `step`'s offsets (and its processing time) durably. Entries after it
+        belong to a timeline that no longer follows (a different input for this step):
+        they are deleted first."""
         for later in sorted(s for s in self._steps if s > step):
             self._remove(later)
-        os.makedirs(self.directory, exist_ok=True)
-        doc = {
+        doc: dict[str, object] = {
             "step": step,
             "offsets": {t: {"start": a, "end": b} for t, (a, b) in offsets.items()},
         }
+        if proctime_us is not None:
+            doc["proctime_us"] = proctime_us
+        self._write(step, doc)
+
+    def _write(self, step: int, doc: Mapping[str, object]) -> None:
+        """Write step `step`'s entry durably, and put it in the store."""
+        os.makedirs(self.directory, exist_ok=True)
         write_durably(self._fs, self._path(step), [json.dumps(doc).encode()])
         self._steps.add(step)
         if self._store is not None:

@@ -114,9 +114,11 @@ class PartitionedRun:
     def changed_views(self, metadata: Mapping[str, Any]) -> list[str]:
         return self.flow.changed_views(metadata)
 
-    def step(self, deltas: Mapping[str, pa.Table | pa.RecordBatch]) -> dict[str, pa.Table]:
+    def step(
+        self, deltas: Mapping[str, pa.Table | pa.RecordBatch], proctime_us: int | None = None
+    ) -> dict[str, pa.Table]:
         part = self._part()
-        out = part.step(deltas)
+        out = part.step(deltas, proctime_us=proctime_us)
         self._figures.add(part.last_metrics)
         return out
 
@@ -124,6 +126,7 @@ class PartitionedRun:
         self,
         deltas: Mapping[str, pa.Table | pa.RecordBatch],
         reads: Mapping[str, tuple[TableInput, list[Split]]],
+        proctime_us: int | None = None,
     ) -> tuple[dict[str, pa.Table], dict[str, MicroBatch]]:
         """`step`, with tables that level 0's tasks read on the executors: each table's
         input and its splits of this step. Also returns, per table read so, its rows, oldest
@@ -131,7 +134,7 @@ class PartitionedRun:
         must go to Spark's reader: the step is then to be read in the driver)."""
         part = self._part()
         plans = {t: TableReads(i, spread(splits, self.shards)) for t, (i, splits) in reads.items()}
-        out = part.step(deltas, plans)
+        out = part.step(deltas, plans, proctime_us)
         self._figures.add(part.last_metrics)
         return out, part.last_reads
 

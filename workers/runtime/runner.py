@@ -233,12 +233,20 @@ class Runner:
         ends = {**self.offsets, **{t: ends[t] for t in [*batches, *reads]}}
         step = self.step + 1
         # 2. Same step, same input: its offsets are durable before any of its output is
-        # written, unless it redoes a logged step with exactly that input.
+        # written, unless it redoes a logged step with exactly that input. So is its
+        # processing time (PROCTIME()): a step redone gives the same rows.
+        now_us = time.time_ns() // 1000
         if self._replay and self._replay[0] == ends:
             self._replay.pop(0)
+            proctime_us = self.offset_log.proctime(step)
+            if proctime_us is None:  # an earlier release's entry: this redo's time, kept
+                proctime_us = now_us
+                self.offset_log.stamp(step, proctime_us)
         else:
             self._replay = []
-            self.offset_log.record(step, {t: (self.offsets[t], e) for t, e in ends.items()})
+            proctime_us = now_us
+            spans = {t: (self.offsets[t], e) for t, e in ends.items()}
+            self.offset_log.record(step, spans, proctime_us)
         if step % OFFSET_LOG_TRIM_STEPS == 0 and (cps := self.loc.list_checkpoints()):
             # No restore goes back beyond the oldest checkpoint: nor do the sinks' rollbacks.
             self.offset_log.truncate_through(cps[0].step)
@@ -257,7 +265,7 @@ class Runner:
         # 4. The dataflow's step, its dead letters, its output to every sink.
         t1 = time.perf_counter()
         late_before = self.plan.dataflow.late_rows()
-        out = self._dataflow_step(tables, reads, batches, ends)
+        out = self._dataflow_step(tables, reads, batches, ends, proctime_us)
         late_rows = self.plan.dataflow.late_rows() - late_before
         bad = {t: b.bad for t, b in batches.items()}
         bad_rows = self.dead_letters.write(step, bad, self.plan.dataflow.take_unmatched())
@@ -297,16 +305,17 @@ class Runner:
         reads: dict[str, tuple[TableInput, list[Split]]],
         batches: dict[str, MicroBatch],
         ends: dict[str, Offset],
+        proctime_us: int,
     ) -> dict[str, pa.Table]:
         """The dataflow's step on `tables`, and on `reads`, read by level 0's tasks: their
         figures join `batches`. A step with a split that only Spark's reader reads
         (`reads.SparkMustRead`) is read in the driver instead, as at parallelism 1."""
         if not reads:
-            return self.plan.dataflow.step(tables)
+            return self.plan.dataflow.step(tables, proctime_us)
         run = self.plan.dataflow
         assert isinstance(run, PartitionedRun)
         try:
-            out, got = run.step_reading(tables, reads)
+            out, got = run.step_reading(tables, reads, proctime_us)
         except Exception as e:
             if not is_spark_must_read(e):
                 raise
@@ -317,7 +326,7 @@ class Runner:
                 if (rows := r.input.rows(count(start), count(end))) is not None:
                     b = batches[t] = r.jobs.micro_batch(rows)
                     tables.update({r.name if k == SOURCE else k: v for k, v in b.tables.items()})
-            return run.step(tables)
+            return run.step(tables, proctime_us)
         batches.update(got)
         return out
 

@@ -86,6 +86,10 @@ def outputs(out: Mapping[str, pa.Table]) -> Outputs:
     return {name: consolidated(t) for name, t in out.items()}
 
 
+# Step i's processing time (PROCTIME()): a second apart, the same in both runs.
+PROCTIME_US = 1_767_225_600_000_000
+
+
 def plain_run(
     make: Callable[[], Dataflow], steps: Sequence[Deltas], path: Path
 ) -> list[tuple[Outputs, dict[str, Any]]]:
@@ -94,7 +98,10 @@ def plain_run(
     loc = StorageLocation.open(str(path), fingerprint=flow.fingerprint, settings=SETTINGS, fs=FS)
     DataflowRun(flow).open(loc)
     try:
-        return [(outputs(flow.step(d)), flow.watermarks.state()) for d in steps]
+        return [
+            (outputs(flow.step(d, PROCTIME_US + i * 1_000_000)), flow.watermarks.state())
+            for i, d in enumerate(steps, start=1)
+        ]
     finally:
         loc.close()
 
@@ -128,7 +135,7 @@ def check_partitioned(
     part = coordinator()
     try:
         for i, (deltas, (want, wm)) in enumerate(zip(steps, expected, strict=True), start=1):
-            got = outputs(part.step(deltas))
+            got = outputs(part.step(deltas, proctime_us=PROCTIME_US + i * 1_000_000))
             for view in want:
                 assert got[view] == want[view], (
                     f"{what} P={start}->{shards}, step {i}, view {view!r}: "

@@ -4,6 +4,7 @@ by then; and the log itself: which entries a restored run redoes, which it forge
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,27 @@ def test_a_step_with_other_input_forgets_the_steps_logged_after_it(tmp_path: Pat
     assert reopened.read(3) is None
     assert reopened.truncate_through(1) == 1
     assert sorted(p.name for p in (tmp_path / "offsets").iterdir()) == ["step-000000000002.json"]
+
+
+def test_a_steps_processing_time_is_logged_and_an_older_entry_gets_its_first_redos(
+    tmp_path: Path,
+) -> None:
+    """Each entry holds its step's processing time (what PROCTIME() gives); an entry an
+    earlier release wrote has none, until the first redo stamps its own time into it, which
+    every later reader gets (its offsets kept)."""
+    log = OffsetLog(str(tmp_path))
+    log.record(1, {T: (0, 5)}, 1_700_000_000_000_000)
+    log.record(2, {T: (5, 9)})  # as an earlier release wrote it
+    reopened = OffsetLog(str(tmp_path))
+    assert reopened.proctime(1) == 1_700_000_000_000_000
+    assert reopened.proctime(2) is None
+    assert reopened.proctime(3) is None
+    reopened.stamp(2, 1_700_000_000_500_000)
+    again = OffsetLog(str(tmp_path))
+    assert again.proctime(2) == 1_700_000_000_500_000
+    assert [e[T] for e in again.pending(0, {T: 0})] == [(0, 5), (5, 9)]
+    with pytest.raises(ValueError, match="step 3 is not in the offset log"):
+        again.stamp(3, 1)
 
 
 def test_the_object_store_copy_follows_the_log_and_a_new_machine_takes_it(
@@ -175,3 +197,82 @@ def _check_final(steps: dict[int, list[tuple[object, ...]]], limit: int) -> None
             if w > 0:
                 final[user] = (n, total)
     assert sum(n for n, _ in final.values()) == limit  # type: ignore[misc]
+
+
+PROCTIME_SPEC = """
+name: replay-proctime
+source: {{kind: datagen, generator: clicks, seed: 3, users: 50, rows_per_second: 3000,
+         limit: {limit}}}
+sql: |
+  CREATE VIEW per_user AS SELECT user, count(*) AS n, sum(amount) AS total,
+    max(PROCTIME()) AS seen FROM input GROUP BY user
+sinks:
+  - {{name: out, kind: files, from: per_user, path: {out}}}
+checkpoint: {{every_steps: 4, asynchronous: false}}
+trigger: {{interval: 100ms}}
+"""
+
+
+def test_steps_redone_after_a_sigkill_get_the_same_processing_time(tmp_path: Path) -> None:
+    """PROCTIME() is the step's logged processing time: the steps after the checkpoint,
+    redone after a SIGKILL (seconds later on the wall clock), give the same rows, times and
+    all, and each step's rows carry the time its offset log entry holds."""
+    out = tmp_path / "out"
+    out.mkdir()
+    limit = 60_000
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(PROCTIME_SPEC.format(limit=limit, out=out))
+    assert run(tmp_path, spec_path, 0.0, after_steps=7) is None
+    first = _per_step_seen(out)
+    checkpoint = list_checkpoints(tmp_path / "state").checkpoints[-1].step
+    redone = sorted(s for s in first if s > checkpoint)
+    assert redone, (checkpoint, sorted(first))
+
+    run(tmp_path, spec_path, None)
+    again = _per_step_seen(out)
+    log = OffsetLog(str(tmp_path / "state"))
+    for s in redone:
+        assert again[s] == first[s], f"step {s} was redone with other output"
+    for s, rows in again.items():
+        logged = log.proctime(s)
+        if logged is not None:  # entries up to the oldest checkpoint are trimmed
+            assert {seen for *_, seen, w in rows if w > 0} == {logged}, s
+
+
+def _per_step_seen(out: Path) -> dict[int, list[tuple[Any, ...]]]:
+    rows = pq.read_table(str(out)).to_pylist() if any(out.iterdir()) else []
+    steps: dict[int, list[tuple[Any, ...]]] = {}
+    for r in rows:
+        seen = r["seen"].timestamp() * 1_000_000 if r["seen"] is not None else None
+        steps.setdefault(r[STEP], []).append((r["user"], r["n"], r["total"], seen, r[WEIGHT]))
+    return {s: sorted(v, key=repr) for s, v in steps.items()}
+
+
+def test_an_earlier_releases_entries_get_their_first_redos_time(tmp_path: Path) -> None:
+    """Entries without a processing time (as a release before PROCTIME() wrote them): the
+    run redoing their steps stamps its time into each before the step's output, and the
+    step's rows carry that time."""
+    out = tmp_path / "out"
+    out.mkdir()
+    spec_path = tmp_path / "spec.yaml"
+    # Fewer steps than the runner's trimming period: the stamped entries stay to be read.
+    spec_path.write_text(PROCTIME_SPEC.format(limit=12_000, out=out))
+    assert run(tmp_path, spec_path, 0.0, after_steps=7) is None
+    checkpoint = list_checkpoints(tmp_path / "state").checkpoints[-1].step
+    entries = sorted((tmp_path / "state" / "offsets").glob("step-*.json"))
+    stripped = []
+    for e in entries:
+        doc = json.loads(e.read_text())
+        if doc["step"] > checkpoint:
+            del doc["proctime_us"]
+            e.write_text(json.dumps(doc))
+            stripped.append(doc["step"])
+    assert stripped, (checkpoint, [e.name for e in entries])
+
+    run(tmp_path, spec_path, None)
+    log = OffsetLog(str(tmp_path / "state"))
+    again = _per_step_seen(out)
+    for s in stripped:
+        logged = log.proctime(s)
+        assert logged is not None, f"step {s} was not stamped"
+        assert {seen for *_, seen, w in again[s] if w > 0} == {logged}, s

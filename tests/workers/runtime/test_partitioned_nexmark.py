@@ -29,7 +29,7 @@ from .partitioned_check import FS, SETTINGS, check_partitioned, outputs, plain_r
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "docs" / "examples" / "nexmark"
-QUERIES = ["q4", "q5", "q7", "q8", "q9", "q11", "q15", "q16", "q18", "q19", "q20"]
+QUERIES = ["q4", "q5", "q7", "q8", "q9", "q11", "q12", "q15", "q16", "q18", "q19", "q20"]
 RATE = 1_000.0
 # Their DISTINCT aggregates are a branch each: several times the others' work per row.
 HEAVY = {"q15", "q16"}

@@ -36,6 +36,10 @@ from ...spindle_sql.test_upsert_tables import _spec as upsert_spec
 from ...spindle_sql.test_upsert_tables import _table as upsert_table
 from ...spindle_sql.test_watermarks import CASES as WATERMARK_CASES
 from ...spindle_sql.test_watermarks import EVENT_TIME, _step_rows
+from ...spindle_sql.test_window_functions import EVERY as WINDOW_EVERY
+from ...spindle_sql.test_window_functions import QUERIES as WINDOW_QUERIES
+from ...spindle_sql.test_window_functions import TABLES as WINDOW_TABLES
+from ...spindle_sql.test_window_functions import _row as window_row
 from .partitioned_check import check_partitioned, plain_run
 
 SEED = 1
@@ -277,3 +281,45 @@ def test_python_aggregates_partitioned(tmp_path: Path, shards: int) -> None:
     check_partitioned(
         make, steps, expected, tmp_path / "p", shards, reopen_at=5, rescale_to=5 - shards
     ).close()
+
+
+@pytest.mark.parametrize("name", sorted(WINDOW_QUERIES))
+def test_window_functions_partitioned(tmp_path: Path, name: str) -> None:
+    """RANK, DENSE_RANK, ROW_NUMBER, LAG, LEAD and RANGE frames at P = 2 give the
+    single-process run's deltas (each partition's rows on its shard; a window without
+    PARTITION BY on one), across a reopen and a rescale."""
+    sql = f"CREATE VIEW out AS {WINDOW_QUERIES[name].replace('EVERY', WINDOW_EVERY)}"
+    rng = random.Random(name)
+    live: dict[str, Counter[tuple[Any, ...]]] = {t: Counter() for t in WINDOW_TABLES}
+    steps = [
+        step_deltas(WINDOW_TABLES, rng, lambda t: [window_row(rng) for _ in range(6)], live)
+        for _ in range(8)
+    ]
+
+    def make() -> Dataflow:
+        return Dataflow(plan(parse(sql), WINDOW_TABLES))
+
+    expected = plain_run(make, steps, tmp_path / "plain")
+    check_partitioned(make, steps, expected, tmp_path / "p", 2, reopen_at=4, rescale_to=3).close()
+
+
+def test_proctime_partitioned(tmp_path: Path) -> None:
+    """PROCTIME() evaluated on the shards (in level 0's projection) is the step's time the
+    driver gives, as in one process: rows per processing-time window and partition."""
+    sql = """CREATE VIEW out AS WITH s AS (SELECT p, o, PROCTIME() AS pt FROM w)
+        SELECT p, window_start, count(*) AS n, max(o) AS top
+        FROM TABLE(TUMBLE(TABLE s, DESCRIPTOR(pt), INTERVAL '3' SECOND))
+        GROUP BY p, window_start, window_end"""
+    rng = random.Random("proctime")
+    # Insertions only: a retraction in a later step would carry that step's time.
+    schema = WINDOW_TABLES["w"]
+    steps = [
+        {"w": delta_table(schema, [window_row(rng) for _ in range(6)], [1] * 6)} for _ in range(8)
+    ]
+
+    def make() -> Dataflow:
+        return Dataflow(plan(parse(sql), WINDOW_TABLES))
+
+    expected = plain_run(make, steps, tmp_path / "plain")
+    assert any(out["out"] for out, _ in expected)
+    check_partitioned(make, steps, expected, tmp_path / "p", 2, reopen_at=4).close()

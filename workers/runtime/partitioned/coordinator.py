@@ -141,9 +141,12 @@ class PartitionedDataflow:
         self,
         deltas: Mapping[str, pa.Table | pa.RecordBatch],
         reads: Mapping[str, TableReads] | None = None,
+        proctime_us: int | None = None,
     ) -> dict[str, pa.Table]:
         """Every view's delta for these input deltas and the tables level 0's tasks read
-        (`reads`, whose figures are in `last_reads` then), as `Dataflow.step` gives it."""
+        (`reads`, whose figures are in `last_reads` then), as `Dataflow.step` gives it
+        (`proctime_us`: the step's processing time, which every level's tasks evaluate
+        PROCTIME() as)."""
         step = self.step_id + 1
         watermarks = self.flow.watermarks.state()
         given = {name: weighted(t) for name, t in deltas.items()}
@@ -168,6 +171,7 @@ class PartitionedDataflow:
                     "sources": self.shards,  # level 0's tasks: one per shard here
                     "watermarks": watermarks,
                     **({} if self.outputs is None else {"outputs": self.outputs}),
+                    **({} if proctime_us is None else {"proctime_us": proctime_us}),
                     "bases": {op: checkpoints[op][s] for op in self.part.operators_at(level)},
                     **(
                         {}

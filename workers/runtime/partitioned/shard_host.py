@@ -114,6 +114,7 @@ class ShardHost:
             bool(request["first"]),
             request.get("sources"),
             request.get("outputs"),
+            request.get("proctime_us"),
         )
         ops = {op.id: op for op in flow.operators}
         fps = flow.circuit.operator_fingerprints
