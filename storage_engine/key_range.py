@@ -4,9 +4,9 @@ key columns equal `prefix` and whose next key column lies in `[ge, lt)`, either 
 whose first column is in [10, 20); `KeyRange((5,), ge="a")` those starting with 5 whose
 second column is "a" or above.
 
-A batch file reads only the blocks whose key range meets it (`skips_block`, `ends_before`);
-`select` cuts a sorted record batch by binary search, so a lookup in a large in-memory batch
-costs a few dozen comparisons, not one per row."""
+`select` cuts a sorted record batch, and `blocks` finds the blocks of a batch file that may
+hold the range in its block index, both by binary search: a lookup in a large in-memory
+batch or file costs a few dozen comparisons, not one per row or per block."""
 
 from __future__ import annotations
 
@@ -35,36 +35,30 @@ class KeyRange:
         """The key columns the range constrains."""
         return len(self.prefix) + (1 if self.bounded else 0)
 
-    def _lo(self) -> tuple[Any, ...] | None:
-        if self.ge is not None:
-            return (*self.prefix, self.ge)
-        return self.prefix or None
-
-    def skips_block(self, last: tuple[Any, ...]) -> bool:
-        """Whether a block whose last key is `last` lies wholly below the range."""
-        lo = self._lo()
-        return lo is not None and kernels.compare_rows(last[: len(lo)], lo) < 0
-
-    def ends_before(self, first: tuple[Any, ...]) -> bool:
-        """Whether a block whose first key is `first` (and every later one) lies wholly
-        above the range."""
-        if self.lt is not None:
-            hi = (*self.prefix, self.lt)
-            return kernels.compare_rows(first[: len(hi)], hi) >= 0
-        n = len(self.prefix)
-        return n > 0 and kernels.compare_rows(first[:n], self.prefix) > 0
-
     def select(self, rb: pa.RecordBatch, names: Sequence[str]) -> pa.RecordBatch:
         """The rows of `rb` (sorted by `names`) in the range."""
-        lo = self._lo()
-        start = kernels.count_below(rb, names, lo) if lo is not None else 0
-        if self.lt is not None:
-            stop = kernels.count_below(rb, names, (*self.prefix, self.lt))
-        elif self.prefix:
-            stop = kernels.count_at_most(rb, names, self.prefix)
-        else:
-            stop = rb.num_rows
+        start, stop = self._start(rb, names), self._stop(rb, names)
         return rb.slice(start, max(stop - start, 0))
+
+    def blocks(self, firsts: pa.RecordBatch, lasts: pa.RecordBatch, names: Sequence[str]) -> range:
+        """The blocks of a sorted file that may hold rows in the range, from its block
+        index (each block's first and last key, in order): those from the first whose last
+        key is not below the range to the last whose first key is not above it."""
+        return range(self._start(lasts, names), self._stop(firsts, names))
+
+    def _start(self, rb: pa.RecordBatch, names: Sequence[str]) -> int:
+        """How many leading rows lie below the range."""
+        if self.ge is not None:
+            return kernels.count_below(rb, names, (*self.prefix, self.ge))
+        return kernels.count_below(rb, names, self.prefix) if self.prefix else 0
+
+    def _stop(self, rb: pa.RecordBatch, names: Sequence[str]) -> int:
+        """How many leading rows do not lie above the range."""
+        if self.lt is not None:
+            return kernels.count_below(rb, names, (*self.prefix, self.lt))
+        if self.prefix:
+            return kernels.count_at_most(rb, names, self.prefix)
+        return int(rb.num_rows)
 
     def typed(self, keys: Sequence[pa.Field]) -> KeyRange:
         """The range with its values (given as text, as a URL's query has them) cast to the

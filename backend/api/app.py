@@ -13,6 +13,7 @@ from ..db import Database
 from ..schemas.common import ErrorOut
 from ..services.queue import TaskQueue
 from ..services.tokens import TokenCache
+from ..services.views import LiveViews
 from ..settings import Settings
 from . import errors, ui
 from .context import Context
@@ -47,7 +48,12 @@ def create_app(settings: Settings, db: Database, queue: TaskQueue) -> FastAPI:
         redoc_url=None,
     )
     ctx = Context(
-        settings, db, queue, TokenCache(settings.token_cache_s), ReadCache(settings.read_cache_s)
+        settings,
+        db,
+        queue,
+        TokenCache(settings.token_cache_s),
+        ReadCache(settings.read_cache_s),
+        LiveViews(settings.read_cache_s),
     )
     app.state.ctx = ctx
     errors.install(app)

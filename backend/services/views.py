@@ -8,6 +8,10 @@ collects while it is read is refused (`CheckpointCollected`), never answered wro
 from __future__ import annotations
 
 import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -22,6 +26,8 @@ from storage_engine.schema import WEIGHT
 from ..errors import ApiError, InvalidInput, NotFound, StateUnavailable
 
 log = logging.getLogger(__name__)
+
+_MAX_ENDPOINTS = 10_000  # bounds memory against many running pipelines
 
 
 class CheckpointCollected(ApiError):
@@ -101,26 +107,66 @@ def diff(storage: Path, view: str, a: str, b: str) -> tuple[SpineContents, Spine
     return old, new, summed.sort_by([(k, "ascending") for k in keys])
 
 
+@dataclass(frozen=True)
+class LiveEndpoint:
+    """Where a running pipeline's driver serves its views (`views`, the spec's readable
+    ones), and the secret to present."""
+
+    views: frozenset[str]
+    url: str
+    secret: str
+
+
 class LiveViews:
     """Reads of running drivers' views, over one pooled HTTP client (connections kept
     alive between lookups). The driver's answer is a `ViewPage` document already (the API
     passes its bytes on: decoding and encoding every row again would cost more than the
     lookup). A driver that does not answer (ending, or unreachable) gives None, and the
-    caller reads the newest checkpoint instead."""
+    caller reads the newest checkpoint instead.
 
-    def __init__(self, timeout_s: float = 5.0, transport: httpx.BaseTransport | None = None):
+    Where a pipeline's driver serves is kept for `ttl_s` (the read cache's interval, as
+    changes made elsewhere show after it) and for as long as the cache's write
+    `generation` is unchanged, so most lookups make no database read; an endpoint that
+    does not answer is forgotten at once."""
+
+    def __init__(
+        self,
+        ttl_s: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+        timeout_s: float = 5.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         self._client = httpx.Client(
             timeout=httpx.Timeout(timeout_s, connect=1.0), transport=transport
         )
+        self._ttl_s, self._clock = ttl_s, clock
+        self._endpoints: dict[str, tuple[float, int, LiveEndpoint]] = {}
+        self._lock = threading.Lock()
+
+    def endpoint(
+        self, pipeline: str, generation: int, load: Callable[[], LiveEndpoint | None]
+    ) -> LiveEndpoint | None:
+        """The running pipeline's endpoint, kept or from `load` (None: it does not run)."""
+        with self._lock:
+            hit = self._endpoints.get(pipeline)
+        if hit is not None and hit[1] == generation and self._clock() < hit[0]:
+            return hit[2]
+        got = load()
+        with self._lock:
+            if got is None or self._ttl_s <= 0:
+                self._endpoints.pop(pipeline, None)
+            else:
+                if len(self._endpoints) >= _MAX_ENDPOINTS:
+                    self._endpoints.clear()
+                self._endpoints[pipeline] = (self._clock() + self._ttl_s, generation, got)
+        return got
+
+    def forget(self, pipeline: str) -> None:
+        with self._lock:
+            self._endpoints.pop(pipeline, None)
 
     def read(
-        self,
-        url: str,
-        secret: str,
-        view: str,
-        within: KeyRange | None,
-        offset: int,
-        limit: int,
+        self, at: LiveEndpoint, view: str, within: KeyRange | None, offset: int, limit: int
     ) -> bytes | None:
         params: list[tuple[str, str | int | float | bool | None]] = [
             ("offset", offset),
@@ -131,12 +177,12 @@ class LiveViews:
             params += [(n, v) for n, v in (("ge", within.ge), ("lt", within.lt)) if v is not None]
         try:
             r = self._client.get(
-                f"{url}/views/{view}",
+                f"{at.url}/views/{view}",
                 params=params,
-                headers={"Authorization": f"Bearer {secret}"},
+                headers={"Authorization": f"Bearer {at.secret}"},
             )
         except httpx.HTTPError as e:
-            log.info("view %s: the running driver at %s did not answer: %s", view, url, e)
+            log.info("view %s: the running driver at %s did not answer: %s", view, at.url, e)
             return None
         if r.status_code == 200:
             return r.content
@@ -148,7 +194,7 @@ class LiveViews:
         # 410: the run ended; 404: a run of a spec without this view; 401: a process that
         # is not the run's driver (its port was reused).
         if r.status_code != 410:
-            log.warning("view %s: the driver at %s answered %s", view, url, r.status_code)
+            log.warning("view %s: the driver at %s answered %s", view, at.url, r.status_code)
         return None
 
     def close(self) -> None:
@@ -161,4 +207,4 @@ def _retained(storage: Path, uuid: str) -> bool:
     )
 
 
-__all__ = ["CheckpointCollected", "LiveViews", "checkpoint_of", "diff", "read"]
+__all__ = ["CheckpointCollected", "LiveEndpoint", "LiveViews", "checkpoint_of", "diff", "read"]

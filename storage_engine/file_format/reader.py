@@ -293,13 +293,7 @@ class BatchFile(FileSeeks):
         """The rows in key range `r`, reading only the blocks whose key range may hold them
         (the block index: a point lookup reads one or two blocks)."""
         names = self.schema.key_names
-        parts = []
-        for i in range(self.num_blocks):
-            if r.skips_block(kernels.row_tuple(self._lasts, names, i)):
-                continue
-            if r.ends_before(kernels.row_tuple(self._firsts, names, i)):
-                break
-            parts.append(self.block(i))
+        parts = [self.block(i) for i in r.blocks(self._firsts, self._lasts, names)]
         if not parts:
             return kernels.empty(self.schema)
         return r.select(pa.concat_batches(parts) if len(parts) > 1 else parts[0], names)

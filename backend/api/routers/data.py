@@ -7,6 +7,8 @@ from typing import Annotated, Literal
 
 import anyio
 from fastapi import APIRouter, Query, Request, Response
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from pipeline_spec.model import parse_spec
 from storage_engine.key_range import KeyRange
@@ -95,20 +97,19 @@ def read_view(
     """A view's rows as of the running pipeline's newest step (`live`), else as of the
     newest checkpoint, or an older retained one (`as_of`): those in a key range (`key`:
     the leading columns' values; `ge`, `lt`: bounds on the next column) or all, paged."""
-    p = pipeline_by_name(s, name)
-    storage = _view_storage(ctx, p, view)
     within = (
         None
         if not (key or ge is not None or lt is not None)
         else KeyRange(tuple(key or ()), ge, lt)
     )
     if as_of is None:
-        run = lifecycle.latest_run(s, p)
-        if run is not None and run.state == RunState.running and run.views_url:
-            secret = run.views_secret or ""
-            live = ctx.live.read(run.views_url, secret, view, within, offset, limit)
+        at = ctx.live.endpoint(name, ctx.reads.generation, lambda: _live_endpoint(s, name))
+        if at is not None and view in at.views:
+            live = ctx.live.read(at, view, within, offset, limit)
             if live is not None:
                 return Response(live, media_type="application/json")
+            ctx.live.forget(name)
+    storage = _view_storage(ctx, pipeline_by_name(s, name), view)
     got = views.read(storage, view, as_of or "latest", within=within)
     if got is None:
         return ViewPage(view=view, step=None, checkpoint=None, rows=[])
@@ -160,6 +161,16 @@ def diff_view(
             "rows": rows,
         }
     )
+
+
+def _live_endpoint(s: Session, name: str) -> views.LiveEndpoint | None:
+    """Where the pipeline's running driver serves its views; None if it does not run."""
+    p = s.scalar(select(Pipeline).where(Pipeline.name == name))
+    run = None if p is None else lifecycle.latest_run(s, p)
+    if p is None or run is None or run.state != RunState.running or not run.views_url:
+        return None
+    readable = frozenset(parse_spec(p.spec).readable_views())
+    return views.LiveEndpoint(readable, run.views_url, run.views_secret or "")
 
 
 def _view_storage(ctx: Context, p: Pipeline, view: str) -> Path:

@@ -175,3 +175,27 @@ def test_the_view_server_refuses_readers_without_the_runs_secret(driver: Driver)
     assert httpx.get(f"{driver.server.endpoint.url}/views/nope", headers=ok).status_code == 404
     assert httpx.get(f"{url}?limit=x", headers=ok).status_code == 400
     assert httpx.get(f"{url}?ge=1&ge=2", headers=ok).status_code == 400
+
+
+def test_a_running_pipelines_endpoint_is_kept_for_the_read_cache_interval() -> None:
+    """Kept for `ttl_s` and while no write came through this process (the read cache's
+    generation); a pipeline that does not run is never kept; `forget` drops it at once."""
+    from backend.services.views import LiveEndpoint, LiveViews
+
+    now = [0.0]
+    live = LiveViews(1.0, clock=lambda: now[0])
+    loads: list[str] = []
+    at = LiveEndpoint(frozenset({"v"}), "http://127.0.0.1:9", "s" * 20)
+
+    def load(got: LiveEndpoint | None) -> Any:
+        return lambda: loads.append("db") or got
+
+    assert live.endpoint("p", 0, load(at)) == at
+    assert live.endpoint("p", 0, load(None)) == at and loads == ["db"]  # kept
+    assert live.endpoint("p", 1, load(at)) == at and len(loads) == 2  # a write came
+    now[0] = 1.5
+    assert live.endpoint("p", 1, load(None)) is None and len(loads) == 3  # expired
+    assert live.endpoint("p", 1, load(at)) == at and len(loads) == 4  # None was not kept
+    live.forget("p")
+    assert live.endpoint("p", 1, load(at)) == at and len(loads) == 5
+    live.close()
