@@ -21,7 +21,9 @@ steps that update the view, while the phases run one after the other:
   newest checkpoint and filtered (`scans` of them, one after the other: seconds each).
 
 Step p50/p99 (the metrics' per-step `step_ms`) are reported for each phase; the quiet ones
-are the baseline for the live one.
+are the baseline for the live one. `cpu_share`: each role's CPU seconds per second of the
+phase (the API's `serve` process, the Celery worker, the driver with its JVM, this
+benchmark's load generator), to say what bounds the figures on a small machine.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from typing import Any
 import aiohttp
 import httpx
 import numpy as np
+import psutil
 import pyarrow as pa
 import pyarrow.compute as pc
 import uvloop
@@ -187,6 +190,30 @@ def _wait_steps(c: httpx.Client, n: int, deadline: float) -> None:
     raise RuntimeError("the pipeline took no steps in time")
 
 
+def _cpu_seconds(server_pid: int) -> dict[str, float]:
+    """CPU seconds so far of the platform's processes by role: the API (the `serve`
+    process), the Celery worker, the pipeline's driver (every other process: the driver,
+    its JVM, Spark's Python workers), this benchmark."""
+    out = {"api": 0.0, "driver": 0.0, "worker": 0.0, "bench": 0.0}
+    procs = [psutil.Process(server_pid)]
+    procs += procs[0].children(recursive=True)
+    for p in procs:
+        try:
+            cmd = " ".join(p.cmdline())
+            t = p.cpu_times()
+        except psutil.Error:
+            continue
+        role = "api" if p.pid == server_pid else "worker" if "celery" in cmd else "driver"
+        out[role] += t.user + t.system
+    me = psutil.Process().cpu_times()
+    out["bench"] = me.user + me.system
+    return out
+
+
+def _cpu_share(before: dict[str, float], after: dict[str, float], wall: float) -> dict[str, float]:
+    return {k: (after[k] - before[k]) / wall for k in before}
+
+
 def _step_figures(samples: Sequence[dict[str, Any]], t0: float, t1: float) -> dict[str, Any]:
     ms = [s["step_ms"] for s in samples if t0 <= s["ts"] < t1 and s["rows_in"] > 0]
     return {
@@ -272,19 +299,25 @@ def run_benchmark(
             phases: dict[str, Any] = {}
             windows: dict[str, tuple[float, float]] = {}
 
+            assert platform.proc is not None
+            pid = platform.proc.pid
+            cpu: dict[str, dict[str, float]] = {}
+
             def quiet_phase(name: str) -> None:
-                t0 = time.time()
+                t0, before = time.time(), _cpu_seconds(pid)
                 time.sleep(prof.phase_s)
                 windows[name] = (t0, time.time())
+                cpu[name] = _cpu_share(before, _cpu_seconds(pid), time.time() - t0)
 
             quiet_phase("quiet_before")
             for name, params, seed in (("live", {}, 1), ("checkpoint", {"as_of": "latest"}, 2)):
                 log(f"{name}: {prof.rate:.0f} lookups/s for {prof.phase_s:.0f} s")
-                t0 = time.time()
+                t0, before = time.time(), _cpu_seconds(pid)
                 phases[name] = uvloop.run(
                     _lookups(platform.base_url, platform.token, prof, params, seed)
                 )
                 windows[name] = (t0, time.time())
+                cpu[name] = _cpu_share(before, _cpu_seconds(pid), time.time() - t0)
             quiet_phase("quiet_after")
             log(f"{prof.scans} whole-view reads")
             phases["scan"] = _scans(storage, prof)
@@ -295,6 +328,7 @@ def run_benchmark(
             ).json()
             for name, (t0, t1) in windows.items():
                 phases.setdefault(name, {}).update(_step_figures(samples, t0, t1))
+                phases[name]["cpu_share"] = cpu[name]
             report["phases"] = phases
             report["step_samples"] = len(samples)
             report["feeder_appends"] = feeder.appends
