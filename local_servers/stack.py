@@ -115,6 +115,7 @@ class LocalStack:
             "SPINDLE_S3_SECURE": "false",
             "SPINDLE_SPARK_MASTER": self.spark.master_url,
             "SPINDLE_API_URL": self.url,
+            "SPINDLE_DRIVER_HOST": "127.0.0.1",  # one machine: the API reaches drivers here
         }
 
     def _env(self) -> dict[str, str]:

@@ -405,7 +405,8 @@ def count_at_most(rb: pa.RecordBatch, names: Sequence[str], bound: Sequence[Any]
     if all(_python_ordered(c.type) for c in cols):
         return _bisect(cols, tuple(bound), rb.num_rows, right=True)
     n = count_below(rb, names, bound)
-    while n < rb.num_rows and compare_rows(row_tuple(rb, names, n), tuple(bound)) == 0:
+    cut = names[: len(bound)]
+    while n < rb.num_rows and compare_rows(row_tuple(rb, cut, n), tuple(bound)) == 0:
         n += 1
     return n
 

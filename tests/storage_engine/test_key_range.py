@@ -115,3 +115,20 @@ def test_a_large_batch_cuts_by_binary_search_as_arrow_does(tmp_path: Path) -> No
     for r in (KeyRange((2,)), KeyRange((), 1, 3), KeyRange((4,), "00100", "00200"), KeyRange((9,))):
         got = r.select(batch.data, NAMES)
         assert [k for k, _, _ in _rows(Batch(SCHEMA, got))] == [k for k in keys if _in(r, k)]
+
+
+def test_columns_compared_in_arrow_cut_by_a_prefix_too() -> None:
+    """Doubles and decimals are not searched over Python values (NaN, scales): their cut
+    compares in Arrow, and a prefix of a two-column key must stop after its own rows."""
+    from decimal import Decimal
+
+    for t, vals in (
+        (pa.float64(), [0.5, 1.5, 2.5]),
+        (pa.decimal128(10, 2), [Decimal("0.50"), Decimal("1.50"), Decimal("2.50")]),
+    ):
+        schema = ZSetSchema((pa.field("a", t), pa.field("b", pa.string())), ())
+        keys = [(v, s) for v in vals for s in ("x", "y")]
+        batch = Batch.from_tuples(schema, [(k, (), 1) for k in keys])
+        got = KeyRange((vals[1],)).select(batch.data, NAMES)
+        assert got.column("b").to_pylist() == ["x", "y"], t
+        assert KeyRange((vals[1],), "y").select(batch.data, NAMES).num_rows == 1

@@ -25,6 +25,7 @@ from pyspark.sql import SparkSession
 from pipeline_spec import model as S
 from pipeline_spec.model import SpecError, load_spec, parse_spec
 from storage_engine.input_log import InputLog
+from storage_engine.key_range import KeyRange
 from storage_engine.schema import WEIGHT
 from tests.polling import wait_until
 from workers.runtime.connectors.files_sink import FilesSink
@@ -245,8 +246,12 @@ def test_log_example_runs_on_appended_records(tmp_path: Path, spark: SparkSessio
         assert res.source_offsets == {"input": 12}
         view = r.sinks["latest"]
         assert isinstance(view, ViewSink)
-        assert view.get([1]) == [{"auction": 1, "max_price": 13.0, "bids": 8}]
-        assert view.get([2]) == [{"auction": 2, "max_price": 5.0, "bids": 4}]
+        assert view.lookup(KeyRange((1,))).rows.to_pylist() == [
+            {"auction": 1, "max_price": 13.0, "bids": 8}
+        ]
+        assert view.lookup(KeyRange((2,))).rows.to_pylist() == [
+            {"auction": 2, "max_price": 5.0, "bids": 4}
+        ]
     finally:
         r.close()
     # Segments below the oldest retained checkpoint's offset are gone (retention runs
@@ -345,7 +350,7 @@ def _view_rows(r: Runner, auctions: Iterable[int]) -> list[dict[str, Any]]:
 
     view = r.sinks["latest"]
     assert isinstance(view, ViewSink)
-    return [row for a in auctions for row in view.get([a])]
+    return [row for a in auctions for row in view.lookup(KeyRange((a,))).rows.to_pylist()]
 
 
 def test_a_log_sources_first_step_is_read_ahead_in_the_driver_and_a_restart_loses_nothing(

@@ -19,6 +19,7 @@ from pipeline_spec.model import PostgresSink as PgSpec
 from pipeline_spec.model import ViewSink as ViewSpec
 from pipeline_spec.model import outside_roots
 from storage_engine import StorageLocation
+from storage_engine.key_range import KeyRange
 from storage_engine.location_view import to_jsonable
 from storage_engine.schema import WEIGHT
 from workers.runtime.connectors import files_sink
@@ -64,15 +65,18 @@ def test_view_sink_by_key_and_page(tmp_path: Path) -> None:
         v = ViewSink(ViewSpec(name="v", kind="view", **{"from": "op"}), SCHEMA, loc)
         v.write(1, delta([("a", 1, 1), ("b", 1, 1), ("c", 5, 1)]))
         v.write(2, delta([("a", 1, -1), ("a", 2, 1)]))
-        assert v.get(["a"]) == [{"user": "a", "n": 2}]
-        assert v.get(["zz"]) == []
-        assert [r["user"] for r in v.page(0, 2)] == ["a", "b"]
-        assert [r["user"] for r in v.page(2, 2)] == ["c"]
+        got = v.lookup(KeyRange(("a",)))
+        assert (got.step, got.rows.to_pylist()) == (2, [{"user": "a", "n": 2}])
+        assert v.lookup(KeyRange(("zz",))).rows.to_pylist() == []
+        assert [r["user"] for r in v.lookup(None, 0, 2).rows.to_pylist()] == ["a", "b"]
+        assert [r["user"] for r in v.lookup(None, 2, 2).rows.to_pylist()] == ["c"]
+        assert [r["user"] for r in v.lookup(KeyRange((), "b")).rows.to_pylist()] == ["b", "c"]
         uid = loc.commit(step=2)
     # The view is part of the checkpoint: restored with the state.
     with StorageLocation.open(str(tmp_path), checkpoint=uid) as loc:
         v = ViewSink(ViewSpec(name="v", kind="view", **{"from": "op"}), SCHEMA, loc)
-        assert v.page(0, 10) == [
+        v.rollback(2)
+        assert v.lookup(None, 0, 10).rows.to_pylist() == [
             {"user": "a", "n": 2},
             {"user": "b", "n": 1},
             {"user": "c", "n": 5},
@@ -110,8 +114,8 @@ def test_files_sinks_keep_every_digit_of_a_decimal(tmp_path: Path) -> None:
 
 
 def test_a_view_of_decimals_by_key_and_as_json(tmp_path: Path) -> None:
-    """A view keyed by a decimal is looked up by it (the next key is one unit of the scale
-    up); the REST API's rows (`to_jsonable`) carry decimals as strings of their digits."""
+    """A view keyed by a decimal is looked up by it (given as a Decimal or as text); the
+    REST API's rows (`to_jsonable`) carry decimals as strings of their digits."""
     with StorageLocation.open(str(tmp_path)) as loc:
         v = ViewSink(ViewSpec(name="v", kind="view", **{"from": "op"}), DECIMALS, loc)
         keys = [Decimal("1.0000000000"), Decimal("1.0000000001"), Decimal("1.0000000002")]
@@ -121,8 +125,9 @@ def test_a_view_of_decimals_by_key_and_as_json(tmp_path: Path) -> None:
                 DECIMALS.append(pa.field(WEIGHT, pa.int64()))
             ),
         )
-        got = v.get([Decimal("1.0000000001")])
+        got = v.lookup(KeyRange((Decimal("1.0000000001"),))).rows.to_pylist()
         assert got == [{"price": Decimal("1.0000000001"), "tiny": Decimal(0)}]
+        assert v.lookup(KeyRange(("1.0000000001",))).rows.to_pylist() == got
         assert to_jsonable(got) == [{"price": "1.0000000001", "tiny": "0.00000000"}]
 
 
