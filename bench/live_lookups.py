@@ -163,7 +163,7 @@ def _fill(storage: Path, spec: PipelineSpec, rows: int) -> None:
         ingest_service.append(storage, spec, src, _bids(bidders, start))
 
 
-def _wait_view(c: httpx.Client, rows: int, deadline: float, log: Log) -> float:
+def _wait_view(c: httpx.Client, rows: int, deadline: float) -> float:
     """Until a live lookup of the last bidder finds it: the fill is in the view."""
     t0 = time.monotonic()
     url = f"{API}/pipelines/{PIPELINE}/views/{VIEW}"
@@ -291,7 +291,7 @@ def run_benchmark(
             _fill(storage, spec, prof.rows)
             c.post(f"{API}/pipelines/{PIPELINE}/start").raise_for_status()
             deadline = time.monotonic() + prof.fill_timeout_s
-            report["fill_s"] = _wait_view(c, prof.rows, deadline, log)
+            report["fill_s"] = _wait_view(c, prof.rows, deadline)
             c.post(f"{API}/pipelines/{PIPELINE}/checkpoints?wait=true").raise_for_status()
             feeder = Feeder(storage, spec, prof)
             feeder.start()

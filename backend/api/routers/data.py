@@ -7,7 +7,6 @@ from typing import Annotated, Literal
 
 import anyio
 from fastapi import APIRouter, Query, Request, Response
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from pipeline_spec.model import parse_spec
@@ -165,9 +164,9 @@ def diff_view(
 
 def _live_endpoint(s: Session, name: str) -> views.LiveEndpoint | None:
     """Where the pipeline's running driver serves its views; None if it does not run."""
-    p = s.scalar(select(Pipeline).where(Pipeline.name == name))
-    run = None if p is None else lifecycle.latest_run(s, p)
-    if p is None or run is None or run.state != RunState.running or not run.views_url:
+    p = pipeline_by_name(s, name)
+    run = lifecycle.latest_run(s, p)
+    if run is None or run.state != RunState.running or not run.views_url:
         return None
     readable = frozenset(parse_spec(p.spec).readable_views())
     return views.LiveEndpoint(readable, run.views_url, run.views_secret or "")

@@ -73,14 +73,15 @@ class ViewSink:
             step, entries = self._published
             try:
                 if typed is None:
-                    rows = self._page(entries, offset + limit)
+                    live = self._page(entries, offset + limit)
                 else:
-                    rows = merge_sorted([e.in_range(typed) for e in entries], self.schema)
+                    live = _positive(
+                        merge_sorted([e.in_range(typed) for e in entries], self.schema)
+                    )
                 break
             except (OSError, CorruptionError):
                 if attempt >= _READ_ATTEMPTS or self._published[1] is entries:
                     raise
-        live = rows.filter(pa.compute.greater(rows.column(WEIGHT), 0))
         t = pa.Table.from_batches([live]).select(list(self.schema.key_names))
         return ViewRows(step, t.slice(offset, limit))
 
@@ -89,7 +90,7 @@ class ViewSink:
         got, n = [], 0
         chunks = merge_stream([e.chunks(max(upto, 1)) for e in entries], self.schema)
         for rb in chunks:
-            rb = rb.filter(pa.compute.greater(rb.column(WEIGHT), 0))
+            rb = _positive(rb)
             got.append(rb)
             n += rb.num_rows
             if n >= upto:
@@ -103,6 +104,11 @@ class ViewSink:
 
     def close(self) -> None:
         pass
+
+
+def _positive(rb: pa.RecordBatch) -> pa.RecordBatch:
+    """The rows the view holds: a consolidated batch's rows of positive weight."""
+    return rb.filter(pa.compute.greater(rb.column(WEIGHT), 0))
 
 
 def open_sink(spec: ViewSinkSpec, ctx: SinkContext) -> ViewSink:
